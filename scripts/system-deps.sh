@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests and the local run need, only those missing.
+# Safe to run again; does nothing when everything is present.
+set -euo pipefail
+pkgs=(
+  openssh-server openssh-client iproute2 rsync procps   # sshd test hosts in network namespaces
+  build-essential clang-16 make                          # native/ with gcc and clang
+  likwid sysbench fio iperf3 numactl hwloc               # reference tools and platform suite
+  chromium                                               # screenshot of the HTML report
+  sqlite3
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
+  echo "system-deps: missing Debian packages (install them as root): ${missing[*]}" >&2
+  exit 1
+fi
+echo "system-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,51 @@
+"""`orchestrate`: the command line. It parses arguments and calls library functions, nothing more.
+
+Each subcommand lives in ``socketlab.commands.<name>`` and provides ``register(subparsers)``,
+which adds its parser and sets ``func``. Modules are discovered, so adding a command is adding
+a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from socketlab import __version__, commands
+from socketlab.errors import SocketlabError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrate",
+        description="Run declarative experiments on isolated CPU sockets and compare them "
+        "with published values.",
+    )
+    parser.add_argument("--version", action="version", version=f"socketlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        rc = args.func(args)
+    except SocketlabError as exc:
+        print(f"orchestrate: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("orchestrate: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

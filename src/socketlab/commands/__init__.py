@@ -1,0 +1,1 @@
+"""Subcommands of `orchestrate`; one module each, discovered by socketlab.cli."""

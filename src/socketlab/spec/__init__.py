@@ -1,0 +1,1 @@
+"""Experiment specs: schema, loading, validation, and expansion into run points."""
