@@ -1,0 +1,1 @@
+"""Ansible plugins' code; playbooks/*_plugins/ hold thin shims that import from here."""

@@ -1,0 +1,155 @@
+"""`orchestrate hosts`: each inventory host's topology and the isolation plan the planner makes.
+
+Exit status: 0 when every host answered; 1 when a host could not be reached or its facts not
+read (it is reported as a line and the other hosts are still shown); 2 for bad input (no such
+inventory, a --limit that matches nothing). A host whose plan is impossible, e.g. a 2-core VM
+with the default 2 housekeeping cores per node, shows its topology and the planner's one-line
+reason; that is not a failure unless --strict is given (then exit 1), so `make run` works on
+small machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from socketlab.errors import PlanError, SocketlabError
+from socketlab.facts import gather_all
+from socketlab.inventory import InventoryHost, load_inventory
+from socketlab.plan.isolation import plan_isolation
+from socketlab.topology import topology_from_snapshot
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "hosts",
+        help="show each host's topology and isolation plan",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--inventory", "-i", metavar="FILE", help="Ansible inventory (default: localhost)"
+    )
+    p.add_argument("--limit", "-l", metavar="PATTERN", help="Ansible host pattern")
+    p.add_argument(
+        "--housekeeping",
+        type=int,
+        default=2,
+        metavar="N",
+        help="housekeeping physical cores per NUMA node (default 2)",
+    )
+    p.add_argument(
+        "--prefer-irq-cores",
+        action="store_true",
+        help="pick housekeeping cores that already serve the node's device IRQs",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any host has no valid plan")
+    p.add_argument("--timeout", type=float, default=60, help="seconds per host (default 60)")
+    p.set_defaults(func=run)
+
+
+def describe(
+    host: InventoryHost, facts: dict | SocketlabError, housekeeping: int, prefer_irq: bool
+) -> dict[str, Any]:
+    """One host's entry of the report: facts, plan, or the reason for either missing."""
+    entry: dict[str, Any] = {
+        "name": host.name,
+        "connection": host.connection,
+        "address": host.address,
+        "port": host.port,
+        "groups": list(host.groups),
+        "error": None,
+        "topology": None,
+        "isolation": None,
+        "plan_error": None,
+    }
+    if isinstance(facts, SocketlabError):
+        entry["error"] = str(facts)
+        return entry
+    entry["topology"] = facts["topology"]
+    try:
+        topology = topology_from_snapshot(facts["snapshot"])
+        entry["isolation"] = plan_isolation(topology, housekeeping, prefer_irq).facts()
+    except PlanError as exc:
+        entry["plan_error"] = str(exc)
+    return entry
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _table(entry: dict[str, Any]):
+    from rich.table import Table
+
+    title = f"{entry['name']}  ({entry['connection']} {entry['address']})"
+    table = Table(title=title, show_header=False, title_justify="left", expand=False)
+    table.add_column("fact", style="bold")
+    table.add_column("value", overflow="fold")
+    t = entry["topology"]
+    caches = ", ".join(
+        f"{name} {c['size']}" + (f" x{c['instances']}" if c["instances"] > 1 else "")
+        for name, c in t["caches"].items()
+    )
+    cpufreq = t["cpufreq"]
+    governors = ", ".join(f"{g} ({cpus})" for g, cpus in cpufreq["governors"].items())
+    rows = [
+        ("cpu", f"{t['cpu_model']} (family {t['family']} model {t['model']}, "
+                f"microcode {t['microcode']})"),
+        ("isa", f"AMX {_yes(t['amx'])}, AVX512-BF16 {_yes(t['avx512_bf16'])}"),
+        ("layout", f"{t['sockets']} socket(s), {t['nodes']} NUMA node(s), {t['llcs']} LLC(s), "
+                   f"{t['cores']} cores, {t['threads']} threads, SMT {t['threads_per_core']}"),
+        *((f"node {n}", cpus) for n, cpus in t["node_cpus"].items()),
+        ("caches", caches),
+        ("kernel", f"{t['kernel']}, PID 1: {t['service_manager']}"),
+        ("knobs", f"THP {t['thp']}, numa_balancing {t['numa_balancing']}, "
+                  f"irqbalance {'running' if t['irqbalance']['running'] else 'not running'}"),
+        ("cpufreq", f"{cpufreq['driver']}: {governors}" if cpufreq["present"] else "not present"),
+        ("irqs", f"{len(t['irqs'])} device IRQs" if t["irqs_readable"] else "unreadable"),
+        ("isolated now", t["cpu_isolated"] or "none"),
+    ]  # fmt: skip
+    plan = entry["isolation"]
+    if plan:
+        rows += [
+            ("housekeeping", f"{plan['housekeeping_list']}  "
+                             f"({plan['housekeeping_per_node']} cores/node, "
+                             f"{', '.join(sorted(set(plan['chosen_by'].values())))})"),
+            ("workers", f"{plan['workers_list']}  ({len(plan['workers'])})"),
+            ("siblings", plan["siblings_list"] or "none (no SMT)"),
+            ("workqueue mask", plan["workqueue_mask"]),
+        ]  # fmt: skip
+    else:
+        rows.append(("plan", f"[red]not possible:[/red] {entry['plan_error']}"))
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.housekeeping < 1:
+        raise PlanError(f"--housekeeping: expected a whole number >= 1, got {args.housekeeping}")
+    hosts = load_inventory(args.inventory, args.limit)
+    gathered = gather_all(hosts, timeout=args.timeout)
+    report = [
+        describe(h, gathered[h.name], args.housekeeping, args.prefer_irq_cores) for h in hosts
+    ]
+    if args.json:
+        json.dump({"hosts": report}, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        console = Console(width=max(100, Console().width), soft_wrap=False)
+        for entry in report:
+            if entry["error"]:
+                console.print(
+                    f"[bold]{entry['name']}[/bold]: [red]unreachable:[/red] {entry['error']}"
+                )
+            else:
+                console.print(_table(entry))
+    unreachable = any(e["error"] for e in report)
+    unplanned = any(e["plan_error"] for e in report)
+    return 1 if unreachable or (args.strict and unplanned) else 0

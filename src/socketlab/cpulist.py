@@ -1,0 +1,106 @@
+"""CPU lists and CPU masks in the kernel's text formats: the one implementation in the project.
+
+- A *cpulist* is what ``/sys/devices/system/node/node0/cpulist`` prints: ``"0-3,8,10-11"``.
+  The kernel prints a run of two as a range (``"0-1"``), and so do we.
+- A *cpumask* is what ``/proc/irq/N/smp_affinity`` or ``/sys/devices/virtual/workqueue/cpumask``
+  print: comma-separated 32-bit hex words, most significant first. The first word is only as
+  wide as the bits it holds (``"3"`` for 2 CPUs, ``"00000003,ffffffff"`` for 64), exactly like
+  the kernel's ``%*pb``, so a value written from a plan reads back identical.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from socketlab.errors import PlanError
+
+
+class CpuListError(PlanError, ValueError):
+    """A CPU list or mask string is malformed."""
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?$")
+
+
+def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
+    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (sorted, unique).
+
+    Accepts the kernel's full syntax, including ``"0-31:2/8"`` (2 CPUs of every group of 8).
+    ``what`` names the value in the error message (e.g. a file and field).
+    """
+    text = (text or "").strip()
+    cpus: set[int] = set()
+    if not text:
+        return []
+    for part in text.split(","):
+        part = part.strip()
+        m = _RANGE.match(part)
+        if not m:
+            raise CpuListError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
+        first = int(m.group(1))
+        last = int(m.group(2)) if m.group(2) is not None else first
+        if last < first:
+            raise CpuListError(f"{what}: range {part!r} in {text!r} runs backwards")
+        if m.group(3) is not None:
+            used, group = int(m.group(3)), int(m.group(4))
+            if group == 0 or used == 0 or used > group:
+                raise CpuListError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
+            cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
+        else:
+            cpus.update(range(first, last + 1))
+    return sorted(cpus)
+
+
+def format_cpulist(cpus: Iterable[int]) -> str:
+    """``[0, 1, 2, 3, 8, 10, 11]`` -> ``"0-3,8,10-11"``; ``[]`` -> ``""``."""
+    ordered = sorted({int(c) for c in cpus})
+    if ordered and ordered[0] < 0:
+        raise CpuListError(f"CPU ids must be >= 0, got {ordered[0]}")
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cpumask(cpus: Iterable[int], ncpus: int) -> str:
+    """CPUs as the kernel prints a cpumask of ``ncpus`` bits (``nr_cpu_ids``).
+
+    ``cpumask([0, 1], 192)`` -> ``"00000003,00000000,..."`` (six words).
+    """
+    ncpus = int(ncpus)
+    if ncpus < 1:
+        raise CpuListError(f"cpumask: ncpus must be >= 1, got {ncpus}")
+    value = 0
+    for c in cpus:
+        c = int(c)
+        if not 0 <= c < ncpus:
+            raise CpuListError(f"cpumask: CPU {c} is outside 0-{ncpus - 1}")
+        value |= 1 << c
+    words = (ncpus + 31) // 32
+    first_bits = ncpus % 32 or 32
+    out = []
+    for w in range(words - 1, -1, -1):
+        chunk = (value >> (32 * w)) & 0xFFFFFFFF
+        width = (first_bits + 3) // 4 if w == words - 1 else 8
+        out.append(f"{chunk:0{width}x}")
+    return ",".join(out)
+
+
+def parse_cpumask(text: str, what: str = "CPU mask") -> list[int]:
+    """``"00000003,00000001"`` -> ``[0, 32, 33]``. Accepts any word widths and an optional 0x."""
+    text = (text or "").strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    words = text.split(",")
+    if not text or any(not re.fullmatch(r"[0-9a-f]{1,8}", w) for w in words):
+        raise CpuListError(f"{what}: {text!r} is not a CPU mask; expected e.g. '00000003,ffffffff'")
+    value = 0
+    for w in words:
+        value = (value << 32) | int(w, 16)
+    return [bit for bit in range(value.bit_length()) if value >> bit & 1]

@@ -1,0 +1,388 @@
+"""The host model: CPUs, physical cores, NUMA nodes, sockets, LLC domains and the kernel knobs
+that isolation cares about, built from a host-facts snapshot (collectors/host_facts.py).
+
+Pure: no I/O here. Physical cores are keyed by (package, core_id) because core_id is only
+unique within a package (shared/reference/isolation.md §9.1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from socketlab.cpulist import CpuListError, format_cpulist, parse_cpulist
+from socketlab.errors import HostError
+
+SNAPSHOT_FORMAT = "socketlab-host-facts/1"
+
+
+@dataclass(frozen=True)
+class Cpu:
+    id: int
+    package: int
+    core_id: int
+    node: int
+    llc: int | None  #: id of the last-level cache domain, None if the host reports no caches
+    siblings: tuple[int, ...]  #: every CPU of the same physical core, this one included
+
+
+@dataclass(frozen=True)
+class Core:
+    package: int
+    core_id: int
+    node: int
+    cpus: tuple[int, ...]  #: sorted; cpus[0] is the first thread
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.package, self.core_id)
+
+
+@dataclass(frozen=True)
+class Cache:
+    name: str  #: L1d, L1i, L2, L3 ...
+    level: int
+    type: str
+    size_bytes: int
+    instances: int  #: distinct caches of this kind on the host
+    shared_by: int  #: CPUs per instance (largest)
+
+
+@dataclass(frozen=True)
+class Irq:
+    irq: int
+    name: str
+    chip: str
+    node: int  #: device NUMA node, -1 when unknown
+    affinity: tuple[int, ...]  #: smp_affinity_list
+    effective: tuple[int, ...]  #: effective_affinity_list (where it is delivered)
+
+
+@dataclass(frozen=True)
+class Topology:
+    source: str  #: hostname, or the tree a fixture was read from
+    cpus: tuple[Cpu, ...]
+    cores: tuple[Core, ...]
+    nodes: dict[int, tuple[int, ...]]
+    sockets: dict[int, tuple[int, ...]]
+    llcs: dict[int, tuple[int, ...]]
+    caches: tuple[Cache, ...]
+    ncpus: int  #: nr_cpu_ids: bits in a kernel cpumask
+    online: tuple[int, ...]
+    isolated: tuple[int, ...]
+    vendor: str
+    model_name: str
+    family: str
+    model: str
+    stepping: str
+    microcode: str
+    flags: tuple[str, ...]
+    kernel: str
+    service_manager: str
+    thp: str | None
+    numa_balancing: int | None
+    irqbalance_pids: tuple[int, ...]
+    cpufreq_driver: str | None
+    governors: dict[int, str] = field(default_factory=dict)
+    irqs: tuple[Irq, ...] | None = None  #: None when /proc/interrupts is unreadable
+    workqueue_cpumask: str | None = None
+    hugepages_2m: dict[int, int | None] = field(default_factory=dict)
+
+    # -- derived -------------------------------------------------------------------------
+    @property
+    def threads_per_core(self) -> int:
+        return max((len(c.cpus) for c in self.cores), default=1)
+
+    @property
+    def irqbalance_running(self) -> bool:
+        return bool(self.irqbalance_pids)
+
+    @property
+    def cpufreq_present(self) -> bool:
+        return bool(self.governors)
+
+    def has_flag(self, flag: str) -> bool:
+        return flag in self.flags
+
+    def cores_in_node(self, node: int) -> list[Core]:
+        """The node's physical cores, sorted by (package, core_id)."""
+        return sorted((c for c in self.cores if c.node == node), key=lambda c: c.key)
+
+    def cpu(self, cpu_id: int) -> Cpu:
+        for c in self.cpus:
+            if c.id == cpu_id:
+                return c
+        raise KeyError(cpu_id)
+
+    def facts(self) -> dict[str, Any]:
+        """JSON-able summary; the shape other parts (specs, reports) consume."""
+        governors: dict[str, list[int]] = {}
+        for cpu, gov in sorted(self.governors.items()):
+            governors.setdefault(gov, []).append(cpu)
+        return {
+            "source": self.source,
+            "cpu_model": self.model_name,
+            "vendor": self.vendor,
+            "family": self.family,
+            "model": self.model,
+            "stepping": self.stepping,
+            "microcode": self.microcode,
+            "flags": sorted(self.flags),
+            "amx": all(self.has_flag(f) for f in ("amx_tile", "amx_bf16")),
+            "avx512_bf16": self.has_flag("avx512_bf16"),
+            "sockets": len(self.sockets),
+            "nodes": len(self.nodes),
+            "llcs": len(self.llcs),
+            "cores": len(self.cores),
+            "threads": len(self.cpus),
+            "threads_per_core": self.threads_per_core,
+            "smt": self.threads_per_core > 1,
+            "ncpus": self.ncpus,
+            "cpu_online": format_cpulist(self.online),
+            "cpu_isolated": format_cpulist(self.isolated),
+            "socket_cpus": {str(k): format_cpulist(v) for k, v in sorted(self.sockets.items())},
+            "node_cpus": {str(k): format_cpulist(v) for k, v in sorted(self.nodes.items())},
+            "llc_cpus": {str(k): format_cpulist(v) for k, v in sorted(self.llcs.items())},
+            "caches": {
+                c.name: {
+                    "size_bytes": c.size_bytes,
+                    "size": _human(c.size_bytes),
+                    "instances": c.instances,
+                    "shared_by": c.shared_by,
+                }
+                for c in self.caches
+            },
+            "kernel": self.kernel,
+            "service_manager": self.service_manager,
+            "thp": self.thp,
+            "numa_balancing": self.numa_balancing,
+            "irqbalance": {"running": self.irqbalance_running, "pids": list(self.irqbalance_pids)},
+            "cpufreq": {
+                "present": self.cpufreq_present,
+                "driver": self.cpufreq_driver,
+                "governors": {g: format_cpulist(c) for g, c in governors.items()},
+            },
+            "workqueue_cpumask": self.workqueue_cpumask,
+            "hugepages_2m": {str(k): v for k, v in sorted(self.hugepages_2m.items())},
+            "irqs_readable": self.irqs is not None,
+            "irqs": [
+                {
+                    "irq": i.irq,
+                    "name": i.name,
+                    "chip": i.chip,
+                    "node": i.node,
+                    "affinity": format_cpulist(i.affinity),
+                    "effective": format_cpulist(i.effective),
+                }
+                for i in (self.irqs or ())
+            ],
+        }
+
+
+def _human(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.0f} {unit}" if value.is_integer() else f"{value:.1f} {unit}"
+    return f"{size} B"
+
+
+# -- building from a snapshot ------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed access to snapshot values with errors that name the field."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, expected: str, got: Any) -> HostError:
+        return HostError(f"{self.source}: host facts: {where}: expected {expected}, got {got!r}")
+
+    def integer(self, value: Any, where: str) -> int:
+        try:
+            return int(str(value).strip())
+        except (TypeError, ValueError):
+            raise self.fail(where, "an integer", value) from None
+
+    def cpus(self, value: Any, where: str) -> list[int]:
+        try:
+            return parse_cpulist(value if isinstance(value, str) else "", where)
+        except CpuListError:
+            raise self.fail(where, "a CPU list like '0-3,8'", value) from None
+
+    def size(self, value: Any, where: str) -> int:
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", str(value or ""))
+        if not m:
+            raise self.fail(where, "a cache size like '48K'", value)
+        return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+def _cache_name(level: int, ctype: str) -> str:
+    suffix = {"Data": "d", "Instruction": "i"}.get(ctype, "")
+    return f"L{level}{suffix}"
+
+
+def _bracketed(text: str | None) -> str | None:
+    """'always [madvise] never' -> 'madvise'."""
+    if text is None:
+        return None
+    m = re.search(r"\[([^\]]+)\]", text)
+    return m.group(1) if m else text.strip() or None
+
+
+def topology_from_snapshot(snapshot: dict) -> Topology:
+    """Build the host model from what ``collectors/host_facts.py`` printed."""
+    if not isinstance(snapshot, dict):
+        raise HostError(f"host facts: expected a JSON object, got {type(snapshot).__name__}")
+    source = str(snapshot.get("hostname") or snapshot.get("root") or "host")
+    r = _Reader(source)
+    if snapshot.get("format") != SNAPSHOT_FORMAT:
+        raise r.fail("format", repr(SNAPSHOT_FORMAT), snapshot.get("format"))
+    raw_cpus = snapshot.get("cpus") or {}
+    if not isinstance(raw_cpus, dict):
+        raise r.fail("cpus", "an object of CPU records", raw_cpus)
+
+    online_text = snapshot.get("cpu_online")
+    present = sorted(r.integer(k, f"cpus.{k}") for k in raw_cpus)
+    online = r.cpus(online_text, "cpu_online") if online_text else present
+    usable = [c for c in online if str(c) in raw_cpus]
+    if not usable:
+        raise r.fail("cpus", "at least one online CPU with topology files", online_text)
+
+    # NUMA nodes; a kernel without CONFIG_NUMA has no node directory: one node 0.
+    node_of: dict[int, int] = {}
+    nodes: dict[int, tuple[int, ...]] = {}
+    hugepages: dict[int, int | None] = {}
+    raw_nodes = snapshot.get("nodes") or {}
+    for key, rec in sorted(raw_nodes.items(), key=lambda kv: int(kv[0])):
+        n = r.integer(key, f"nodes.{key}")
+        cpus = [c for c in r.cpus(rec.get("cpulist") or "", f"nodes.{key}.cpulist") if c in usable]
+        nodes[n] = tuple(cpus)
+        hp = rec.get("hugepages_2m")
+        hugepages[n] = None if hp is None else r.integer(hp, f"nodes.{key}.hugepages_2m")
+        for c in cpus:
+            node_of[c] = n
+    if not raw_nodes:
+        nodes = {0: tuple(usable)}
+        node_of = dict.fromkeys(usable, 0)
+
+    cpus: list[Cpu] = []
+    by_core: dict[tuple[int, int], list[int]] = {}
+    llc_members: dict[int, set[int]] = {}
+    cache_groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for c in usable:
+        rec = raw_cpus[str(c)]
+        where = f"cpus.{c}"
+        package = r.integer(rec.get("physical_package_id"), f"{where}.physical_package_id")
+        core_id = r.integer(rec.get("core_id"), f"{where}.core_id")
+        siblings = r.cpus(
+            rec.get("thread_siblings_list") or str(c), f"{where}.thread_siblings_list"
+        )
+        if c not in node_of:
+            raise r.fail(f"{where}", "the CPU to be in one NUMA node's cpulist", None)
+        llc = None
+        caches = rec.get("cache") or {}
+        top_level = 0
+        for index, cache in sorted(caches.items()):
+            cw = f"{where}.cache.{index}"
+            level = r.integer(cache.get("level"), f"{cw}.level")
+            ctype = str(cache.get("type") or "Unified")
+            shared = r.cpus(cache.get("shared_cpu_list") or str(c), f"{cw}.shared_cpu_list")
+            cid = cache.get("id")
+            # Without an id file (older kernels), the lowest sharing CPU names the instance.
+            instance = r.integer(cid, f"{cw}.id") if cid not in (None, "") else min(shared)
+            group = cache_groups.setdefault(
+                (level, ctype),
+                {"size": r.size(cache.get("size"), f"{cw}.size"), "ids": set(), "shared_by": 0},
+            )
+            group["ids"].add(instance)
+            group["shared_by"] = max(group["shared_by"], len(shared))
+            if ctype != "Instruction" and level >= top_level:
+                top_level, llc = level, instance
+        if llc is not None:
+            llc_members.setdefault(llc, set()).add(c)
+        by_core.setdefault((package, core_id), []).append(c)
+        cpus.append(Cpu(c, package, core_id, node_of[c], llc, tuple(siblings)))
+
+    cores = tuple(
+        Core(pkg, cid, node_of[min(members)], tuple(sorted(members)))
+        for (pkg, cid), members in sorted(by_core.items())
+    )
+    core_cpus = {c: core.cpus for core in cores for c in core.cpus}
+    cpus = [Cpu(c.id, c.package, c.core_id, c.node, c.llc, core_cpus[c.id]) for c in cpus]
+    sockets: dict[int, list[int]] = {}
+    for c in cpus:
+        sockets.setdefault(c.package, []).append(c.id)
+
+    caches = tuple(
+        Cache(_cache_name(level, ctype), level, ctype, g["size"], len(g["ids"]), g["shared_by"])
+        for (level, ctype), g in sorted(cache_groups.items(), key=lambda kv: (kv[0][0], kv[0][1]))
+    )
+
+    possible_text = snapshot.get("cpu_possible")
+    possible = r.cpus(possible_text, "cpu_possible") if possible_text else present
+    ncpus = max([*possible, *present, *usable]) + 1
+
+    info = snapshot.get("cpuinfo") or {}
+    numa_balancing = snapshot.get("numa_balancing")
+    governors = {
+        c: str(raw_cpus[str(c)]["scaling_governor"])
+        for c in usable
+        if raw_cpus[str(c)].get("scaling_governor")
+    }
+    drivers = {raw_cpus[str(c)].get("scaling_driver") for c in usable} - {None}
+
+    irqs: tuple[Irq, ...] | None = None
+    if snapshot.get("irqs") is not None:
+        items = []
+        for i, rec in enumerate(snapshot["irqs"]):
+            where = f"irqs[{i}]"
+            node = rec.get("node")
+            items.append(
+                Irq(
+                    irq=r.integer(rec.get("irq"), f"{where}.irq"),
+                    name=str(rec.get("name") or ""),
+                    chip=str(rec.get("chip") or ""),
+                    node=-1 if node in (None, "") else r.integer(node, f"{where}.node"),
+                    affinity=tuple(r.cpus(rec.get("smp_affinity_list") or "", f"{where}.affinity")),
+                    effective=tuple(
+                        r.cpus(rec.get("effective_affinity_list") or "", f"{where}.effective")
+                    ),
+                )
+            )
+        irqs = tuple(items)
+
+    pid1 = snapshot.get("pid1_comm") or "unknown"
+    return Topology(
+        source=source,
+        cpus=tuple(cpus),
+        cores=cores,
+        nodes=nodes,
+        sockets={k: tuple(sorted(v)) for k, v in sorted(sockets.items())},
+        llcs={k: tuple(sorted(v)) for k, v in sorted(llc_members.items())},
+        caches=caches,
+        ncpus=ncpus,
+        online=tuple(online),
+        isolated=tuple(r.cpus(snapshot.get("cpu_isolated") or "", "cpu_isolated")),
+        vendor=str(info.get("vendor_id", "")),
+        model_name=str(info.get("model name", "")),
+        family=str(info.get("cpu family", "")),
+        model=str(info.get("model", "")),
+        stepping=str(info.get("stepping", "")),
+        microcode=str(info.get("microcode", "")),
+        flags=tuple(str(info.get("flags", "")).split()),
+        kernel=str(snapshot.get("osrelease") or ""),
+        service_manager="systemd" if pid1 == "systemd" else pid1,
+        thp=_bracketed(snapshot.get("thp_enabled")),
+        numa_balancing=None
+        if numa_balancing in (None, "")
+        else r.integer(numa_balancing, "numa_balancing"),
+        irqbalance_pids=tuple(int(p) for p in snapshot.get("irqbalance_pids") or ()),
+        cpufreq_driver=", ".join(sorted(drivers)) or None,
+        governors=governors,
+        irqs=irqs,
+        workqueue_cpumask=snapshot.get("workqueue_cpumask"),
+        hugepages_2m=hugepages,
+    )
