@@ -1,0 +1,93 @@
+"""The `command` experiment kind: argv, env and CPU list rendered from templates per point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+from socketlab.cpulist import format_cpulist, parse_cpulist
+from socketlab.errors import SpecError
+from socketlab.spec.kinds import PointContext, Rendered, register_kind
+from socketlab.spec.model import Experiment, Spec
+from socketlab.spec.render import Field, allowed_names, compile_field, render_field
+
+
+@dataclass(frozen=True)
+class CommandTemplates:
+    argv: tuple[Field, ...]
+    env: tuple[tuple[str, Field], ...]
+    cpus: Field | None
+
+
+def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
+    """Compile every template of the experiment; unknown names and bad syntax fail here."""
+    allowed = allowed_names(exp.sweep.names)
+
+    def compile_at(path: str, source: str) -> Field:
+        return compile_field(spec.where(path), path, source, allowed)
+
+    argv = tuple(
+        compile_at(exp.origins[f"command[{j}]"], source) for j, source in enumerate(exp.command)
+    )
+    env = tuple((name, compile_at(exp.origins[f"env.{name}"], v)) for name, v in exp.env.items())
+    cpus = compile_at(exp.origins["cpus"], exp.cpus) if exp.cpus is not None else None
+    return CommandTemplates(argv, env, cpus)
+
+
+def render(point: PointContext) -> Rendered:
+    templates: CommandTemplates = point.experiment.prepared
+    spec, ctx, host, note = point.spec, point.context, point.host, point.isolation_note
+    argv = tuple(render_field(f, ctx, spec, host, note) for f in templates.argv)
+    if not argv[0]:
+        path = templates.argv[0].path
+        raise SpecError(f"{spec.where(path)}: the program name renders empty on host {host}")
+    env = {name: render_field(f, ctx, spec, host, note) for name, f in templates.env}
+    cpus = None
+    if templates.cpus is not None:
+        field = templates.cpus
+        text = render_field(field, ctx, spec, host, note)
+        where = partial(spec.where, field.path)
+        cpus = check_cpus(where, text, host, ctx.get("facts", {}))
+    return Rendered(argv, env, cpus)
+
+
+def check_cpus(where: str | Callable[[], str], text: str, host: str, facts: dict) -> str:
+    """A rendered CPU list: valid, not empty, and only CPUs that are online on the host."""
+    cpus = _parse(text)
+    if cpus is None:
+        raise SpecError(
+            f"{_at(where)}: renders to {text!r} on host {host}; expected a CPU list like '2-5,8'"
+        )
+    if not cpus:
+        raise SpecError(f"{_at(where)}: renders to an empty CPU list on host {host}")
+    online = facts.get("cpu_online")
+    if isinstance(online, str) and online:
+        missing = cpus - (_parse(online) or frozenset())
+        if missing:
+            raise SpecError(
+                f"{_at(where)}: CPUs {format_cpulist(missing)} are not online on host {host} "
+                f"(online: {online})"
+            )
+    return _format(cpus)
+
+
+def _at(where: str | Callable[[], str]) -> str:
+    return where if isinstance(where, str) else where()
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> frozenset[int] | None:
+    """parse_cpulist, memoized: a sweep renders the same few lists thousands of times."""
+    try:
+        return frozenset(parse_cpulist(text))
+    except ValueError:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _format(cpus: frozenset[int]) -> str:
+    return format_cpulist(cpus)
+
+
+register_kind("command", render, prepare)

@@ -1,0 +1,201 @@
+"""Expansion: a spec and the facts of its hosts -> every run point, in run order. Pure.
+
+`expand_points` does no I/O: the same spec and facts always give the same plan, which is what
+makes run keys stable and `orchestrate plan` a faithful preview of `orchestrate run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from socketlab.errors import PlanError
+from socketlab.spec import kinds
+from socketlab.spec.load import sweep_points
+from socketlab.spec.model import Experiment, Requirements, Spec
+from socketlab.spec.points import RunPoint
+from socketlab.spec.render import base_context
+
+#: Topology facts that change while a host runs (IRQ placement, daemon pids): kept out of the
+#: host profile so they don't change run keys. The before/after fingerprint watches them.
+VOLATILE_FACTS = ("irqs", "irqbalance")
+
+
+@dataclass(frozen=True)
+class Skip:
+    host: str
+    experiment: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: Spec
+    points: list[RunPoint]  #: per host (in the order given), experiments in spec order
+    skipped: list[Skip]
+    hosts: tuple[str, ...]
+    #: host -> {"topology": stable topology facts, "isolation": plan facts or None,
+    #: "isolation_applied": bool}; the runner hashes it into run keys (host_profile_hash)
+    host_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def profile_hash(self, host: str) -> str:
+        return host_profile_hash(self.host_profiles[host])
+
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """host -> experiment -> {"points": sweep points, "runs": measured, "warmups": n}."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        runs: Counter[tuple[str, str]] = Counter()
+        warm: Counter[tuple[str, str]] = Counter()
+        seen: dict[tuple[str, str], set[str]] = {}
+        for p in self.points:
+            key = (p.host, p.experiment)
+            (warm if p.warmup else runs)[key] += 1
+            seen.setdefault(key, set()).add(json.dumps(p.params, sort_keys=True, default=str))
+        for (host, exp), params in seen.items():
+            out.setdefault(host, {})[exp] = {
+                "points": len(params),
+                "runs": runs[(host, exp)],
+                "warmups": warm[(host, exp)],
+            }
+        return out
+
+
+def host_profile(entry: dict[str, Any]) -> dict[str, Any]:
+    topology = {k: v for k, v in (entry.get("topology") or {}).items() if k not in VOLATILE_FACTS}
+    return {
+        "topology": topology,
+        "isolation": entry.get("isolation"),
+        "isolation_applied": bool(entry.get("isolation_applied", False)),
+    }
+
+
+def host_profile_hash(profile: dict[str, Any]) -> str:
+    canonical = json.dumps(profile, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def template_facts(entry: dict[str, Any]) -> dict[str, Any]:
+    """What templates see as `facts`: topology facts, the isolation plan's lists on top."""
+    facts = dict(entry.get("topology") or {})
+    facts.update(entry.get("isolation") or {})
+    facts["isolation_applied"] = bool(entry.get("isolation_applied", False))
+    return facts
+
+
+def unmet(requires: Requirements, entry: dict[str, Any], host: str) -> str | None:
+    """Why the host doesn't meet the requirements, or None when it does."""
+    flags = set((entry.get("topology") or {}).get("flags") or ())
+    missing = [f for f in requires.flags if f not in flags]
+    if missing:
+        return f"host {host} lacks CPU flags {', '.join(missing)}"
+    if requires.isolation and not entry.get("isolation_applied"):
+        why = entry.get("isolation_error")
+        return f"isolation is not applied on host {host}" + (f" ({why})" if why else "")
+    return None
+
+
+def expand_points(
+    spec: Spec, host_facts: dict[str, dict[str, Any]], *, repetitions: int | None = None
+) -> Plan:
+    """Every run point of `spec` on every host in `host_facts` (inventory name -> entry).
+
+    An entry is {"topology": Topology.facts(), "isolation": IsolationPlan.facts() or None,
+    "isolation_applied": bool} and may add "vars" (inventory variables, `vars` in templates)
+    and "isolation_error" (why there is no plan). `repetitions` overrides every experiment's.
+    Raises SpecError for templates that fail on a host, PlanError for unmet requirements
+    whose on_unmet is "fail".
+    """
+    if repetitions is not None and repetitions < 1:
+        raise PlanError(f"--repetitions must be at least 1, got {repetitions}")
+    sweeps = {exp.name: sweep_points(exp.sweep) for exp in spec.experiments}
+    handlers = {
+        exp.name: kinds.handler(exp.kind, spec.where(f"experiments[{exp.index}].kind"))
+        for exp in spec.experiments
+    }
+    for exp in spec.experiments:  # a kind may cross its own axes with the sweep (serving arms)
+        kind_axes = handlers[exp.name].axes
+        if kind_axes:
+            sweeps[exp.name] = [{**p, **a} for p in sweeps[exp.name] for a in kind_axes(spec, exp)]
+    points: list[RunPoint] = []
+    skipped: list[Skip] = []
+    profiles: dict[str, dict[str, Any]] = {}
+    for host, entry in host_facts.items():
+        profiles[host] = host_profile(entry)
+        facts = template_facts(entry)
+        note = ""
+        if entry.get("isolation") is None:
+            note = "the host has no isolation plan" + (
+                f": {entry['isolation_error']}" if entry.get("isolation_error") else ""
+            )
+        base = base_context(
+            facts=facts, host=host, vars=entry.get("vars") or {}, campaign=spec.campaign
+        )
+        for exp in spec.experiments:
+            reason = unmet(exp.requires, entry, host)
+            if reason:
+                if exp.requires.on_unmet == "fail":
+                    where = spec.where(exp.origins.get("requires", "requires"))
+                    raise PlanError(f"{where}: {reason}, and on_unmet is 'fail'")
+                skipped.append(Skip(host, exp.name, reason))
+                continue
+            render = handlers[exp.name].render
+            context = {**base, "experiment": exp.name}
+            rendered = []
+            for params in sweeps[exp.name]:
+                point_ctx = {**context, **params, "params": params}
+                rendered.append(
+                    (params, render(kinds.PointContext(spec, exp, host, params, point_ctx, note)))
+                )
+            reps = repetitions if repetitions is not None else exp.repetitions
+            for index, rep in _order(exp, len(rendered), reps):
+                params, r = rendered[index]
+                points.append(
+                    RunPoint(
+                        campaign=spec.campaign,
+                        experiment=exp.name,
+                        host=host,
+                        params=dict(params),
+                        repetition=rep,
+                        argv=r.argv,
+                        env=r.env,
+                        cpus=r.cpus,
+                        timeout_s=exp.timeout_s,
+                        build=exp.build,
+                        sanity=exp.sanity,
+                        parsers=exp.parsers,
+                        collectors=exp.collectors,
+                        kind=exp.kind,
+                        extra=r.extra,
+                    )
+                )
+    return Plan(spec, points, skipped, tuple(host_facts), profiles)
+
+
+def _order(exp: Experiment, npoints: int, reps: int) -> list[tuple[int, int]]:
+    """(sweep point index, repetition) in run order; warm-ups (-w..-1) right before a point's
+    first measured run.
+
+    sequential: each point's repetitions back to back. interleaved: round r runs every point
+    once, so slow drift spreads over all points. shuffled: a random order seeded by the
+    experiment's seed (the same on every host, so hosts stay comparable).
+    """
+    if exp.order == "interleaved":
+        measured = [(i, r) for r in range(reps) for i in range(npoints)]
+    else:
+        measured = [(i, r) for i in range(npoints) for r in range(reps)]
+    if exp.order == "shuffled":
+        random.Random(f"{exp.seed}/{exp.name}").shuffle(measured)
+    if not exp.warmup:
+        return measured
+    out: list[tuple[int, int]] = []
+    warmed: set[int] = set()
+    for i, r in measured:
+        if i not in warmed:
+            warmed.add(i)
+            out.extend((i, w) for w in range(-exp.warmup, 0))
+        out.append((i, r))
+    return out
