@@ -21,6 +21,10 @@ ANSIBLE_CFG = REPO / "ansible.cfg"
 #: Where campaigns store their results unless told otherwise.
 RESULTS = Path(os.environ.get("SOCKETLAB_RESULTS", REPO / "results"))
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
+#: Inventory files written by playbooks/provision.yml, one per campaign (git-ignored).
+GENERATED_INVENTORY = INVENTORY / "generated"
+#: Controller-side files that are not results (e.g. SSH keys made by provisioning; git-ignored).
+CACHE = REPO / ".cache"
 
 
 def ansible_env() -> dict[str, str]:
@@ -34,6 +38,7 @@ def ansible_env() -> dict[str, str]:
         ANSIBLE_CONFIG=str(ANSIBLE_CFG),
         ANSIBLE_ROLES_PATH=str(ROLES),
         ANSIBLE_FILTER_PLUGINS=str(PLAYBOOKS / "filter_plugins"),
+        ANSIBLE_ACTION_PLUGINS=str(PLAYBOOKS / "action_plugins"),
         ANSIBLE_LIBRARY=str(PLAYBOOKS / "library"),
         ANSIBLE_MODULE_UTILS=str(PLAYBOOKS / "module_utils"),
     )

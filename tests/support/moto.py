@@ -1,0 +1,132 @@
+"""A real AWS-compatible endpoint for tests: moto's server over HTTP, plus SSH for its instances.
+
+`moto_server` starts .venv/bin/moto_server on a free localhost port with instance-type validation
+on (so a typo in an instance type fails like on AWS) and stops it by its PID.
+
+`loopback_sshd` gives the instances moto "launches" something real to be ready: moto assigns
+private IPs from the subnet's CIDR (first usable .4), so a campaign network of 127.0.0.0/24 makes
+them 127.0.0.4, .5, ... and an sshd listening on those loopback addresses answers for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+MOTO_SERVER = Path(sys.executable).with_name("moto_server")
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_port(host: str, port: int, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout:g} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@dataclass(frozen=True)
+class MotoServer:
+    url: str
+    pid: int
+    log: Path
+
+
+@contextlib.contextmanager
+def moto_server(workdir: Path) -> Iterator[MotoServer]:
+    port = free_port()
+    log_path = workdir / "moto_server.log"
+    env = {**os.environ, "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION": "true"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [str(MOTO_SERVER), "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        _wait_port("127.0.0.1", port, 60, proc, "moto_server")
+        yield MotoServer(f"http://127.0.0.1:{port}", proc.pid, log_path)
+    finally:
+        _stop(proc)
+
+
+@dataclass(frozen=True)
+class LoopbackSshd:
+    addresses: tuple[str, ...]
+    port: int
+    key_file: Path  #: private key authorized for root
+    pid: int
+
+
+@contextlib.contextmanager
+def loopback_sshd(
+    workdir: Path, addresses: list[str], authorize: bool = True
+) -> Iterator[LoopbackSshd]:
+    """An sshd on these 127.x addresses; with authorize=False no key may log in."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    key = workdir / "id_ed25519"
+    hostkey = workdir / "hostkey"
+    for path in (key, hostkey):
+        if not path.exists():
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+                check=True,
+                capture_output=True,
+            )
+    auth = workdir / "authorized_keys"
+    auth.write_text((workdir / "id_ed25519.pub").read_text() if authorize else "")
+    os.chmod(auth, 0o600)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    port = free_port()
+    conf = workdir / "sshd.conf"
+    conf.write_text(
+        "".join(f"ListenAddress {a}\n" for a in addresses)
+        + f"Port {port}\nHostKey {hostkey}\nPidFile {workdir}/sshd.pid\n"
+        f"AuthorizedKeysFile {auth}\nPermitRootLogin prohibit-password\n"
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+        "Subsystem sftp /usr/lib/openssh/sftp-server\nMaxStartups 100:30:200\n"
+    )
+    with open(workdir / "sshd.log", "wb") as log:
+        proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(conf)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_port(addresses[0], port, 15, proc, "sshd")
+        yield LoopbackSshd(tuple(addresses), port, key, proc.pid)
+    finally:
+        _stop(proc)

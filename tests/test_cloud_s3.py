@@ -1,0 +1,252 @@
+"""`orchestrate push` / `orchestrate pull` against moto's S3 server, with real stores.
+
+The pulled store must equal the pushed one (counts and a checksum of every metric value),
+pulling twice adds nothing, and a second controller's push merges in by run key. A planted
+AWS_SECRET_ACCESS_KEY must appear in no store, result, transcript or uploaded object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import boto3
+import pytest
+
+from socketlab.cloud.s3store import store_digest
+from socketlab.parse import Metric
+from socketlab.store import RunRecord, Store, store_path
+from tests.support.moto import moto_server
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SECRET = f"planted-secret-{uuid.uuid4().hex}"
+BUCKET = "socketlab-results"
+
+pytestmark = pytest.mark.skipif(not (BIN / "moto_server").exists(), reason="moto[server] missing")
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("s3")
+
+
+@pytest.fixture(scope="module")
+def moto(work):
+    with moto_server(work) as server:
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=server.url,
+            region_name="us-east-1",
+            aws_access_key_id="AKIASOCKETLABTEST0002",
+            aws_secret_access_key=SECRET,
+        )
+        s3.create_bucket(Bucket=BUCKET)
+        yield server, s3
+
+
+@pytest.fixture(scope="module")
+def env(work, moto) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SOCKETLAB_"))}
+    e.update(
+        AWS_ACCESS_KEY_ID="AKIASOCKETLABTEST0002",
+        AWS_SECRET_ACCESS_KEY=SECRET,
+        AWS_REGION="us-east-1",
+        AWS_ENDPOINT_URL=moto[0].url,
+        AWS_CONFIG_FILE=str(work / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(work / "no-aws-credentials"),
+        SOCKETLAB_RESULTS=str(work / "default-results"),
+    )
+    return e
+
+
+def orchestrate(work: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    p = subprocess.run(
+        [str(BIN / "orchestrate"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    with open(work / "transcript.txt", "a") as fh:
+        fh.write(f"$ orchestrate {' '.join(args)}\n{p.stdout}\n{p.stderr}\nrc={p.returncode}\n")
+    return p
+
+
+def make_store(
+    results: Path, campaign: str, hosts: list[str], seed: int, shared_key: str | None = None
+) -> list[str]:
+    """A store as the runner writes it, with raw files per run; returns the run keys."""
+    keys = []
+    with Store(store_path(campaign, results)) as store:
+        for h_i, host in enumerate(hosts):
+            for exp in ("stream", "serve/chat"):
+                for rep in range(3):
+                    key = f"{seed:02d}{h_i:02d}{exp[:2]}{rep:02d}".ljust(64, "0")
+                    failed = exp == "stream" and rep == 2 and h_i == 0
+                    rec = RunRecord(
+                        run_key=key,
+                        campaign=campaign,
+                        experiment=exp,
+                        host=host,
+                        repetition=rep,
+                        params={"threads": 4 + rep, "size": "1MiB"},
+                        status="failed" if failed else "ok",
+                        reason="exit code 1" if failed else "",
+                        exit_code=1 if failed else 0,
+                        started=1000.0 + rep,
+                        finished=1010.5 + rep,
+                        duration_s=10.5,
+                        argv=["bin/stream", "--threads", str(4 + rep)],
+                        cpus="2-5",
+                        build={"hash": "abc"},
+                        host_profile="hp1",
+                        spec_sha256="s" * 64,
+                        fingerprint_before={"thp": "never"},
+                        extra={"note": f"seed {seed}"},
+                    )
+                    metrics = (
+                        []
+                        if failed
+                        else [
+                            Metric(
+                                "bandwidth",
+                                1000.0 / (rep + 1) + seed + h_i / 7,
+                                "GB/s",
+                                {"kernel": "load"},
+                                "jsonl/1",
+                            ),
+                            Metric(
+                                "bandwidth",
+                                512.25 + rep * 0.1,
+                                "GB/s",
+                                {"kernel": "copy"},
+                                "jsonl/1",
+                            ),
+                            Metric("latency", 0.1 + rep / 3, "ns", {}, "jsonl/1"),
+                        ]
+                    )
+                    store.add_run(rec, metrics)
+                    raw = results / campaign / "runs" / key
+                    raw.mkdir(parents=True, exist_ok=True)
+                    (raw / "stdout.txt").write_text(f"run {key} on {host}\n")
+                    (raw / "collectors").mkdir(exist_ok=True)
+                    (raw / "collectors" / "cpu.jsonl").write_text('{"t": 1.0, "busy": 0.5}\n')
+                    keys.append(key)
+        if shared_key:
+            # The same run key as another controller's: pull must keep one copy.
+            store.add_run(
+                RunRecord(
+                    run_key=shared_key,
+                    campaign=campaign,
+                    experiment="stream",
+                    host=hosts[0],
+                    repetition=0,
+                    params={},
+                    status="ok",
+                ),
+                [Metric("bandwidth", 1.0, "GB/s", {}, "jsonl/1")],
+            )
+    return keys
+
+
+def digest_of(results: Path, campaign: str) -> dict:
+    with Store(store_path(campaign, results), create=False) as store:
+        return store_digest(store, campaign)
+
+
+def runs_of(results: Path, campaign: str) -> dict[str, dict]:
+    with Store(store_path(campaign, results), create=False) as store:
+        out = {}
+        for r in store.runs(campaign):
+            d = dict(r.__dict__)
+            d.pop("raw_dir")
+            out[r.run_key] = d
+        return out
+
+
+def test_push_pull_round_trip_and_fleet_merge(work, env, moto):
+    _, s3 = moto
+    a, b, c = work / "ctl-a", work / "ctl-b", work / "ctl-c"
+    keys_a = make_store(a, "fleet", ["h1", "h2"], seed=1)
+    url = f"s3://{BUCKET}/team/oct"
+
+    push = orchestrate(work, env, "push", "fleet", url, "--results", str(a), "--json")
+    assert push.returncode == 0, push.stderr
+    pushed = json.loads(push.stdout)
+    assert pushed["runs"] == 12 and pushed["metrics"] == 11 * 3
+    assert pushed["uploaded_bundles"] == 12
+    objects = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
+    assert sum(k.endswith(".parquet") for k in objects) == 2 * 4  # runs+metrics x 2 exp x 2 hosts
+    assert any("/runs/experiment=serve%2Fchat/host=h2/part-" in k for k in objects)
+
+    again = orchestrate(work, env, "push", "fleet", url, "--results", str(a), "--json")
+    assert json.loads(again.stdout)["uploaded_parts"] == 0
+    assert json.loads(again.stdout)["uploaded_bundles"] == 0
+
+    pull = orchestrate(work, env, "pull", url, "--results", str(b), "--json")
+    assert pull.returncode == 0, pull.stderr
+    pulled = json.loads(pull.stdout)
+    assert pulled["added_runs"] == 12 and pulled["added_metrics"] == 33
+    da = digest_of(a, "fleet")
+    assert digest_of(b, "fleet") == da == {k: pushed[k] for k in da}
+    assert runs_of(b, "fleet") == runs_of(a, "fleet")
+    for key in keys_a:
+        for rel in ("stdout.txt", "collectors/cpu.jsonl"):
+            assert (b / "fleet" / "runs" / key / rel).read_bytes() == (
+                a / "fleet" / "runs" / key / rel
+            ).read_bytes()
+    with Store(store_path("fleet", b), create=False) as store:
+        assert store.runs("fleet")[0].raw_dir == str(
+            b / "fleet" / "runs" / store.runs("fleet")[0].run_key
+        )
+
+    twice = orchestrate(work, env, "pull", url, "--results", str(b), "--json")
+    assert json.loads(twice.stdout)["added_runs"] == 0
+    assert json.loads(twice.stdout)["skipped_runs"] == 12
+    assert digest_of(b, "fleet") == da
+
+    # A second controller pushes other hosts plus one run key already pushed by the first.
+    keys_c = make_store(c, "fleet", ["h3"], seed=2, shared_key=keys_a[0])
+    assert orchestrate(work, env, "push", "fleet", url, "--results", str(c)).returncode == 0
+    merged = json.loads(orchestrate(work, env, "pull", url, "--results", str(b), "--json").stdout)
+    assert merged["added_runs"] == len(keys_c)
+    assert merged["local"]["runs"] == 12 + len(keys_c)
+    fresh = json.loads(
+        orchestrate(work, env, "pull", url, "--results", str(work / "ctl-d"), "--json").stdout
+    )
+    assert fresh["local"] == merged["local"]  # the same union, whatever the order of pulls
+
+
+def test_errors_name_what_is_wrong(work, env, moto):
+    p = orchestrate(
+        work, env, "push", "fleet", "s3://no-such-bucket-here/x", "--results", str(work / "ctl-a")
+    )
+    assert p.returncode == 2 and "no such bucket" in p.stderr and "Traceback" not in p.stderr
+    p = orchestrate(work, env, "pull", "https://example.com/x")
+    assert p.returncode == 2 and "expected s3://bucket/prefix" in p.stderr
+    p = orchestrate(work, env, "push", "nothing", f"s3://{BUCKET}/x", "--results", str(work))
+    assert p.returncode == 2 and "no results store here" in p.stderr
+    p = orchestrate(work, env, "pull", f"s3://{BUCKET}/empty")
+    assert p.returncode == 2 and "no socketlab results under" in p.stderr
+
+
+def test_no_credential_in_stores_results_or_objects(work, env, moto):
+    _, s3 = moto
+    written = [f for f in work.rglob("*") if f.is_file()]
+    assert (work / "transcript.txt").exists() and len(written) > 50
+    leaked = [str(f) for f in written if SECRET.encode() in f.read_bytes()]
+    objects = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+    assert len(objects) > 20
+    leaked += [
+        o["Key"]
+        for o in objects
+        if SECRET.encode() in s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+    ]
+    assert leaked == []
+    assert env["AWS_SECRET_ACCESS_KEY"] == SECRET
