@@ -1,0 +1,13 @@
+"""Serving experiments: start an OpenAI-compatible server under a recorded CPU placement, load it
+the way vLLM's ``bench serve`` does, and compare arms.
+
+- ``placement``: workers / workers+siblings / all -> a concrete CPU list (pure).
+- ``server``: the server process group's lifecycle (start pinned, wait ready, always stop).
+- ``loadgen``: asyncio + httpx streaming client, raw per-request timestamps.
+- ``metrics``: TTFT/TPOT/ITL/E2E, windowed throughput, goodput (pure).
+- ``procstats``: peak PSS of the server tree and CPU time per thread group (stdlib only).
+- ``prompts``: the pinned corpus and synthetic prompts of exact token lengths.
+- ``report``: the seed's comparison columns and the placement A/B table.
+- ``vllm_import``: a vLLM bench-serve JSON as a run.
+- ``campaign``: one serving point end to end (used by the orchestrator's runner).
+"""

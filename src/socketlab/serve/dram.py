@@ -1,0 +1,112 @@
+"""DRAM bytes per output token from the memory controllers' CAS counters (measurement.md §C.1).
+
+Where the PMU exposes uncore IMC boxes (``/sys/bus/event_source/devices/uncore_imc*`` on Intel
+servers), ``perf stat -a`` counts ``cas_count_read``/``cas_count_write`` (or the per-channel
+``cas_count_*_sch*`` events of newer parts) over the load; each CAS moves one 64-byte line.
+Elsewhere (this VM: "PMU not available due to virtualization") the reason is recorded instead:
+"not available on this host: <reason>".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+LINE = 64
+_UNITS = {"": None, "B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6,
+          "GB": 10**9}
+
+
+def imc_events(sysfs: Path = Path("/sys/bus/event_source/devices")) -> list[str]:
+    """perf event names for every IMC box's CAS read/write counters."""
+    out = []
+    for dev in sorted(sysfs.glob("uncore_imc*")):
+        events = dev / "events"
+        names = sorted(p.name for p in events.glob("cas_count_*") if "." not in p.name) \
+            if events.is_dir() else []
+        out += [f"{dev.name}/{n}/" for n in names if "read" in n or "rd" in n or "wr" in n]
+    return out
+
+
+def unavailable(sysfs: Path = Path("/sys/bus/event_source/devices")) -> str | None:
+    """Why DRAM bytes cannot be counted here, or None when they can."""
+    if not sysfs.is_dir():
+        return f"not available on this host: no {sysfs}"
+    if not any(sysfs.glob("uncore_imc*")):
+        have = ", ".join(sorted(p.name for p in sysfs.iterdir())) or "none"
+        return ("not available on this host: no uncore_imc PMU in "
+                f"{sysfs} (event sources: {have})")
+    if not imc_events(sysfs):
+        return "not available on this host: uncore_imc PMUs have no cas_count events"
+    if shutil.which("perf") is None:
+        return "not available on this host: perf is not installed"
+    return None
+
+
+def parse_perf_csv(text: str) -> dict[str, float]:
+    """``perf stat -x,`` output -> {"read_bytes": ..., "write_bytes": ...}.
+
+    Lines are ``value,unit,event,...``; perf applies the events' scale (a MiB unit) when sysfs
+    has one, else the value is a CAS count of 64-byte lines.
+    """
+    out = {"read_bytes": 0.0, "write_bytes": 0.0}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        fields = line.split(",")
+        if len(fields) < 3:
+            continue
+        value, unit, event = fields[0], fields[1], fields[2]
+        try:
+            v = float(value)
+        except ValueError:  # "<not counted>", "<not supported>"
+            continue
+        scale = _UNITS.get(unit.strip())
+        nbytes = v * scale if scale else v * LINE
+        key = "write_bytes" if ("write" in event or "_wr" in event) else "read_bytes"
+        out[key] += nbytes
+    return out
+
+
+class DramCounter:
+    """``perf stat -a`` over the IMC CAS events between start() and stop()."""
+
+    def __init__(self, out: Path, cpus: list[int] | None = None):
+        self.out = out
+        self.cpus = cpus
+        self.reason = unavailable()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if self.reason:
+            return
+        argv = ["perf", "stat", "-a", "-x,", "-o", str(self.out), "-e", ",".join(imc_events())]
+        try:
+            self.proc = subprocess.Popen(argv + ["--", "sleep", "86400"],
+                                         start_new_session=True, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL)
+        except OSError as exc:
+            self.reason = f"not available on this host: perf failed to start ({exc})"
+
+    def stop(self) -> dict[str, float] | None:
+        if self.proc is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            # perf prints its counts when the workload ends: stop the sleep, not perf
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+            self.reason = "perf stat did not stop within 10 s"
+            return None
+        if not self.out.exists():
+            self.reason = "perf stat wrote no output"
+            return None
+        return parse_perf_csv(self.out.read_text())
