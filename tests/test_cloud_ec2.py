@@ -8,6 +8,7 @@ A fake secret is planted in AWS_SECRET_ACCESS_KEY for every command and must nev
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,7 +23,7 @@ import yaml
 
 from socketlab.cloud.ec2 import lookup_ami
 from socketlab.cloud.plan import DEFAULT_AMI_NAME
-from tests.support.moto import loopback_sshd, moto_server
+from tests.support.moto import files_containing, loopback_sshd, moto_server, planted_env
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -53,14 +54,10 @@ def sshd(work):
 
 @pytest.fixture(scope="module")
 def env(work, moto) -> dict[str, str]:
-    e = {
-        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "SOCKETLAB_"))
-    }
-    e.update(
-        AWS_ACCESS_KEY_ID="AKIASOCKETLABTEST0001",
-        AWS_SECRET_ACCESS_KEY=SECRET,
-        AWS_CONFIG_FILE=str(work / "no-aws-config"),
-        AWS_SHARED_CREDENTIALS_FILE=str(work / "no-aws-credentials"),
+    return planted_env(
+        work,
+        "AKIASOCKETLABTEST0001",
+        SECRET,
         SOCKETLAB_RESULTS=str(work / "results"),
         ANSIBLE_LOG_PATH=str(work / "ansible.log"),
         ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
@@ -69,7 +66,6 @@ def env(work, moto) -> dict[str, str]:
         ANSIBLE_SSH_ARGS="-C -o ControlMaster=no",
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
     )
-    return e
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +101,12 @@ def playbook(work, env, name: str, moto, **extra) -> subprocess.CompletedProcess
     for k, v in extra.items():
         argv += ["-e", f"{k}={v}"]
     return run(work, env, argv)
+
+
+def teardown(work, env, moto, campaign: str, inventory: str | None = None, **extra):
+    if inventory:
+        extra["socketlab_inventory_file"] = inventory
+    return playbook(work, env, "teardown.yml", moto, campaign=campaign, **extra)
 
 
 def orchestrate(work, env, moto, *args: str) -> subprocess.CompletedProcess:
@@ -231,15 +233,7 @@ def test_provision_inventory_rerun_list_teardown(work, env, moto, sshd, ec2):
     assert "n/a" in table.stdout and "--price-per-hour" in table.stdout
 
     # Teardown terminates and deletes what provision created; a second teardown does nothing.
-    td = playbook(
-        work,
-        env,
-        "teardown.yml",
-        moto,
-        campaign=campaign,
-        socketlab_inventory_file=v["socketlab_inventory_file"],
-        poll_s=0.5,
-    )
+    td = teardown(work, env, moto, campaign, v["socketlab_inventory_file"], poll_s=0.5)
     assert td.returncode == 0, td.stdout + td.stderr
     assert live(ec2, campaign) == []
     assert not inv_path.exists()
@@ -261,26 +255,14 @@ def test_provision_inventory_rerun_list_teardown(work, env, moto, sshd, ec2):
         ]
         == []
     )
-    td2 = playbook(
-        work,
-        env,
-        "teardown.yml",
-        moto,
-        campaign=campaign,
-        socketlab_inventory_file=v["socketlab_inventory_file"],
-    )
+    td2 = teardown(work, env, moto, campaign, v["socketlab_inventory_file"])
     assert td2.returncode == 0 and "changed=0" in td2.stdout, td2.stdout
 
 
-def test_ssh_never_ready_leaves_nothing_running(work, env, moto, ec2):
+def test_ssh_never_ready_leaves_nothing_running(work, env, moto, sshd, ec2):
     campaign = "nossh"
-    v = launch_vars(
-        work,
-        type("S", (), {"key_file": work / "sshd" / "id_ed25519", "port": 1})(),
-        campaign,
-        ssh_timeout_s=2,
-        count=1,
-    )
+    # The real sshd's key, but port 1, where nothing listens on the instances' addresses.
+    v = launch_vars(work, dataclasses.replace(sshd, port=1), campaign, ssh_timeout_s=2, count=1)
     p = playbook(work, env, "provision.yml", moto, **v)
     assert p.returncode != 0
     assert "SSH not ready within 2 s" in p.stdout and "terminated the 1 instance(s)" in p.stdout
@@ -291,15 +273,13 @@ def test_ssh_never_ready_leaves_nothing_running(work, env, moto, ec2):
     # Ansible's magic `inventory_file` for its own and removed inventory/localhost.yml.
     default_inventory = REPO / "inventory" / "localhost.yml"
     before = default_inventory.read_bytes()
-    td = playbook(work, env, "teardown.yml", moto, campaign=campaign)
+    td = teardown(work, env, moto, campaign)
     assert td.returncode == 0, td.stdout
     assert default_inventory.read_bytes() == before
     # A hand-made file at the inventory path is neither overwritten nor removed.
     mine = work / "hand-made.yml"
     mine.write_text("all:\n  hosts:\n    keep-me: {}\n")
-    td = playbook(
-        work, env, "teardown.yml", moto, campaign=campaign, socketlab_inventory_file=str(mine)
-    )
+    td = teardown(work, env, moto, campaign, str(mine))
     assert td.returncode != 0 and "refusing to remove it" in td.stdout
     assert mine.read_text().endswith("keep-me: {}\n")
 
@@ -325,7 +305,7 @@ def test_budget_over_max_instance_hours_launches_nothing(work, env, moto, sshd, 
     )
 
 
-def test_missing_settings_are_named(work, env, moto, sshd):
+def test_missing_settings_are_named(work, env, moto, sshd, ec2):
     v = launch_vars(work, sshd, "nocap")
     del v["max_instance_hours"]
     p = playbook(work, env, "provision.yml", moto, **v)
@@ -342,6 +322,7 @@ def test_missing_settings_are_named(work, env, moto, sshd):
         **launch_vars(work, sshd, "badtype", instance_type="c8i.bogus"),
     )
     assert p.returncode != 0 and "InvalidInstanceType" in p.stdout
+    assert ever(ec2, "badtype") == []
 
 
 def test_reap_terminates_only_expired(work, env, moto, ec2):
@@ -363,8 +344,18 @@ def test_reap_terminates_only_expired(work, env, moto, ec2):
         return out["Instances"][0]["InstanceId"]
 
     old, young, untagged = launch(past), launch(future), launch(None)
-    dry = orchestrate(
-        work, env, moto, "cloud", "reap", "--campaign", "reapme", "--dry-run", "--json"
+    # The dry run reaches moto through a profile alone, the "single profile swap" of an
+    # AWS-compatible cloud: region, endpoint and (other, not planted) keys all come from it.
+    config = work / "spinifex-config"
+    config.write_text(
+        f"[profile spinifex]\nregion = {REGION}\nendpoint_url = {moto.url}\n"
+        "aws_access_key_id = AKIASPINIFEXPROFILE1\naws_secret_access_key = profile-key\n"
+    )
+    dry = run(
+        work,
+        {**env, "AWS_CONFIG_FILE": str(config)},
+        [str(BIN / "orchestrate"), "cloud", "reap", "--profile", "spinifex"]
+        + ["--campaign", "reapme", "--dry-run", "--json"],
     )
     assert dry.returncode == 0, dry.stderr
     assert [yaml.safe_load(x)["instance_id"] for x in dry.stdout.splitlines()] == [old]
@@ -432,14 +423,7 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
     p = playbook(work, env, "site.yml", moto, **v)
     assert p.returncode != 0 and "are still running" in p.stdout
     assert len(live(ec2, campaign)) == 1
-    td = playbook(
-        work,
-        env,
-        "teardown.yml",
-        moto,
-        campaign=campaign,
-        socketlab_inventory_file=v["socketlab_inventory_file"],
-    )
+    td = teardown(work, env, moto, campaign, v["socketlab_inventory_file"])
     assert td.returncode == 0 and live(ec2, campaign) == []
 
 
@@ -464,19 +448,30 @@ def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):
     )
     assert p.returncode == 0, p.stdout + p.stderr
     orchestrate(work, env, moto, "cloud", "list", "--price-per-hour", "1")
-    td = playbook(
-        work,
-        env,
-        "teardown.yml",
-        moto,
-        campaign=campaign,
-        socketlab_inventory_file=v["socketlab_inventory_file"],
-    )
+    td = teardown(work, env, moto, campaign, v["socketlab_inventory_file"])
     assert td.returncode == 0
-    files = [f for f in work.rglob("*") if f.is_file()]
+    assert "socketlab-secret-0" in p.stdout and "terminated 1 instance(s)" in td.stdout
     assert (work / "ansible.log").exists() and (work / "transcript.txt").exists()
-    assert len(files) > 5
-    leaked = [str(f) for f in files if SECRET.encode() in f.read_bytes()]
-    assert leaked == []
-    # The grep can fail: the planted value is really in the environment the commands saw.
-    assert env["AWS_SECRET_ACCESS_KEY"] == SECRET
+    assert (work / "moto_server.log").stat().st_size > 0
+    assert files_containing(work, SECRET) == []
+    # The check can fail: an Ansible run in the same environment that does print the key
+    # (through its env lookup) leaves it in exactly the log and transcript the scan reads.
+    control = work.parent / f"{work.name}-control"
+    control.mkdir()
+    shown = run(
+        control,
+        {**env, "ANSIBLE_LOG_PATH": str(control / "ansible.log")},
+        [
+            str(BIN / "ansible"),
+            "localhost",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            "msg={{ lookup('ansible.builtin.env', 'AWS_SECRET_ACCESS_KEY') }}",
+        ],
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert files_containing(control, SECRET) == [
+        str(control / "ansible.log"),
+        str(control / "transcript.txt"),
+    ]

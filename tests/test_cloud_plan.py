@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -160,3 +161,33 @@ def test_inventory_never_replaces_a_hand_made_file(tmp_path: Path):
     with pytest.raises(CloudError, match="refusing to remove"):
         inventory.remove(mine)
     assert mine.read_text() == "all: {}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cloud", "list"], "orchestrate cloud: aws_region is not set"),
+        (["cloud", "list", "--region", "us east"], "aws_region 'us east': expected a region name"),
+        (["cloud", "list", "--profile", "nope"], "aws_profile 'nope': no such profile in "),
+        # Pages are fetched lazily: the failure comes while iterating, and must still be a line.
+        (["cloud", "reap", "--region", "us-east-1"], "describe_instances failed: Unable to locate"),
+        (
+            ["pull", "s3://b/p", "--region", "us-east-1"],
+            "listing s3://b/p failed: Unable to locate",
+        ),
+    ],
+)
+def test_cli_errors_are_one_line(monkeypatch, capsys, tmp_path: Path, argv, message):
+    from socketlab.cli import main
+
+    for k in list(os.environ):
+        if k.startswith("AWS_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # Nothing listens there; no credentials means no request is even sent.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"orchestrate: error: {message}") and err.count("\n") == 1, err

@@ -8,7 +8,6 @@ AWS_SECRET_ACCESS_KEY must appear in no store, result, transcript or uploaded ob
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -20,7 +19,7 @@ import pytest
 from socketlab.cloud.s3store import store_digest
 from socketlab.parse import Metric
 from socketlab.store import RunRecord, Store, store_path
-from tests.support.moto import moto_server
+from tests.support.moto import files_containing, moto_server, objects_containing, planted_env
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -51,17 +50,14 @@ def moto(work):
 
 @pytest.fixture(scope="module")
 def env(work, moto) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SOCKETLAB_"))}
-    e.update(
-        AWS_ACCESS_KEY_ID="AKIASOCKETLABTEST0002",
-        AWS_SECRET_ACCESS_KEY=SECRET,
+    return planted_env(
+        work,
+        "AKIASOCKETLABTEST0002",
+        SECRET,
         AWS_REGION="us-east-1",
         AWS_ENDPOINT_URL=moto[0].url,
-        AWS_CONFIG_FILE=str(work / "no-aws-config"),
-        AWS_SHARED_CREDENTIALS_FILE=str(work / "no-aws-credentials"),
         SOCKETLAB_RESULTS=str(work / "default-results"),
     )
-    return e
 
 
 def orchestrate(work: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
@@ -79,7 +75,12 @@ def orchestrate(work: Path, env: dict, *args: str) -> subprocess.CompletedProces
 
 
 def make_store(
-    results: Path, campaign: str, hosts: list[str], seed: int, shared_key: str | None = None
+    results: Path,
+    campaign: str,
+    hosts: list[str],
+    seed: int,
+    shared_key: str | None = None,
+    note: str | None = None,
 ) -> list[str]:
     """A store as the runner writes it, with raw files per run; returns the run keys."""
     keys = []
@@ -108,7 +109,7 @@ def make_store(
                         host_profile="hp1",
                         spec_sha256="s" * 64,
                         fingerprint_before={"thp": "never"},
-                        extra={"note": f"seed {seed}"},
+                        extra={"note": note or f"seed {seed}"},
                     )
                     metrics = (
                         []
@@ -134,7 +135,7 @@ def make_store(
                     store.add_run(rec, metrics)
                     raw = results / campaign / "runs" / key
                     raw.mkdir(parents=True, exist_ok=True)
-                    (raw / "stdout.txt").write_text(f"run {key} on {host}\n")
+                    (raw / "stdout.txt").write_text(f"run {key} on {host}: {note or ''}\n")
                     (raw / "collectors").mkdir(exist_ok=True)
                     (raw / "collectors" / "cpu.jsonl").write_text('{"t": 1.0, "busy": 0.5}\n')
                     keys.append(key)
@@ -238,15 +239,34 @@ def test_errors_name_what_is_wrong(work, env, moto):
 
 def test_no_credential_in_stores_results_or_objects(work, env, moto):
     _, s3 = moto
-    written = [f for f in work.rglob("*") if f.is_file()]
-    assert (work / "transcript.txt").exists() and len(written) > 50
-    leaked = [str(f) for f in written if SECRET.encode() in f.read_bytes()]
-    objects = s3.list_objects_v2(Bucket=BUCKET)["Contents"]
-    assert len(objects) > 20
-    leaked += [
-        o["Key"]
-        for o in objects
-        if SECRET.encode() in s3.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
-    ]
-    assert leaked == []
-    assert env["AWS_SECRET_ACCESS_KEY"] == SECRET
+    # Its own push/pull cycle (so it also holds when run alone), then everything written by
+    # this module so far: stores, run folders, transcripts, moto's log and every object.
+    make_store(work / "ctl-s", "secrets", ["h9"], seed=9)
+    url = f"s3://{BUCKET}/secrets"
+    assert (
+        orchestrate(work, env, "push", "secrets", url, "--results", str(work / "ctl-s")).returncode
+        == 0
+    )
+    pulled = orchestrate(work, env, "pull", url, "--results", str(work / "ctl-t"), "--json")
+    assert json.loads(pulled.stdout)["added_runs"] == 6
+    assert (work / "transcript.txt").exists() and (work / "moto_server.log").exists()
+    assert (work / "ctl-t" / "secrets" / "store.sqlite").exists()
+    assert files_containing(work, SECRET) == []
+    assert objects_containing(s3, BUCKET, SECRET) == []
+    # The scan can fail: the same value put in a run's fields and raw output is found in the
+    # store, the run folder, and inside the zstd Parquet part and the gzip bundle it pushed.
+    control = work.parent / f"{work.name}-control"
+    make_store(control, "leaky", ["h9"], seed=8, note=SECRET)
+    s3.create_bucket(Bucket="control")
+    assert (
+        orchestrate(
+            work, env, "push", "leaky", "s3://control/x", "--results", str(control)
+        ).returncode
+        == 0
+    )
+    found = files_containing(control, SECRET)
+    assert str(control / "leaky" / "store.sqlite") in found
+    assert any(f.endswith("/stdout.txt") for f in found)
+    objects = objects_containing(s3, "control", SECRET)
+    assert any("/runs/" in k and k.endswith(".parquet") for k in objects)
+    assert any(k.endswith(".tar.gz") for k in objects)

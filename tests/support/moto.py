@@ -6,17 +6,22 @@ on (so a typo in an instance type fails like on AWS) and stops it by its PID.
 `loopback_sshd` gives the instances moto "launches" something real to be ready: moto assigns
 private IPs from the subnet's CIDR (first usable .4), so a campaign network of 127.0.0.0/24 makes
 them 127.0.0.4, .5, ... and an sshd listening on those loopback addresses answers for them.
+
+`planted_env` / `files_containing` / `objects_containing` plant a fake AWS secret in the
+environment of the commands under test and look for it in everything they wrote.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -130,3 +135,65 @@ def loopback_sshd(
         yield LoopbackSshd(tuple(addresses), port, key, proc.pid)
     finally:
         _stop(proc)
+
+
+# -- the planted-secret check ------------------------------------------------------------------
+
+
+def planted_env(work: Path, key_id: str, secret: str, **extra: str) -> dict[str, str]:
+    """This environment without any AWS_/ANSIBLE_/SOCKETLAB_ setting of the caller's, plus a
+    fake key pair (the secret is the value no file may ever contain) and no AWS config files."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "ANSIBLE_", "SOCKETLAB_"))
+    }
+    env.update(
+        AWS_ACCESS_KEY_ID=key_id,
+        AWS_SECRET_ACCESS_KEY=secret,
+        AWS_CONFIG_FILE=str(work / "no-aws-config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(work / "no-aws-credentials"),
+        AWS_EC2_METADATA_DISABLED="true",  # no instance-role lookup: only the planted key
+        **extra,
+    )
+    return env
+
+
+def readable(name: str, data: bytes) -> bytes:
+    """What a reader of this file or object would see: Parquet parts as their rows and .tar.gz
+    bundles as their members' names and contents (compressed bytes would hide a secret)."""
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return repr(pq.read_table(io.BytesIO(data)).to_pylist()).encode()
+    if name.endswith((".tar.gz", ".tgz")):
+        out = []
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for member in tar.getmembers():
+                out.append(member.name.encode())
+                fh = tar.extractfile(member)
+                if fh is not None:
+                    out.append(fh.read())
+        return b"\n".join(out)
+    return data
+
+
+def files_containing(root: Path, secret: str) -> list[str]:
+    """Every file under root in which the secret can be read."""
+    return sorted(
+        str(f)
+        for f in root.rglob("*")
+        if f.is_file() and secret.encode() in readable(f.name, f.read_bytes())
+    )
+
+
+def objects_containing(s3, bucket: str, secret: str) -> list[str]:
+    """Every object of the bucket in which the secret can be read."""
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        for o in page.get("Contents", [])
+    ]
+    return sorted(
+        k
+        for k in keys
+        if secret.encode() in readable(k, s3.get_object(Bucket=bucket, Key=k)["Body"].read())
+    )

@@ -1,4 +1,4 @@
-"""Entry points shared by the Ansible action plugins (playbooks/action_plugins) and the CLI.
+"""Entry points of the Ansible action plugins (playbooks/action_plugins, see ansible_action.py).
 
 They take the playbook's argument dict, so the plugins stay one-line shims.
 """

@@ -56,12 +56,14 @@ def campaign_instances(ec2: Any, campaign: str | None, states=LIVE_STATES) -> li
         filters.append({"Name": f"tag:{TAG_CAMPAIGN}", "Values": [campaign]})
     else:
         filters.append({"Name": "tag-key", "Values": [TAG_CAMPAIGN]})
-    out: list[dict] = []
-    for page in _call(
-        "describe_instances", ec2.get_paginator("describe_instances").paginate, Filters=filters
-    ):
-        for res in page["Reservations"]:
-            out.extend(res["Instances"])
+
+    def every_page() -> list[dict]:
+        # Pages are fetched while iterating, so the iteration (not just the paginator) must run
+        # inside _call for an API or connection error to become one CloudError line.
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        return [i for page in pages for res in page["Reservations"] for i in res["Instances"]]
+
+    out = _call("describe_instances", every_page)
     return sorted(out, key=lambda i: (tag_dict(i).get("Name", ""), i["InstanceId"]))
 
 

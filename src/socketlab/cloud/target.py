@@ -32,15 +32,23 @@ class CloudTarget:
 
         try:
             return boto3.session.Session(profile_name=self.profile, region_name=self.region)
-        except botocore.exceptions.ProfileNotFound as exc:
-            raise CloudError(f"aws profile {self.profile!r} not found in ~/.aws/config") from exc
+        except botocore.exceptions.ProfileNotFound:
+            raise _no_profile(self.profile) from None
 
     def client(self, service: str) -> Any:
+        import botocore.exceptions
         from botocore.config import Config
 
         url = self.endpoint_url or _service_endpoint_env(service)
         cfg = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10)
-        return self.session().client(service, endpoint_url=url, config=cfg)
+        try:
+            return self.session().client(service, endpoint_url=url, config=cfg)
+        except botocore.exceptions.InvalidRegionError:
+            raise CloudError(
+                f"aws_region {self.region!r}: expected a region name such as us-east-1"
+            ) from None
+        except (botocore.exceptions.BotoCoreError, ValueError) as exc:
+            raise api_error(f"making the {service} client", exc) from None
 
 
 def _service_endpoint_env(service: str) -> str | None:
@@ -79,8 +87,13 @@ def _profile_region(profile: str) -> str | None:
 
     try:
         return boto3.session.Session(profile_name=profile).region_name
-    except botocore.exceptions.ProfileNotFound as exc:
-        raise CloudError(f"aws profile {profile!r} not found in ~/.aws/config") from exc
+    except botocore.exceptions.ProfileNotFound:
+        raise _no_profile(profile) from None
+
+
+def _no_profile(profile: str | None) -> CloudError:
+    config = os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config"
+    return CloudError(f"aws_profile {profile!r}: no such profile in {config}")
 
 
 def api_error(action: str, exc: Exception) -> CloudError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 from socketlab.cloud import ec2
 from socketlab.cloud.plan import InstanceRow
@@ -46,12 +47,25 @@ def add_target_arguments(p) -> None:
     p.add_argument("--endpoint-url", help="AWS-compatible endpoint (default: AWS_ENDPOINT_URL)")
 
 
+def add_transfer_arguments(p, json_help: str) -> None:
+    """--results, the target arguments and --json, shared by push and pull."""
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="results folder (default: results/ or SOCKETLAB_RESULTS)",
+    )
+    add_target_arguments(p)
+    p.add_argument("--json", action="store_true", help=json_help)
+
+
 def target_from(args, source: str = "orchestrate cloud"):
     return resolve_target(args.region, args.profile, args.endpoint_url, source=source)
 
 
-def _target(args):
-    return target_from(args)
+def to_stderr(msg: str) -> None:
+    """Progress lines go to stderr, so stdout stays the command's result."""
+    print(msg, file=sys.stderr)
 
 
 def _price(args) -> float | None:
@@ -98,7 +112,7 @@ def _print(rows: list[InstanceRow], as_json: bool, verb: str) -> None:
 
 def _list(args) -> int:
     price = _price(args)
-    rows = ec2.list_instances(_target(args), campaign=args.campaign, price_per_hour=price)
+    rows = ec2.list_instances(target_from(args), campaign=args.campaign, price_per_hour=price)
     _print(rows, args.json, "running")
     if not args.json and rows:
         if price is None:
@@ -110,10 +124,7 @@ def _list(args) -> int:
 
 
 def _reap(args) -> int:
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
-    rows = ec2.reap(_target(args), campaign=args.campaign, dry_run=args.dry_run, log=log)
+    rows = ec2.reap(target_from(args), campaign=args.campaign, dry_run=args.dry_run, log=to_stderr)
     _print(rows, args.json, "past expires-at")
     if rows and not args.json:
         print(("would terminate" if args.dry_run else "terminated") + f" {len(rows)} instance(s)")

@@ -3,38 +3,26 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from socketlab.cloud import s3store
-from socketlab.commands.cloud import add_target_arguments, target_from
+from socketlab.commands.cloud import add_transfer_arguments, target_from, to_stderr
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("pull", help="merge results pushed to S3 into the local store")
     p.add_argument("url", metavar="s3://BUCKET/PREFIX")
     p.add_argument("--campaign", help="only this campaign (default: every one under the prefix)")
-    p.add_argument(
-        "--results",
-        type=Path,
-        default=None,
-        help="results folder (default: results/ or SOCKETLAB_RESULTS)",
-    )
-    add_target_arguments(p)
-    p.add_argument("--json", action="store_true", help="one JSON line per campaign")
+    add_transfer_arguments(p, "one JSON line per campaign")
     p.set_defaults(func=_pull)
 
 
 def _pull(args) -> int:
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr)
-
     outs = s3store.pull(
         target_from(args, "orchestrate pull"),
         args.url,
         campaign=args.campaign,
         results=args.results,
-        log=log,
+        log=to_stderr,
     )
     for out in outs:
         if args.json:
