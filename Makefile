@@ -7,7 +7,7 @@ PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
 EXTRAS   ?= dev,serve
 
-.PHONY: setup system-deps run test lint native clean
+.PHONY: setup system-deps run quickstart test lint native clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,8 +23,24 @@ setup: system-deps $(STAMP)
 native: setup
 	$(MAKE) -C native
 
+# The main job on localhost, in two parts (each resumable: a second `make run` skips runs
+# already stored; failed runs are listed in the reports, which are written either way):
+# 1. experiments/quickstart.yaml, the 3-minute tour of the orchestrator (build, run, store, report);
+# 2. experiments/campaign-oct.yaml with the quick profile, then the published-vs-measured
+#    report (under 10 minutes on 2 cores).
 run: setup
-	$(VENV)/bin/orchestrate hosts
+	-$(VENV)/bin/orchestrate run experiments/quickstart.yaml --plain
+	$(VENV)/bin/orchestrate report quickstart
+	@echo "quickstart results: $(CURDIR)/results/quickstart/ (store.sqlite, runs/<run key>/); report: $(CURDIR)/results/quickstart/report.md"
+	-$(VENV)/bin/orchestrate run experiments/campaign-oct.yaml --profile quick --plain
+	$(VENV)/bin/orchestrate report campaign-oct --format html
+	@echo "campaign-oct report: $(CURDIR)/results/campaign-oct/report.html and report.md (results: $(CURDIR)/results/campaign-oct/)"
+
+# Only the 3-minute tour.
+quickstart: setup
+	-$(VENV)/bin/orchestrate run experiments/quickstart.yaml --plain
+	$(VENV)/bin/orchestrate report quickstart
+	@echo "results: $(CURDIR)/results/quickstart/ (store.sqlite, runs/<run key>/); report: $(CURDIR)/results/quickstart/report.md"
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench collectors playbooks

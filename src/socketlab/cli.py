@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -44,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("orchestrate: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`orchestrate report X | head`): not an error worth a traceback.
+        # Point stdout at devnull so the interpreter's final flush doesn't raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return int(rc or 0)
 
 

@@ -1,0 +1,150 @@
+"""Per-run overhead of the executors, and the store's insert rate, measured in one run.
+
+- local: ``LocalExecutor.run(binary)`` against ``subprocess.run(binary)`` of the same binary,
+  both waiting for it and capturing its output (target < 20 ms per run);
+- SSH: ``SshExecutor.run(binary)`` on an sshd host in a network namespace of this machine,
+  with the connection (and its agent) reused, against the same direct run (target < 60 ms);
+- runner: a whole point through ``orchestrate run`` machinery on localhost (fingerprint
+  before/after, run, store), per point, for scale (no target);
+- store: inserting 1,000,000 metric rows (bench/store_insert.py; target < 15 s).
+
+The binary is native/build/<cc>/ladder --help when built (``make -C native``), else /bin/true.
+Medians of ``--runs`` runs each. The SSH part needs root (namespaces) and is skipped without.
+
+    .venv/bin/python bench/run_overhead.py [--runs 200] [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.support.netns, bench.store_insert
+
+
+def timed(fn, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def ms(values: list[float]) -> str:
+    values = sorted(values)
+    p90 = values[int(0.9 * (len(values) - 1))]
+    return f"median {statistics.median(values) * 1e3:.2f} ms (p90 {p90 * 1e3:.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--points", type=int, default=30, help="points for the runner figure")
+    args = parser.parse_args()
+
+    from socketlab.execute.local import LocalExecutor
+
+    built = sorted((REPO / "native" / "build").glob("*/ladder"))
+    argv = [str(built[0]), "--help"] if built else ["/bin/true"]
+    print(f"binary: {' '.join(argv)}; {args.runs} runs each; load average {os.getloadavg()[0]:.2f}")
+
+    def direct() -> None:
+        subprocess.run(argv, capture_output=True, check=False)
+
+    direct()
+    base = timed(direct, args.runs)
+    print(f"direct subprocess.run: {ms(base)}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = LocalExecutor("bench-local", workroot=tmp)
+        local.connect()
+        local.run(argv)
+        loc = timed(lambda: local.run(argv, timeout=60), args.runs)
+        pinned = timed(lambda: local.run(argv, timeout=60, cpus="0"), args.runs)
+        local.close()
+    over = statistics.median(loc) - statistics.median(base)
+    print(f"local executor: {ms(loc)}; overhead {over * 1e3:.2f} ms per run (target < 20 ms); "
+          f"pinned (taskset): {ms(pinned)}")  # fmt: skip
+
+    from tests.support.netns import netns_available, ssh_hosts
+
+    reason = netns_available()
+    if reason:
+        print(f"ssh executor: skipped ({reason})")
+    else:
+        from socketlab.execute.ssh import SshExecutor
+        from socketlab.inventory import load_inventory
+
+        with tempfile.TemporaryDirectory() as tmp, ssh_hosts(1, Path(tmp) / "ssh") as pool:
+            (host,) = load_inventory(pool.inventory(Path(tmp) / "inv.yml"))
+            ex = SshExecutor(host, workroot=f"{tmp}/work")
+            ex.connect()
+            ex.install_tools(Path(tmp) / "scratch")
+            ex.lock({"campaign": "bench"})
+            ex.run(argv)
+            transport = ex._conn.client.get_transport()
+            remote = timed(lambda: ex.run(argv, timeout=60), args.runs)
+            assert ex._conn.client.get_transport() is transport  # one connection throughout
+            t0 = time.perf_counter()
+            ex.call(["true"])
+            call_s = time.perf_counter() - t0
+            ex.close()
+        over = statistics.median(remote) - statistics.median(base)
+        print(f"ssh executor (connection + agent reused): {ms(remote)}; overhead "
+              f"{over * 1e3:.2f} ms per run (target < 60 ms); one helper call "
+              f"{call_s * 1e3:.1f} ms")  # fmt: skip
+
+    runner_figure(args.points)
+
+    from bench.store_insert import insert_rows
+
+    r = insert_rows(args.rows)
+    print(f"store insert: {r['rows']:,} metric rows in {r['runs']:,} runs (one transaction "
+          f"each): {r['seconds']:.2f} s, {r['rows_per_s']:,.0f} rows/s (target < 15 s)")  # fmt: skip
+
+
+def runner_figure(points: int) -> None:
+    """Wall time per point of a whole campaign of no-op points on localhost."""
+    import yaml
+
+    from socketlab.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "spec.yaml"
+        spec.write_text(yaml.safe_dump({
+            "schema_version": 1, "campaign": "bench-runner",
+            "experiments": [{"name": "noop", "command": ["/bin/true", "{{ i }}"],
+                             "sweep": {"matrix": {"i": list(range(points))}}}],
+        }))  # fmt: skip
+        inv = Path(tmp) / "inv.yml"
+        inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
+            "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
+            "socketlab_workroot": f"{tmp}/work"}}}}))  # fmt: skip
+        argv = ["run", str(spec), "--results", f"{tmp}/results", "--inventory", str(inv),
+                "--json"]  # fmt: skip
+        devnull = open(os.devnull, "w")  # noqa: SIM115
+        saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = devnull
+        try:
+            t0 = time.perf_counter()
+            cli(argv)
+            total = time.perf_counter() - t0
+        finally:
+            sys.stdout, sys.stderr = saved
+            devnull.close()
+    print(f"runner, whole campaign of {points} no-op points on localhost (facts, plan, "
+          f"fingerprint x2 per point, store): {total:.2f} s, {total / points * 1e3:.0f} ms "
+          "per point")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Builds: native/ compiled on the target host with its own compiler, cached by source hash.
+
+The source tree (native/ without build outputs) is hashed here; the build hash adds the make
+target and flags. On the host the tree is unpacked into ``<workdir>/builds/<build hash>/`` and
+``make`` runs there. A finished build leaves ``.manifest.json`` (source hash, compiler and
+version, flags, sha256 of every executable it produced); a later campaign that finds it skips
+the compile. The manifest is stamped on every run that uses the build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from socketlab import paths
+from socketlab.errors import HostError
+
+#: Never part of the source: build outputs and editor/VCS litter.
+_SKIP_DIRS = {"build", "__pycache__"}
+_SKIP_SUFFIXES = (".o", ".a", ".so", ".d", ".pyc")
+MANIFEST = ".manifest.json"
+
+
+def _source_files(root: Path) -> dict[str, Path]:
+    files: dict[str, Path] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") or part in _SKIP_DIRS for part in rel.parts):
+            continue
+        if not path.is_file() or path.name.endswith(_SKIP_SUFFIXES):
+            continue
+        with open(path, "rb") as fh:
+            if fh.read(4) == b"\x7fELF":  # a binary someone built in place
+                continue
+        files[rel.as_posix()] = path
+    return files
+
+
+def source_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    for name, path in _source_files(root).items():
+        digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """One build as the runner needs it: what to compile, and its identity."""
+
+    name: str
+    root: Path  #: local source tree sent to the host (native/)
+    source: str  #: directory inside root where make runs
+    target: str
+    flags: str
+    source_hash: str
+    build_hash: str
+
+    @classmethod
+    def from_spec(cls, build, root: Path | None = None) -> BuildJob:
+        """From a socketlab.spec.model.Build (name, source, target, flags)."""
+        root = Path(root or paths.NATIVE)
+        src_hash = source_hash(root)
+        identity = json.dumps(
+            {"source_hash": src_hash, "source": build.source, "target": build.target,
+             "flags": build.flags},  # fmt: skip
+            sort_keys=True,
+        )
+        build_hash = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        return cls(build.name, root, build.source, build.target, build.flags, src_hash, build_hash)
+
+    def remote_root(self, executor) -> str:
+        return f"{executor.workdir}/builds/{self.build_hash}"
+
+    def remote_dir(self, executor) -> str:
+        """Where make runs, and the working directory of every run using this build."""
+        source = self.source.strip("/")
+        root = self.remote_root(executor)
+        return root if source in ("", ".") else f"{root}/{source}"
+
+
+def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
+    """Build ``job`` on the executor's host unless a manifest for it is there; return it."""
+    root = job.remote_root(executor)
+    code, text = executor.call(["cat", f"{root}/{MANIFEST}"])
+    if code == 0:
+        try:
+            manifest = json.loads(text)
+            return {**manifest, "cached": True}
+        except ValueError:
+            pass  # a torn manifest: build again
+    if log:
+        log(f"{executor.name}: building {job.name} ({job.build_hash}) on the host")
+    executor.call(["rm", "-rf", root])
+    executor.send_tree(_source_files(job.root), root, scratch)
+    code, ncpu = executor.call(["nproc"])
+    jobs = ncpu.strip() if code == 0 and ncpu.strip().isdigit() else "1"
+    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target]
+    if job.flags:
+        make.append(f"CFLAGS={job.flags}")
+    started = time.time()
+    code, output = executor.call(make, timeout=1800)
+    if code != 0:
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        raise HostError(f"{executor.name}: build '{job.name}' failed (make exit {code}): {tail}")
+    compiler = executor.call(["cc", "--version"])[1].strip().splitlines()
+    code, listing = executor.call(
+        ["find", root, "-type", "f", "-perm", "-u+x", "-newermt", f"@{int(started) - 1}",
+         "-exec", "sha256sum", "{}", "+"]  # fmt: skip
+    )
+    binaries = {}
+    for line in listing.splitlines():
+        digest, _, path = line.partition("  ")
+        if path:
+            binaries[path.removeprefix(root + "/")] = digest
+    manifest = {
+        "name": job.name,
+        "source": job.source,
+        "target": job.target,
+        "flags": job.flags,
+        "source_hash": job.source_hash,
+        "build_hash": job.build_hash,
+        "compiler": compiler[0] if compiler else "unknown",
+        "make": " ".join(make[5:]),
+        "binaries": binaries,
+        "built_at": started,
+        "build_s": round(time.time() - started, 3),
+    }
+    local = scratch / f"manifest-{executor.name}.json"
+    local.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+    executor.put(local, f"{root}/{MANIFEST}")
+    local.unlink(missing_ok=True)
+    return {**manifest, "cached": False}

@@ -1,0 +1,56 @@
+"""`orchestrate report CAMPAIGN`: plain per-experiment tables of medians, min–max and n."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from socketlab import paths
+from socketlab.errors import StoreError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "report", help="per-experiment tables of medians (min–max, n) of a campaign",
+        description="Print, and write to results/<campaign>/report.md, one table per "
+        "experiment: for each host, parameter set and metric the median, min, max and number "
+        "of runs stored ok.",
+    )  # fmt: skip
+    parser.add_argument("campaign", help="campaign id")
+    parser.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    parser.add_argument(
+        "--format", choices=("md", "html"), default="md",
+        help="with a published-values file for the campaign (experiments/published/): print the "
+        "comparison as markdown, or write a standalone HTML with plots (both files are written)",
+    )  # fmt: skip
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from socketlab.report.tables import render_tables
+    from socketlab.store import Store, store_path
+
+    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
+    if not path.exists():
+        raise StoreError(f"{path}: no results for campaign '{args.campaign}'")
+    with Store(path, create=False) as store:
+        frame = store.metrics_frame(args.campaign)
+        counts = Counter(r.status for r in store.runs(args.campaign))
+    text = render_tables(args.campaign, frame, dict(counts))
+    # published vs measured, when experiments/published/ has values for this campaign
+    from socketlab.report.build import build_report, write_report
+
+    comparison = build_report(args.campaign, results=path.parent.parent, extra_markdown=text)
+    if comparison is not None:
+        written = write_report(comparison, path.parent)
+        if getattr(args, "format", "md") == "md":
+            print(written["md"].read_text(), end="")
+        print(f"\nreport written to {written[getattr(args, 'format', 'md')]}"
+              f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})")
+        return 0
+    out = path.parent / "report.md"
+    out.write_text(text)
+    print(text, end="")
+    print(f"\nreport written to {out}")
+    return 0

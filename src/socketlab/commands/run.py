@@ -1,0 +1,127 @@
+"""`orchestrate run SPEC`: run every point of a spec on its hosts, into the results store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from socketlab import paths
+from socketlab.errors import HostError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "run",
+        help="run a spec's points on its hosts (resumable) into results/<campaign>/",
+        description="Load SPEC, gather facts of its hosts, expand every point, and run the "
+        "points not yet stored as complete: hosts in parallel, one run at a time per host. "
+        "Results go to results/<campaign>/store.sqlite and results/<campaign>/runs/<run key>/.",
+    )
+    parser.add_argument("spec", help="experiment spec (YAML)")
+    parser.add_argument("--hosts", metavar="PATTERN", help="host pattern instead of the spec's")
+    parser.add_argument(
+        "--inventory", metavar="FILE", help="Ansible inventory (default: inventory/localhost.yml)"
+    )
+    parser.add_argument(
+        "--rerun-failed", action="store_true", help="run failed, timed-out and invalid runs again"
+    )
+    parser.add_argument(
+        "--repetitions", type=int, metavar="N",
+        help="repetitions per point instead of the spec's (more adds runs; done ones are kept)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile", metavar="NAME",
+        help="apply the spec's profiles.NAME overrides (e.g. quick: shorter, smaller runs)",
+    )  # fmt: skip
+    parser.add_argument("--dry-run", action="store_true", help="show what would run; run nothing")
+    parser.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
+    parser.add_argument("--plain", action="store_true", help="plain log lines even on a TTY")
+    parser.add_argument(
+        "--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})"
+    )
+    parser.set_defaults(func=run)
+
+
+def gather(spec, hosts) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Facts of every host that answers; the others with the reason."""
+    from socketlab.spec.hosts import gather_host_facts
+
+    def one(host):
+        try:
+            return gather_host_facts(spec, [host])[host.name], None
+        except HostError as exc:
+            return None, str(exc)
+
+    with ThreadPoolExecutor(max_workers=min(8, max(1, len(hosts)))) as pool:
+        answers = list(pool.map(one, hosts))
+    facts = {h.name: entry for h, (entry, _) in zip(hosts, answers, strict=True) if entry}
+    errors = {h.name: err for h, (_, err) in zip(hosts, answers, strict=True) if err}
+    return facts, errors
+
+
+def run(args: argparse.Namespace) -> int:
+    from socketlab.execute.progress import make_reporter
+    from socketlab.runner import Runner, combined_profile, point_label
+    from socketlab.spec.expand import expand_points
+    from socketlab.spec.hosts import select_hosts
+    from socketlab.spec.load import load_spec
+    from socketlab.store import Store
+
+    spec = load_spec(args.spec, profile=getattr(args, "profile", None))
+    hosts = select_hosts(spec, args.hosts, args.inventory)
+    facts, unreachable = gather(spec, hosts)
+    say = print if not args.json else (lambda *a: print(*a, file=sys.stderr))
+    for name, why in unreachable.items():
+        say(f"orchestrate: host {name} skipped: {why}")
+    plan = expand_points(spec, facts, repetitions=args.repetitions)
+    for skip in plan.skipped:
+        say(f"orchestrate: {skip.host}: experiment {skip.experiment} skipped: {skip.reason}")
+    results = Path(args.results or paths.RESULTS) / spec.campaign
+    profiles = {h: combined_profile(h, plan.profile_hash(h)) for h in plan.hosts}
+    by_name = {h.name: h for h in hosts if h.name in facts}
+    store_file = results / "store.sqlite"
+    # A dry run creates nothing: with no store yet, nothing is done.
+    store = Store(":memory:" if args.dry_run and not store_file.exists() else store_file)
+    runner = Runner(
+        campaign=spec.campaign, points=plan.points, hosts=by_name, profiles=profiles,
+        store=store, results_dir=results, builds=spec.builds, spec_sha256=spec.sha256,
+        rerun_failed=args.rerun_failed, reporter=make_reporter(args.json, args.plain),
+        host_facts=facts,
+    )  # fmt: skip
+    if args.dry_run:
+        todo = runner.pending()
+        for host, items in todo.items():
+            say(f"host {host}: {sum(1 for p, _ in items if not p.warmup)} runs to do")
+            for point, key in items:
+                say(f"  {key[:12]} {point_label(point)}  argv={json.dumps(list(point.argv))}")
+        say(f"{runner.summary.skipped_done} runs already stored as complete")
+        store.close()
+        return 0
+    results.mkdir(parents=True, exist_ok=True)
+    _save_provenance(results, spec, facts)
+    # which file and profile this campaign last ran with: the report re-plans from it
+    (results / "last-run.json").write_text(json.dumps(
+        {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,
+         "profile": getattr(args, "profile", None)}, indent=1))
+    summary = runner.run()
+    store.close()
+    say(f"results: {results}/ (store {store_file}, raw files in {results}/runs/)")
+    say(f"report: orchestrate report {spec.campaign}" + (
+        f" --results {args.results}" if args.results else ""))  # fmt: skip
+    return 0 if summary.ok and not unreachable else 1
+
+
+def _save_provenance(results: Path, spec, facts: dict[str, dict[str, Any]]) -> None:
+    """A copy of the spec as run (by hash) and each host's facts, next to the store."""
+    specs = results / "specs"
+    specs.mkdir(exist_ok=True)
+    shutil.copyfile(spec.path, specs / f"{spec.sha256[:16]}{Path(spec.path).suffix or '.yaml'}")
+    hosts = results / "hosts"
+    hosts.mkdir(exist_ok=True)
+    for name, entry in facts.items():
+        (hosts / f"{name}.json").write_text(json.dumps(entry, indent=1, sort_keys=True, default=str))

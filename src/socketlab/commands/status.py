@@ -1,0 +1,58 @@
+"""`orchestrate status [CAMPAIGN]`: what the store holds, per experiment and host."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+
+from socketlab import paths
+from socketlab.errors import StoreError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "status", help="runs stored per campaign, experiment, host and status",
+        description="Without CAMPAIGN: every campaign under the results folder with its run "
+        "counts. With CAMPAIGN: counts per experiment and host, and every run that is not ok "
+        "with its reason.",
+    )  # fmt: skip
+    parser.add_argument("campaign", nargs="?", help="campaign id (the spec's `campaign`)")
+    parser.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from socketlab.store import Store, store_path
+
+    root = Path(args.results or paths.RESULTS)
+    if not args.campaign:
+        stores = sorted(root.glob("*/store.sqlite"))
+        if not stores:
+            print(f"no campaigns under {root}")
+            return 0
+        for path in stores:
+            with Store(path, create=False) as store:
+                counts = Counter(r.status for r in store.runs())
+            print(f"{path.parent.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        return 0
+    path = store_path(args.campaign, root)
+    if not path.exists():
+        raise StoreError(f"{path}: no results for campaign '{args.campaign}' "
+                         f"(run `orchestrate run SPEC` first)")  # fmt: skip
+    with Store(path, create=False) as store:
+        runs = store.runs(args.campaign)
+    table: dict[tuple[str, str], Counter] = {}
+    for r in runs:
+        table.setdefault((r.experiment, r.host), Counter())[r.status] += 1
+    print(f"campaign {args.campaign}: {len(runs)} runs in {path}")
+    for (experiment, host), counts in sorted(table.items()):
+        print(f"  {experiment} on {host}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    bad = [r for r in runs if r.status != "ok"]
+    if bad:
+        print("not ok:")
+        for r in bad:
+            params = ",".join(f"{k}={v}" for k, v in r.params.items())
+            print(f"  {r.run_key[:12]} {r.experiment}[{params}]#rep{r.repetition} on {r.host}: "
+                  f"{r.status}: {r.reason}")  # fmt: skip
+    return 0

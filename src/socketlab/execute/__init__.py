@@ -1,0 +1,153 @@
+"""Executors: run a command on one host, copy files to and from it, hold its lock.
+
+``LocalExecutor`` runs on this machine with no SSH; ``SshExecutor`` keeps one fabric connection
+per host for the whole campaign. Both speak the same small interface (``Executor``), so the
+runner never knows which one it has. Commands are argv lists; user data never meets a shell.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from socketlab import paths
+from socketlab.errors import HostError
+
+#: Where each host keeps the orchestrator's tools, builds and per-run scratch, keyed by
+#: inventory name because network-namespace test hosts share one filesystem.
+DEFAULT_WORKROOT = "/tmp/socketlab"
+
+
+class HostUnreachable(HostError):
+    """The host can't be reached (connect failed, connection lost, no reply in time)."""
+
+
+class HostBusy(HostError):
+    """Another orchestrator holds the host's lock."""
+
+
+@dataclass
+class Result:
+    exit_code: int | None  #: None when the command never finished (connection lost)
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    started: float = 0.0  #: unix time
+    pgid: int | None = None  #: the process group the command ran in (== its PID)
+
+
+class Executor:
+    """What the runner needs from a host. Subclasses: LocalExecutor, SshExecutor."""
+
+    name: str
+    python: str = "python3"
+    workdir: str
+
+    def connect(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
+            pidfile=None) -> Result:  # fmt: skip  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
+        """Run one of our own helper commands (argv made by us); return (exit code, output)."""
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def put(self, local: str | Path, remote: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def get(self, remote: str, local: str | Path) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def lock(self, info: dict) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def unlock(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    # -- shared helpers built on the primitives ---------------------------------------------
+
+    @property
+    def tools(self) -> str:
+        return f"{self.workdir}/tools"
+
+    def tool(self, script: str, *args: str) -> list[str]:
+        """argv to run one of our stdlib-only tools on the host. -I -S: no site-packages
+        scan (a venv's .pth files cost 50+ ms per start), no user environment."""
+        return [self.python, "-I", "-S", f"{self.tools}/{script}", *args]
+
+    def check(self, argv: list[str], timeout: float = 120.0, what: str = "") -> str:
+        code, output = self.call(argv, timeout)
+        if code != 0:
+            tail = output.strip().splitlines()[-5:]
+            raise HostError(f"{self.name}: {what or argv[0]} failed (exit {code}): "
+                            + " | ".join(tail))  # fmt: skip
+        return output
+
+    def send_tree(self, files: dict[str, Path], remote_dir: str, scratch: Path) -> None:
+        """Copy files (name in the tree -> local path) into ``remote_dir`` as one tar."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name, path in sorted(files.items()):
+                info = tar.gettarinfo(str(path), arcname=name)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
+        scratch.mkdir(parents=True, exist_ok=True)
+        local_tar = scratch / f"send-{self.name}.tar"
+        local_tar.write_bytes(buf.getvalue())
+        remote_tar = f"{remote_dir}.tar"
+        self.check(["mkdir", "-p", remote_dir], what="mkdir")
+        self.put(local_tar, remote_tar)
+        self.check(["tar", "-xf", remote_tar, "-C", remote_dir], what="tar")
+        self.call(["rm", "-f", remote_tar])
+        local_tar.unlink(missing_ok=True)
+
+    def fetch_tree(self, remote_dir: str, local_dir: Path) -> list[str]:
+        """Copy every file of ``remote_dir`` into ``local_dir``; return the names fetched."""
+        code, _ = self.call(["test", "-d", remote_dir])
+        if code != 0:
+            return []
+        remote_tar = f"{remote_dir}.fetch.tar"
+        self.check(["tar", "-cf", remote_tar, "-C", remote_dir, "."], what="tar")
+        local_dir.mkdir(parents=True, exist_ok=True)
+        local_tar = local_dir / ".fetch.tar"
+        try:
+            self.get(remote_tar, local_tar)
+            with tarfile.open(local_tar) as tar:
+                members = [m for m in tar.getmembers() if m.isfile()]
+                tar.extractall(local_dir, members=members, filter="data")
+        finally:
+            local_tar.unlink(missing_ok=True)
+            self.call(["rm", "-f", remote_tar])
+        return sorted(m.name.removeprefix("./") for m in members)
+
+    def install_tools(self, scratch: Path) -> None:
+        """Send what runs on the host: collectors (incl. the run wrapper) and fingerprint.py."""
+        files = {p.name: p for p in sorted(paths.COLLECTORS.glob("*.py"))}
+        files["fingerprint.py"] = Path(__file__).resolve().parents[1] / "fingerprint.py"
+        self.send_tree(files, self.tools, scratch)
+
+
+def make_executor(host, workroot: str | None = None) -> Executor:
+    """The executor for an inventory host (socketlab.inventory.InventoryHost-like).
+
+    The host variable ``socketlab_workroot`` moves the host's work folder (default /tmp/socketlab).
+    """
+    vars_ = getattr(host, "vars", None) or {}
+    workroot = workroot or vars_.get("socketlab_workroot") or DEFAULT_WORKROOT
+    if getattr(host, "connection", "local") == "local":
+        from socketlab.execute.local import LocalExecutor
+
+        return LocalExecutor(host.name, workroot=workroot, python=getattr(host, "python", None))
+    from socketlab.execute.ssh import SshExecutor
+
+    return SshExecutor(host, workroot=workroot)

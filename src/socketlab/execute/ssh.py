@@ -1,0 +1,285 @@
+"""Run on a host over SSH: one fabric connection per host, reused for every run.
+
+Every exec over SSH goes through the login shell and its rc files (over 100 ms per command on
+hosts with pyenv or conda hooks). So after copying its tools, the executor starts one agent per
+host (``collectors/_runwrap.py serve``) on a single channel and sends it one JSON request per
+run. No user-written string is ever parsed by the remote shell; the agent runs each command in
+its own process group and kills that group by PID at the timeout. The agent also holds the
+host's lock, and exits when our heartbeats stop, so a vanished orchestrator frees the host.
+The socket has TCP keepalive and a user timeout: a host that vanishes mid-run is noticed in
+seconds, not after the kernel's default of minutes.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import shlex
+import socket
+import threading
+import time
+
+import paramiko
+from fabric import Connection
+
+from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
+
+#: Seconds a run may overrun its own timeout before we stop waiting for the agent's reply.
+GRACE_S = 15.0
+#: Heartbeat period, and how long the agent waits without one before it gives up on us.
+HEARTBEAT_S = 2.0
+AGENT_IDLE_S = 10.0
+_NET_ERRORS = (OSError, EOFError, paramiko.SSHException)
+
+
+def _b64(data: dict) -> str:
+    return base64.b64encode(json.dumps(data).encode()).decode()
+
+
+def _known_hosts_file(common_args: str | None) -> str | None:
+    for word in shlex.split(common_args or ""):
+        if word.startswith("UserKnownHostsFile="):
+            return word.split("=", 1)[1]
+    return None
+
+
+class _Agent:
+    """The channel to one running ``_runwrap.py serve`` and its heartbeat thread."""
+
+    def __init__(self, chan, name: str) -> None:
+        self.chan = chan
+        self.name = name
+        self.buffer = b""
+        self.send_lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name=f"heartbeat-{name}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            try:
+                with self.send_lock:
+                    self.chan.sendall(b"\n")
+            except Exception:  # noqa: BLE001 - a dead channel shows up in the next request
+                return
+
+    def send(self, data: dict) -> None:
+        with self.send_lock:
+            self.chan.sendall(json.dumps(data).encode() + b"\n")
+
+    def readline(self, deadline: float) -> bytes:
+        while b"\n" not in self.buffer:
+            self.chan.settimeout(max(0.01, deadline - time.monotonic()))
+            data = self.chan.recv(1 << 20)
+            if not data:
+                raise EOFError("agent channel closed")
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+    def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(Exception):
+            self.chan.shutdown_write()  # EOF: the agent exits and drops the lock
+        with contextlib.suppress(Exception):
+            self.chan.close()
+
+
+class SshExecutor(Executor):
+    def __init__(self, host, *, workroot: str = DEFAULT_WORKROOT,
+                 connect_timeout: float = 8.0) -> None:  # fmt: skip
+        self.host = host
+        self.name = host.name
+        self.python = host.python or "python3"
+        self.workdir = f"{workroot}/{host.name}"
+        self.connect_timeout = connect_timeout
+        self._conn = None
+        self._agent: _Agent | None = None
+        self._locked = False
+        self._request_lock = threading.Lock()
+
+    # -- connection --------------------------------------------------------------------------
+
+    @property
+    def _where(self) -> str:
+        return f"{self.host.address}:{self.host.port or 22}"
+
+    def connect(self) -> None:
+        self.close()
+        try:
+            sock = socket.create_connection(
+                (self.host.address, int(self.host.port or 22)), timeout=self.connect_timeout
+            )
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle waits
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 2)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 6000)
+            kwargs = {
+                "sock": sock, "allow_agent": False, "banner_timeout": self.connect_timeout,
+                "auth_timeout": self.connect_timeout,
+            }  # fmt: skip
+            if self.host.key_file:
+                kwargs.update(key_filename=str(self.host.key_file), look_for_keys=False)
+            conn = Connection(
+                self.host.address, user=self.host.user or None, port=int(self.host.port or 22),
+                connect_kwargs=kwargs, connect_timeout=self.connect_timeout,
+            )  # fmt: skip
+            known = _known_hosts_file(self.host.ssh_common_args)
+            if known:
+                # A missing file is fine: fabric's policy adds the key on first contact.
+                with contextlib.suppress(OSError):
+                    conn.client.get_host_keys().load(known)
+            conn.open()
+        except _NET_ERRORS as exc:
+            raise HostUnreachable(f"{self.name}: cannot connect to {self._where}: "
+                                  f"{exc or type(exc).__name__}") from None  # fmt: skip
+        self._conn = conn
+
+    def close(self) -> None:
+        self._stop_agent()
+        if self._conn is not None:
+            with contextlib.suppress(Exception):  # closing a dead connection may raise anything
+                self._conn.close()
+            self._conn = None
+
+    def _transport(self):
+        transport = self._conn.client.get_transport() if self._conn else None
+        if transport is None or not transport.is_active():
+            raise HostUnreachable(f"{self.name}: connection to {self._where} is lost")
+        return transport
+
+    def _lost(self, exc: BaseException, what: str) -> HostUnreachable:
+        return HostUnreachable(f"{self.name}: {what} {self._where} failed: "
+                               f"{exc or type(exc).__name__}")  # fmt: skip
+
+    def _exec(self, command: str, deadline_s: float) -> tuple[int, bytes]:
+        """One command line on its own exec channel (login shell); stdout+stderr merged."""
+        end = time.monotonic() + deadline_s
+        chan = None
+        try:
+            chan = self._transport().open_session(timeout=self.connect_timeout)
+            chan.set_combine_stderr(True)
+            chan.exec_command(command)
+            out = bytearray()
+            while True:
+                chan.settimeout(max(0.01, end - time.monotonic()))
+                data = chan.recv(1 << 16)
+                if not data:
+                    break
+                out += data
+            if not chan.status_event.wait(max(0.01, end - time.monotonic())):
+                raise TimeoutError("no exit status")
+            return chan.recv_exit_status(), bytes(out)
+        except TimeoutError:
+            raise HostUnreachable(f"{self.name}: no reply from {self._where} within "
+                                  f"{deadline_s:g} s") from None  # fmt: skip
+        except _NET_ERRORS as exc:
+            raise self._lost(exc, "command on") from None
+        finally:
+            if chan is not None:
+                with contextlib.suppress(Exception):
+                    chan.close()
+
+    # -- the agent ---------------------------------------------------------------------------
+
+    def _start_agent(self, lock_info: dict | None) -> None:
+        self._stop_agent()
+        command = self.tool("_runwrap.py", "serve", "--idle", str(AGENT_IDLE_S))
+        if lock_info is not None:
+            command += ["--lock", f"{self.workdir}/host.lock", "--info", _b64(lock_info)]
+        try:
+            chan = self._transport().open_session(timeout=self.connect_timeout)
+            chan.exec_command(shlex.join(command))
+            agent = _Agent(chan, self.name)
+            line = agent.readline(time.monotonic() + 30)
+        except (TimeoutError, *_NET_ERRORS) as exc:
+            raise self._lost(exc, "starting the agent on") from None
+        try:
+            hello = json.loads(line)
+        except ValueError:
+            agent.close()
+            raise HostUnreachable(f"{self.name}: agent did not start: {line[:200]!r}") from None
+        if not hello.get("ready"):
+            agent.close()
+            raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
+                           f"({hello.get('holder') or 'unknown holder'}; lock file "
+                           f"{self.workdir}/host.lock)")  # fmt: skip
+        agent.thread.start()
+        self._agent = agent
+        self._locked = lock_info is not None
+
+    def _stop_agent(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+            self._locked = False
+
+    def _request(self, request: dict, deadline_s: float) -> dict:
+        with self._request_lock:
+            if self._agent is None:
+                self._start_agent(None)
+            agent = self._agent
+            try:
+                agent.send(request)
+                line = agent.readline(time.monotonic() + deadline_s)
+                return json.loads(line)
+            except TimeoutError:
+                self._stop_agent()
+                raise HostUnreachable(f"{self.name}: no reply from {self._where} within "
+                                      f"{deadline_s:g} s") from None  # fmt: skip
+            except (ValueError, *_NET_ERRORS) as exc:
+                self._stop_agent()
+                raise self._lost(exc, "connection to") from None
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
+            pidfile=None) -> Result:  # fmt: skip
+        from socketlab.cpulist import parse_cpulist
+
+        request = {
+            "op": "run", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
+            "timeout": timeout, "cpus": parse_cpulist(cpus) if cpus else None,
+            "pidfile": pidfile, "out_dir": out_dir or f"{self.workdir}/scratch",
+        }  # fmt: skip
+        reply = self._request(request, (timeout or 24 * 3600) + GRACE_S)
+        return Result(
+            reply["exit_code"], reply["stdout"], reply["stderr"], reply["duration_s"],
+            reply["timed_out"], reply["started"], reply["pgid"],
+        )  # fmt: skip
+
+    def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
+        if self._agent is None:  # before the tools are installed: plain exec
+            code, out = self._exec(shlex.join(argv), timeout)
+            return code, out.decode("utf-8", "replace")
+        request = {"op": "call", "argv": list(argv), "timeout": timeout,
+                   "out_dir": f"{self.workdir}/scratch/call"}  # fmt: skip
+        reply = self._request(request, timeout + GRACE_S)
+        if reply["timed_out"]:
+            return 124, reply["stdout"] + f"\n{argv[0]}: no answer in {timeout:g} s"
+        return reply["exit_code"], reply["stdout"]
+
+    def put(self, local, remote: str) -> None:
+        try:
+            self._transport()
+            self._conn.put(str(local), remote)
+        except _NET_ERRORS as exc:
+            raise self._lost(exc, f"copy of {local} to") from None
+
+    def get(self, remote: str, local) -> None:
+        try:
+            self._transport()
+            self._conn.get(remote, str(local))
+        except _NET_ERRORS as exc:
+            raise self._lost(exc, f"copy of {remote} from") from None
+
+    def lock(self, info: dict) -> None:
+        """Start the agent holding flock(<workdir>/host.lock) for as long as it serves us."""
+        with self._request_lock:
+            self._start_agent(info)
+
+    def unlock(self) -> None:
+        with self._request_lock:
+            self._stop_agent()

@@ -1,0 +1,383 @@
+"""Run points on hosts: hosts in parallel, one run at a time per host, every run a record.
+
+For each host: connect, install the tools, take the host's lock, build what its points need
+(cached by source hash), then for each point whose run key is not stored as complete:
+fingerprint -> collectors start -> run (pinned, timed, own process group) -> collectors stop ->
+fingerprint -> fetch raw files -> parse -> sanity -> store (one transaction).
+
+A host that becomes unreachable fails its remaining points with the reason; other hosts go
+on. Resume is the store: a run key stored "ok" is never run again; failed, timed-out and
+invalid ones run again with ``rerun_failed``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from socketlab import __version__
+from socketlab.build import BuildJob, ensure_built
+from socketlab.collect import collector_metrics
+from socketlab.errors import HostError
+from socketlab.execute import Executor, HostBusy, HostUnreachable, Result, make_executor
+from socketlab.execute.progress import Reporter
+from socketlab.execute.ssh import AGENT_IDLE_S
+from socketlab.fingerprint import drift
+from socketlab.parse import Metric, parse_output
+from socketlab.parse.jsonl import VERSION as JSONL_VERSION
+from socketlab.spec.points import RunPoint
+from socketlab.store import COMPLETE, RunRecord, Store
+
+
+def combined_profile(host: str, profile_hash: str) -> str:
+    """The host profile hash used in run keys: the inventory name plus the host's profile.
+
+    Hosts with identical hardware and kernel (two sshd hosts in namespaces of one machine, or
+    two identical servers) must still get distinct run keys.
+    """
+    return hashlib.sha256(f"{host}\0{profile_hash}".encode()).hexdigest()[:32]
+
+
+def point_label(point: RunPoint) -> str:
+    params = ",".join(f"{k}={v}" for k, v in point.params.items())
+    rep = f"warmup{-point.repetition}" if point.warmup else f"rep{point.repetition}"
+    return f"{point.experiment}[{params}]#{rep}"
+
+
+@dataclass
+class Summary:
+    statuses: Counter = field(default_factory=Counter)
+    skipped_done: int = 0
+    host_errors: dict[str, str] = field(default_factory=dict)
+    keys: list[str] = field(default_factory=list)  #: keys run in this session
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "statuses": dict(self.statuses),
+            "already_stored": self.skipped_done,
+            "host_errors": self.host_errors,
+        }
+
+    @property
+    def ok(self) -> bool:
+        return not self.host_errors and all(s == COMPLETE for s in self.statuses.elements())
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        campaign: str,
+        points: list[RunPoint],
+        hosts: dict[str, Any],  #: inventory name -> InventoryHost-like
+        profiles: dict[str, str],  #: inventory name -> host profile hash (combined_profile)
+        store: Store,
+        results_dir: Path,  #: results/<campaign>
+        builds: dict[str, Any] | None = None,  #: build name -> socketlab.spec.model.Build
+        native_root: Path | None = None,
+        spec_sha256: str = "",
+        rerun_failed: bool = False,
+        reporter: Reporter | None = None,
+        workroot: str | None = None,
+        host_facts: dict[str, dict] | None = None,  #: name -> facts entry, copied to each run
+    ) -> None:
+        self.campaign = campaign
+        self.points = points
+        self.hosts = hosts
+        self.profiles = profiles
+        self.store = store
+        self.results_dir = Path(results_dir)
+        self.spec_sha256 = spec_sha256
+        self.rerun_failed = rerun_failed
+        self.reporter = reporter or Reporter()
+        self.workroot = workroot
+        self.host_facts = host_facts or {}
+        self.jobs = {
+            name: BuildJob.from_spec(build, native_root) for name, build in (builds or {}).items()
+        }
+        self.summary = Summary()
+        self._lock = threading.Lock()
+
+    # -- planning the session (no host contact) -------------------------------------------------
+
+    def key(self, point: RunPoint) -> str:
+        build_hash = self.jobs[point.build].build_hash if point.build else None
+        return point.key(build_hash, self.profiles[point.host])
+
+    def pending(self) -> dict[str, list[tuple[RunPoint, str]]]:
+        """host -> [(point, key)] still to run, warm-ups only where their point is pending."""
+        stored = self.store.statuses(self.campaign)
+        todo: dict[str, list[tuple[RunPoint, str]]] = {h: [] for h in self.hosts}
+        keyed = [(p, self.key(p)) for p in self.points if p.host in self.hosts]
+        wanted: set[tuple[str, str, str]] = set()
+        for point, key in keyed:
+            if point.warmup:
+                continue
+            status = stored.get(key)
+            if status is None or (status != COMPLETE and self.rerun_failed):
+                wanted.add(_ident(point))
+            else:
+                self.summary.skipped_done += 1
+        for point, key in keyed:
+            if _ident(point) not in wanted:
+                continue
+            status = stored.get(key)
+            if point.warmup or status is None or (status != COMPLETE and self.rerun_failed):
+                todo[point.host].append((point, key))
+        return todo
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        todo = self.pending()
+        total = sum(1 for items in todo.values() for p, _ in items if not p.warmup)
+        busy = [h for h, items in todo.items() if items]
+        self.reporter.start(self.campaign, total, len(busy), self.summary.skipped_done)
+        threads = [
+            threading.Thread(target=self._host, args=(h, todo[h]), name=f"host-{h}", daemon=True)
+            for h in busy
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.reporter.finish(self.summary.as_dict())
+        return self.summary
+
+    def _host(self, name: str, items: list[tuple[RunPoint, str]]) -> None:
+        host = self.hosts[name]
+        executor = make_executor(host, **({"workroot": self.workroot} if self.workroot else {}))
+        scratch = self.results_dir / ".scratch" / name
+        try:
+            try:
+                self._open(executor, scratch)
+            except HostBusy as exc:
+                self._host_error(name, str(exc))
+                return
+            except HostError as exc:
+                self._host_error(name, str(exc))
+                self._fail_all(items, f"host unreachable: {exc}")
+                return
+            manifests: dict[str, dict] = {}
+            broken: dict[str, str] = {}
+            for index, (point, key) in enumerate(items):
+                try:
+                    if point.build and point.build not in manifests | broken:
+                        try:
+                            manifests[point.build] = ensure_built(
+                                self.jobs[point.build], executor, scratch,
+                                log=lambda text: self.reporter.message(name, text),
+                            )  # fmt: skip
+                        except HostUnreachable:
+                            raise
+                        except HostError as exc:
+                            broken[point.build] = str(exc)
+                    if point.build in broken:
+                        self._record_failure(point, key, f"build failed: {broken[point.build]}")
+                        continue
+                    self._run_point(executor, point, key, manifests.get(point.build), scratch)
+                except HostUnreachable as exc:
+                    self._record_failure(point, key, f"host unreachable: {exc}")
+                    try:  # one reconnect: a blip should not fail the rest of the campaign
+                        # our old agent may hold the lock until it misses our heartbeats
+                        self._open(executor, scratch, busy_wait_s=AGENT_IDLE_S + 10)
+                    except HostError as again:
+                        self._host_error(name, str(again))
+                        self._fail_all(items[index + 1 :], f"host unreachable: {again}")
+                        return
+                except HostError as exc:  # this run's helper step failed; the host is fine
+                    self._record_failure(point, key, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug must not pass silently in a thread
+            self._host_error(name, f"internal error: {type(exc).__name__}: {exc}")
+            raise
+        finally:
+            executor.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _open(self, executor: Executor, scratch: Path, busy_wait_s: float = 0.0) -> None:
+        executor.connect()
+        executor.install_tools(scratch)
+        deadline = time.monotonic() + busy_wait_s
+        while True:
+            try:
+                executor.lock({"campaign": self.campaign, "controller": _controller()})
+                return
+            except HostBusy:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(1.0)
+
+    def _host_error(self, host: str, text: str) -> None:
+        with self._lock:
+            self.summary.host_errors[host] = text
+        self.reporter.message(host, f"error: {text}")
+
+    def _fail_all(self, items: list[tuple[RunPoint, str]], reason: str) -> None:
+        for point, key in items:
+            self._record_failure(point, key, reason)
+
+    def _record_failure(self, point: RunPoint, key: str, reason: str) -> None:
+        if point.warmup:
+            return
+        record = self._record(point, key, "failed", reason)
+        self.store.add_run(record, [])
+        self._done(point, record, 0.0)
+
+    def _record(self, point: RunPoint, key: str, status: str, reason: str, **extra) -> RunRecord:
+        return RunRecord(
+            run_key=key, campaign=self.campaign, experiment=point.experiment, host=point.host,
+            repetition=point.repetition, params=dict(point.params), status=status,
+            reason=reason, argv=list(point.argv), cpus=point.cpus,
+            host_profile=self.profiles[point.host], spec_sha256=self.spec_sha256,
+            raw_dir=str(self.results_dir / "runs" / key), finished=time.time(), **extra,
+        )  # fmt: skip
+
+    def _done(self, point: RunPoint, record: RunRecord, seconds: float) -> None:
+        with self._lock:
+            self.summary.statuses[record.status] += 1
+            self.summary.keys.append(record.run_key)
+        self.reporter.point_done(point.host, point_label(point), record.status, record.reason,
+                                 seconds)  # fmt: skip
+
+    # -- one run -----------------------------------------------------------------------------
+
+    def _run_point(self, ex: Executor, point: RunPoint, key: str, manifest: dict | None,
+                   scratch: Path) -> None:  # fmt: skip
+        if point.kind == "serving":  # server lifecycle + load generator: socketlab.serve
+            from socketlab.serve.campaign import run_in_runner
+
+            run_in_runner(self, ex, point, key)
+            return
+        label = point_label(point)
+        self.reporter.point_started(point.host, label)
+        t0 = time.monotonic()
+        remote = f"{ex.workdir}/runs/{key}"
+        coll_dir = f"{remote}/collectors"
+        ex.check(["rm", "-rf", remote], what="clearing the run directory")
+        ex.check(["mkdir", "-p", coll_dir], what="making the run directory")
+        before = self._fingerprint(ex)
+        notes: dict[str, Any] = {}
+        for name in point.collectors:
+            argv = ex.tool(f"{name}.py", "start", "--out", coll_dir)
+            if point.cpus:
+                argv += ["--cpus", point.cpus]
+            code, text = ex.call(argv, timeout=30)
+            if code != 0:
+                notes.setdefault("collector_errors", {})[name] = text.strip()[-300:]
+        cwd = self.jobs[point.build].remote_dir(ex) if point.build else None
+        result = ex.run(point.argv, env=point.env, cwd=cwd, timeout=point.timeout_s,
+                        cpus=point.cpus, out_dir=remote, pidfile=f"{coll_dir}/target.pid")  # fmt: skip
+        for name in point.collectors:
+            code, text = ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=30)
+            if code != 0:
+                notes.setdefault("collector_errors", {})[name] = text.strip()[-300:]
+        after = self._fingerprint(ex)
+        if point.warmup:
+            self.reporter.point_done(point.host, label, "warmup", "", time.monotonic() - t0)
+            return
+        raw = self.results_dir / "runs" / key
+        if raw.exists():
+            shutil.rmtree(raw)  # an earlier failed attempt's files
+        raw.mkdir(parents=True)
+        collector_files = ex.fetch_tree(coll_dir, raw / "collectors") if point.collectors else []
+        status, reason, metrics = self._verdict(point, result, before, after, raw)
+        (raw / "stdout").write_text(result.stdout)
+        (raw / "stderr").write_text(result.stderr)
+        provenance = {
+            "point": _point_dict(point), "run_key": key, "host_profile": self.profiles[point.host],
+            "build": manifest, "fingerprint_before": before, "fingerprint_after": after,
+            "result": {k: v for k, v in result.__dict__.items() if k not in ("stdout", "stderr")},
+            "status": status, "reason": reason, "collectors": collector_files,
+            "orchestrator": {"version": __version__, "controller": _controller()}, **notes,
+        }  # fmt: skip
+        (raw / "run.json").write_text(json.dumps(provenance, indent=1, sort_keys=True, default=str))
+        if point.host in self.host_facts:
+            (raw / "facts.json").write_text(
+                json.dumps(self.host_facts[point.host], indent=1, sort_keys=True, default=str))
+        record = self._record(
+            point, key, status, reason, exit_code=result.exit_code, started=result.started,
+            duration_s=result.duration_s, build=manifest, fingerprint_before=before,
+            fingerprint_after=after,
+            extra={"pgid": result.pgid, "collectors": collector_files,
+                   "orchestrator": __version__, **notes},
+        )  # fmt: skip
+        self.store.add_run(record, metrics)
+        ex.call(["rm", "-rf", remote])
+        self._done(point, record, time.monotonic() - t0)
+
+    def _fingerprint(self, ex: Executor) -> dict:
+        text = ex.check(ex.tool("fingerprint.py"), what="fingerprint")
+        try:
+            return json.loads(text.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            raise HostError(f"{ex.name}: fingerprint.py printed no JSON: {text[-200:]!r}") from None
+
+    def _verdict(self, point: RunPoint, result: Result, before: dict, after: dict,
+                 raw: Path) -> tuple[str, str, list[Metric]]:  # fmt: skip
+        parsed = parse_output(point.parsers, result.stdout, result.stderr)
+        metrics = list(parsed.metrics)
+        for path in sorted((raw / "collectors").glob("*.jsonl")):
+            collector = path.stem
+            # collectors with a parser in socketlab.collect.parsers (clock, RAPL, perf, noise)
+            # are parsed there; others by the JSON-lines contract
+            found = collector_metrics(collector, path.parent).metrics
+            metrics += [
+                Metric(m["name"], m["value"], m["unit"],
+                       {**{k: v for k, v in m["dims"].items() if k != "ts"}, "source": collector},
+                       f"collector:{collector}/{JSONL_VERSION}")
+                for m in found
+            ]  # fmt: skip
+        if parsed.meta:
+            (raw / "meta.json").write_text(json.dumps(parsed.meta, indent=1, default=str))
+        if result.timed_out:
+            return "timeout", (f"killed after {point.timeout_s:g} s (process group "
+                               f"{result.pgid})"), metrics  # fmt: skip
+        if result.exit_code is None:
+            return "failed", result.stderr.strip()[-300:] or "no result", metrics
+        sanity = point.sanity
+        if result.exit_code not in sanity.exit_codes:
+            tail = " | ".join(result.stderr.strip().splitlines()[-2:])
+            why = f"exit code {result.exit_code} (accepted: {', '.join(map(str, sanity.exit_codes))})"
+            return "failed", why + (f": {tail}" if tail else ""), metrics
+        if parsed.errors:
+            return "failed", "unparsable output: " + "; ".join(parsed.errors[:3]), metrics
+        names = {m.name for m in metrics}
+        missing = [n for n in sanity.required_metrics if n not in names]
+        if missing:
+            return "failed", f"required metrics missing: {', '.join(missing)}", metrics
+        for pattern in sanity.must_not_match:
+            match = re.search(pattern, result.stdout + "\n" + result.stderr, re.MULTILINE)
+            if match:
+                return "failed", f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}", metrics
+        changes = drift(before, after)
+        if changes:
+            return "invalid", "host state drifted during the run: " + "; ".join(changes), metrics
+        return COMPLETE, "", metrics
+
+
+def _ident(point: RunPoint) -> tuple[str, str, str]:
+    return (point.host, point.experiment, json.dumps(point.params, sort_keys=True, default=str))
+
+
+def _point_dict(point: RunPoint) -> dict[str, Any]:
+    return {
+        "campaign": point.campaign, "experiment": point.experiment, "host": point.host,
+        "params": point.params, "repetition": point.repetition, "argv": list(point.argv),
+        "env": point.env, "cpus": point.cpus, "timeout_s": point.timeout_s, "build": point.build,
+        "collectors": list(point.collectors), "kind": point.kind,
+    }  # fmt: skip
+
+
+def _controller() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"

@@ -1,0 +1,277 @@
+"""The results store: SQLite in WAL mode, one file per campaign.
+
+``results/<campaign>/store.sqlite`` holds one row per run (keyed by the run key, so a point is
+stored once however often the campaign is resumed) and its metric rows. A run and its metrics
+are written in one transaction: a killed orchestrator leaves either the whole run or nothing.
+Raw files (stdout, stderr, collector output, facts) live next to it in
+``results/<campaign>/runs/<run key>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from socketlab import paths
+from socketlab.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+#: statuses a run can end in; only "ok" counts as complete for resume
+COMPLETE = "ok"
+STATUSES = ("ok", "failed", "timeout", "invalid")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_key TEXT PRIMARY KEY,
+    campaign TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    host TEXT NOT NULL,
+    repetition INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    exit_code INTEGER,
+    started REAL,
+    finished REAL,
+    duration_s REAL,
+    argv TEXT NOT NULL DEFAULT '[]',
+    cpus TEXT,
+    build TEXT,
+    host_profile TEXT NOT NULL DEFAULT '',
+    fingerprint_before TEXT,
+    fingerprint_after TEXT,
+    spec_sha256 TEXT NOT NULL DEFAULT '',
+    raw_dir TEXT NOT NULL DEFAULT '',
+    attempts INTEGER NOT NULL DEFAULT 1,
+    extra TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS runs_campaign ON runs (campaign, experiment);
+CREATE TABLE IF NOT EXISTS metrics (
+    run_key TEXT NOT NULL REFERENCES runs (run_key),
+    name TEXT NOT NULL,
+    value REAL NOT NULL,
+    unit TEXT NOT NULL,
+    dims TEXT NOT NULL DEFAULT '{}',
+    parser TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_key);
+"""
+
+
+@dataclass
+class RunRecord:
+    """One run as stored. JSON-able fields are stored as JSON text."""
+
+    run_key: str
+    campaign: str
+    experiment: str
+    host: str
+    repetition: int
+    params: dict[str, Any]
+    status: str  #: one of STATUSES
+    reason: str = ""  #: why it is not ok, one line
+    exit_code: int | None = None
+    started: float | None = None  #: unix time
+    finished: float | None = None
+    duration_s: float | None = None
+    argv: list[str] = field(default_factory=list)
+    cpus: str | None = None
+    build: dict[str, Any] | None = None  #: build manifest, stamped on every run
+    host_profile: str = ""
+    fingerprint_before: dict[str, Any] | None = None
+    fingerprint_after: dict[str, Any] | None = None
+    spec_sha256: str = ""
+    raw_dir: str = ""
+    attempts: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_JSON_FIELDS = ("params", "argv", "build", "fingerprint_before", "fingerprint_after", "extra")
+_COLUMNS = tuple(RunRecord.__dataclass_fields__)
+
+
+def store_path(campaign: str, results: Path | None = None) -> Path:
+    return Path(results or paths.RESULTS) / campaign / "store.sqlite"
+
+
+class Store:
+    """A campaign's store. Thread-safe: host threads share one connection behind a lock."""
+
+    def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        self.path = Path(path)
+        if not create and not self.path.exists():
+            raise StoreError(f"{self.path}: no results store here (run `orchestrate run` first)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=30, check_same_thread=False, isolation_level=None
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a usable results store ({exc})") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add_run(self, record: RunRecord, metrics: Iterable[Any] = ()) -> None:
+        """Store a run and its metrics in one transaction, replacing an earlier attempt.
+
+        ``metrics`` are socketlab.parse.Metric objects (name, value, unit, dims, parser).
+        """
+        row = asdict(record)
+        for key in _JSON_FIELDS:
+            row[key] = json.dumps(row[key], sort_keys=True, default=str)
+        metric_rows = [
+            (
+                record.run_key,
+                m.name,
+                float(m.value),
+                m.unit,
+                json.dumps(m.dims, sort_keys=True, default=str),
+                m.parser,
+            )
+            for m in metrics
+        ]
+        with self._lock:
+            cur = self._db.cursor()
+            try:
+                cur.execute("BEGIN IMMEDIATE")
+                old = cur.execute(
+                    "SELECT attempts FROM runs WHERE run_key = ?", (record.run_key,)
+                ).fetchone()
+                if old:
+                    row["attempts"] = old[0] + 1
+                    cur.execute("DELETE FROM metrics WHERE run_key = ?", (record.run_key,))
+                placeholders = ",".join("?" * len(_COLUMNS))
+                cur.execute(
+                    f"INSERT OR REPLACE INTO runs ({','.join(_COLUMNS)}) VALUES ({placeholders})",
+                    [row[c] for c in _COLUMNS],
+                )
+                cur.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", metric_rows)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            self._db.row_factory = sqlite3.Row
+            try:
+                return self._db.execute(sql, args).fetchall()
+            finally:
+                self._db.row_factory = None
+
+    def status_of(self, run_key: str) -> str | None:
+        rows = self._query("SELECT status FROM runs WHERE run_key = ?", (run_key,))
+        return rows[0]["status"] if rows else None
+
+    def has_complete(self, run_key: str) -> bool:
+        return self.status_of(run_key) == COMPLETE
+
+    def statuses(self, campaign: str) -> dict[str, str]:
+        """run key -> status, for every stored run of the campaign."""
+        rows = self._query("SELECT run_key, status FROM runs WHERE campaign = ?", (campaign,))
+        return {r["run_key"]: r["status"] for r in rows}
+
+    def runs(self, campaign: str | None = None) -> list[RunRecord]:
+        if campaign is None:
+            rows = self._query("SELECT * FROM runs ORDER BY started")
+        else:
+            rows = self._query(
+                "SELECT * FROM runs WHERE campaign = ? ORDER BY started", (campaign,)
+            )
+        records = []
+        for r in rows:
+            data = dict(r)
+            for key in _JSON_FIELDS:
+                data[key] = json.loads(data[key]) if data[key] is not None else None
+            records.append(RunRecord(**data))
+        return records
+
+    def metric_count(self, campaign: str | None = None) -> int:
+        if campaign is None:
+            return self._query("SELECT count(*) AS n FROM metrics")[0]["n"]
+        return self._query(
+            "SELECT count(*) AS n FROM metrics JOIN runs USING (run_key) WHERE campaign = ?",
+            (campaign,),
+        )[0]["n"]
+
+    def metric_rows(self, campaign: str) -> list[dict[str, Any]]:
+        """The campaign's metric rows as stored: run_key, name, value, unit, dims, parser.
+
+        Raw rows (dims still JSON text) for exporting the store, e.g. `orchestrate push`.
+        """
+        rows = self._query(
+            "SELECT m.run_key, m.name, m.value, m.unit, m.dims, m.parser FROM metrics m "
+            "JOIN runs r USING (run_key) WHERE r.campaign = ? ORDER BY m.rowid",
+            (campaign,),
+        )
+        return [dict(r) for r in rows]
+
+    def campaigns(self) -> list[str]:
+        return [r["campaign"] for r in self._query("SELECT DISTINCT campaign FROM runs")]
+
+    def metrics_frame(self, campaign: str, *, all_statuses: bool = True):
+        """Metric rows joined with their runs as a pandas DataFrame.
+
+        Columns: run_key, campaign, experiment, host, repetition, status, metric, value, unit,
+        parser, one column per parameter name, and ``dim.<name>`` per metric dimension.
+        """
+        import pandas as pd
+
+        sql = (
+            "SELECT r.run_key, r.campaign, r.experiment, r.host, r.repetition, r.status, "
+            "m.name AS metric, m.value, m.unit, m.parser, m.dims "
+            "FROM metrics m JOIN runs r USING (run_key) WHERE r.campaign = ?"
+        )
+        if not all_statuses:
+            sql += " AND r.status = 'ok'"
+        base = [
+            "run_key", "campaign", "experiment", "host", "repetition", "status",
+            "metric", "value", "unit", "parser",
+        ]  # fmt: skip
+        with self._lock:
+            frame = pd.read_sql_query(sql + " ORDER BY r.started, m.rowid", self._db,
+                                      params=(campaign,))  # fmt: skip
+            params = dict(self._db.execute(
+                "SELECT run_key, params FROM runs WHERE campaign = ?", (campaign,)).fetchall())
+        if frame.empty:
+            return pd.DataFrame(columns=base)
+        # JSON is parsed once per run (params) and once per distinct dims text, not per row.
+        run_params = {k: json.loads(v) for k, v in params.items()}
+        for name in dict.fromkeys(n for p in run_params.values() for n in p):
+            if name not in frame.columns:
+                frame[name] = frame["run_key"].map(lambda k, n=name: run_params[k].get(n))
+        dims = {text: json.loads(text) for text in frame["dims"].unique()}
+        for name in dict.fromkeys(n for d in dims.values() for n in d):
+            frame[f"dim.{name}"] = frame["dims"].map(lambda t, n=name: dims[t].get(n))
+        return frame.drop(columns="dims")
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,112 @@
+"""The local executor: argv never meets a shell, timeouts kill the whole process group,
+CPU pinning, and the host lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from socketlab.execute import HostBusy
+from socketlab.execute.local import LocalExecutor
+
+PY = sys.executable
+
+
+@pytest.fixture
+def executor(tmp_path):
+    ex = LocalExecutor("test-local", workroot=str(tmp_path / "work"))
+    ex.connect()
+    yield ex
+    ex.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def test_metacharacters_reach_the_program_as_one_literal_argument(executor, tmp_path):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep} `id` | cat > {tmp_path}/out &"
+    code = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    result = executor.run([PY, "-c", code, evil, "*"], timeout=30, cwd=str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == [evil, "*"]
+    assert keep.is_dir()
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "out").exists()
+
+
+def test_timeout_kills_the_whole_process_group(executor, tmp_path):
+    pidfile = tmp_path / "bg.pid"
+    script = f"sleep 60 & echo $! > {pidfile}; wait"
+    started = time.monotonic()
+    result = executor.run(["sh", "-c", script], timeout=1.0)
+    assert time.monotonic() - started < 15
+    assert result.timed_out and result.exit_code == -9
+    background = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while alive(background) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(background), "the command's background child survived the timeout"
+    assert not alive(result.pgid)
+
+
+def test_env_cwd_and_cpu_pinning(executor, tmp_path):
+    code = (
+        "import os, json; print(json.dumps([os.environ['SLAB_X'], os.getcwd(), "
+        "sorted(os.sched_getaffinity(0))]))"
+    )
+    result = executor.run([PY, "-c", code], env={"SLAB_X": "a b;c"}, cwd=str(tmp_path),
+                          timeout=30, cpus="0")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout) == ["a b;c", str(tmp_path), [0]]
+
+
+def test_exit_code_and_missing_program(executor):
+    assert executor.run([PY, "-c", "raise SystemExit(3)"], timeout=30).exit_code == 3
+    missing = executor.run(["/nonexistent/program", "x"], timeout=30)
+    assert missing.exit_code not in (0, None)
+
+
+def test_pidfile_names_the_command(executor, tmp_path):
+    pidfile = tmp_path / "target.pid"
+    result = executor.run([PY, "-c", "import os; print(os.getpid())"], timeout=30,
+                          pidfile=str(pidfile))  # fmt: skip
+    # setpriv and taskset exec into the command, so the PID we record is the command's.
+    assert int(pidfile.read_text()) == int(result.stdout) == result.pgid
+
+
+def test_second_orchestrator_finds_the_host_busy(tmp_path):
+    first = LocalExecutor("busy-host", workroot=str(tmp_path))
+    second = LocalExecutor("busy-host", workroot=str(tmp_path))
+    other = LocalExecutor("other-host", workroot=str(tmp_path))
+    first.lock({"campaign": "a"})
+    try:
+        with pytest.raises(HostBusy, match="busy-host: host is busy.*campaign"):
+            second.lock({"campaign": "b"})
+        other.lock({"campaign": "b"})  # keyed by inventory name: another name is another lock
+    finally:
+        first.unlock()
+        other.unlock()
+    second.lock({"campaign": "b"})
+    second.unlock()
+
+
+def test_tree_round_trip(executor, tmp_path):
+    src = tmp_path / "a.txt"
+    src.write_text("hello")
+    executor.send_tree({"sub/a.txt": src}, f"{executor.workdir}/tree", tmp_path / "scratch")
+    names = executor.fetch_tree(f"{executor.workdir}/tree", tmp_path / "back")
+    assert names == ["sub/a.txt"]
+    assert (tmp_path / "back" / "sub" / "a.txt").read_text() == "hello"
+    assert executor.fetch_tree(f"{executor.workdir}/missing", tmp_path / "none") == []
+    assert Path(executor.workdir).is_dir() and os.access(executor.workdir, os.W_OK)

@@ -1,0 +1,280 @@
+"""`orchestrate run` end to end on localhost: build, run, store, resume, faults."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from socketlab.cli import main
+from socketlab.store import Store, store_path
+
+PY = "/usr/bin/python3"
+EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
+        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
+        "'unit': '1'}))")  # fmt: skip
+
+
+def write_spec(path: Path, body: dict) -> Path:
+    path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
+    return path
+
+
+def local_inventory(tmp_path: Path) -> Path:
+    """localhost with a private work folder: its own build cache and host lock."""
+    path = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
+            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
+    return path
+
+
+def orchestrate(*argv: str) -> int:
+    argv = [str(a) for a in argv]
+    if argv[0] == "run" and "--inventory" not in argv:
+        argv += ["--inventory", str(local_inventory(Path(argv[1]).parent))]
+    return main(argv)
+
+
+def runs(results: Path, campaign: str):
+    with Store(store_path(campaign, results), create=False) as store:
+        return {r.run_key: r for r in store.runs(campaign)}
+
+
+def test_build_run_store_resume_and_report(tmp_path, capsys):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep}"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-e2e",
+        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+        "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_peakmem"]},
+        "experiments": [
+            {"name": "ladder", "build": "native",
+             "command": "build/cc/ladder --kernel avx2-read --size {{ size }} --seconds 0.05 "
+                        "--reps 1 --timeout 20",
+             "sweep": {"matrix": {"size": ["16K", "64K"]}},
+             "metrics": {"parser": "jsonl"},
+             "sanity": {"required_metrics": ["bw_total"]}},
+            {"name": "argv", "command": [PY, "-c", EMIT, "{{ word }}"],
+             "sweep": {"matrix": {"word": [evil, "plain"]}}, "repetitions": 1},
+        ],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    first = runs(results, "local-e2e")
+    assert len(first) == 6 and {r.status for r in first.values()} == {"ok"}
+
+    # provenance on every run: spec hash, host profile, fingerprints, raw files
+    for r in first.values():
+        assert r.spec_sha256 and r.host_profile and r.fingerprint_before["kernel"]
+        assert r.fingerprint_before == r.fingerprint_after
+        raw = Path(r.raw_dir)
+        assert (raw / "stdout").exists() and (raw / "stderr").exists()
+        assert json.loads((raw / "run.json").read_text())["run_key"] == r.run_key
+        assert json.loads((raw / "facts.json").read_text())["topology"]
+        assert (raw / "collectors" / "proc_peakmem.jsonl").exists()
+    # the build manifest is stamped on each ladder run
+    manifests = [r.build for r in first.values() if r.experiment == "ladder"]
+    assert len({m["build_hash"] for m in manifests}) == 1
+    manifest = manifests[0]
+    assert manifest["compiler"] and manifest["source_hash"] and not manifest["cached"]
+    assert list(manifest["binaries"]) == ["build/cc/ladder"]
+    assert len(manifest["binaries"]["build/cc/ladder"]) == 64
+
+    # shell metacharacters: one literal argv element, nothing created or removed
+    evil_run = next(r for r in first.values() if r.params.get("word") == evil)
+    assert json.loads((Path(evil_run.raw_dir) / "stdout").read_text().splitlines()[0]) == [evil]
+    assert keep.is_dir() and not (tmp_path / "pwned").exists()
+
+    # metrics: the binary's and the collector's, with parameters and parser versions
+    with Store(store_path("local-e2e", results)) as store:
+        frame = store.metrics_frame("local-e2e")
+    ladder = frame[frame["experiment"] == "ladder"]
+    assert set(ladder["size"]) == {"16K", "64K"}
+    assert {"jsonl/1", "collector:proc_peakmem/1"} <= set(ladder["parser"])
+    assert (ladder[ladder["metric"] == "peak_tree_rss"]["value"] > 0).all()
+
+    # resume: nothing is run again
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    again = runs(results, "local-e2e")
+    assert {k: (r.started, r.attempts) for k, r in again.items()} == {
+        k: (r.started, r.attempts) for k, r in first.items()
+    }
+
+    # --dry-run shows the new repetitions (ladder 2 -> 3, argv 1 -> 3) and runs nothing
+    capsys.readouterr()
+    assert orchestrate("run", spec, "--results", results, "--repetitions", "3", "--dry-run") == 0
+    out = capsys.readouterr().out
+    assert "host localhost: 6 runs to do" in out and "6 runs already stored" in out
+    assert len(runs(results, "local-e2e")) == 6
+
+    # --repetitions adds runs; the build comes from the host's cache
+    assert orchestrate("run", spec, "--results", results, "--repetitions", "3", "--plain") == 0
+    more = runs(results, "local-e2e")
+    assert len(more) == 12 and set(first) < set(more)
+    new = [r for k, r in more.items() if k not in first and r.experiment == "ladder"]
+    assert new and all(r.build["cached"] for r in new)
+
+    # status, report and export read the store
+    capsys.readouterr()
+    assert orchestrate("status", "local-e2e", "--results", results) == 0
+    assert "ladder on localhost: ok 6" in capsys.readouterr().out
+    assert orchestrate("report", "local-e2e", "--results", results) == 0
+    report = capsys.readouterr().out
+    assert "## ladder" in report and "bw_total" in report and "median" in report
+    assert (results / "local-e2e" / "report.md").exists()
+    for fmt in ("csv", "jsonl", "parquet"):
+        out_file = tmp_path / f"m.{fmt}"
+        assert orchestrate("export", "local-e2e", "--format", fmt, "-o", out_file,
+                           "--results", results) == 0  # fmt: skip
+        assert out_file.stat().st_size > 0
+    import pandas as pd
+
+    with Store(store_path("local-e2e", results)) as store:
+        assert len(pd.read_parquet(tmp_path / "m.parquet")) == store.metric_count("local-e2e")
+
+
+def test_timeouts_failures_and_rerun_failed(tmp_path, capsys):
+    bg = tmp_path / "bg.pid"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-faults",
+        "experiments": [
+            {"name": "hang", "timeout_s": 1,
+             "command": ["sh", "-c", f"sleep 60 & echo $! > {bg}; wait"]},
+            {"name": "exit3", "command": [PY, "-c", "raise SystemExit(3)"]},
+            {"name": "nometric", "command": [PY, "-c", "print('hello')"],
+             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw"]}},
+            {"name": "selfcheck", "command": [PY, "-c", "print('self-check FAILED')"],
+             "sanity": {"must_not_match": ["(?i)self-check failed"]}},
+        ],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    assert orchestrate("run", spec, "--results", results, "--plain") == 1
+    by_exp = {r.experiment: r for r in runs(results, "local-faults").values()}
+    assert by_exp["hang"].status == "timeout" and "killed after 1 s" in by_exp["hang"].reason
+    pid = int(bg.read_text())
+    assert not Path(f"/proc/{pid}/cmdline").exists() or _zombie(pid)
+    assert by_exp["exit3"].status == "failed" and "exit code 3" in by_exp["exit3"].reason
+    assert "required metrics missing: bw" in by_exp["nometric"].reason
+    assert "must_not_match" in by_exp["selfcheck"].reason
+
+    # a plain rerun skips them; --rerun-failed runs them again (same keys, attempt 2)
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    assert {r.attempts for r in runs(results, "local-faults").values()} == {1}
+    assert orchestrate("run", spec, "--results", results, "--plain", "--rerun-failed") == 1
+    after = runs(results, "local-faults")
+    assert len(after) == 4 and {r.attempts for r in after.values()} == {2}
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] == "Z"
+    except OSError:
+        return True
+
+
+def test_sigkill_mid_campaign_then_resume(tmp_path):
+    points = 8
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-kill",
+        "experiments": [{
+            "name": "slow",
+            "command": [PY, "-c", "import time, sys; time.sleep(0.4); " + EMIT, "{{ i }}"],
+            "sweep": {"matrix": {"i": list(range(points))}},
+            "metrics": {"parser": "jsonl"},
+        }],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
+            "--plain", "--inventory", str(local_inventory(tmp_path))]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    db = store_path("local-kill", results)
+    try:
+        deadline = time.monotonic() + 120
+        done = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if db.exists():
+                try:
+                    with sqlite3.connect(db) as raw:
+                        sql = "SELECT count(*) FROM runs WHERE status='ok'"
+                        done = raw.execute(sql).fetchone()[0]
+                except sqlite3.OperationalError:  # the schema is being created
+                    done = 0
+                if done >= 3:
+                    break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the campaign ended before we could kill it"
+        assert 3 <= done < points
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = runs(results, "local-kill")
+    assert 3 <= len(before) < points and {r.status for r in before.values()} == {"ok"}
+
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    after = runs(results, "local-kill")
+    assert len(after) == points  # none missing
+    assert {r.status for r in after.values()} == {"ok"}
+    for key, r in before.items():  # no completed run redone
+        assert (after[key].started, after[key].attempts) == (r.started, 1)
+    with sqlite3.connect(db) as raw:  # none duplicated
+        per_run = raw.execute("SELECT run_key, count(*) FROM metrics GROUP BY run_key").fetchall()
+        keys = raw.execute("SELECT count(*), count(DISTINCT run_key) FROM runs").fetchone()
+    assert keys == (points, points)
+    assert sorted(n for _, n in per_run) == [1] * points
+    assert sorted(json.loads(json.dumps(r.params))["i"] for r in after.values()) == list(
+        range(points))  # fmt: skip
+
+
+THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
+
+
+@pytest.mark.root
+def test_drift_during_a_run_marks_it_invalid(tmp_path):
+    """The command changes a host knob (THP defrag); the test restores it afterwards."""
+    if os.geteuid() != 0 or not THP_DEFRAG.exists() or not os.access(THP_DEFRAG, os.W_OK):
+        pytest.skip("needs root and a writable transparent_hugepage/defrag")
+    original = THP_DEFRAG.read_text().split("[", 1)[1].split("]", 1)[0]
+    other = "never" if original != "never" else "madvise"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-drift",
+        "experiments": [{"name": "flip", "command": [
+            PY, "-c", f"open({str(THP_DEFRAG)!r}, 'w').write({other!r})"]}],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    try:
+        assert orchestrate("run", spec, "--results", results, "--plain") == 1
+    finally:
+        THP_DEFRAG.write_text(original)
+    (run,) = runs(results, "local-drift").values()
+    assert run.status == "invalid"
+    assert f"thp_defrag: {original} -> {other}" in run.reason
+
+
+def test_a_second_orchestrator_leaves_a_busy_host_alone(tmp_path, capsys):
+    from socketlab.execute.local import LocalExecutor
+
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-busy", "experiments": [{"name": "e", "command": [PY, "-c", "0"]}],
+    })  # fmt: skip
+    holder = LocalExecutor("localhost", workroot=str(tmp_path / "work"))  # same host, same lock
+    holder.lock({"campaign": "someone-else"})
+    try:
+        assert orchestrate("run", spec, "--results", tmp_path / "results", "--plain") == 1
+    finally:
+        holder.unlock()
+    err = capsys.readouterr().err
+    assert "localhost: error: localhost: host is busy" in err and "someone-else" in err
+    assert runs(tmp_path / "results", "local-busy") == {}
+    assert orchestrate("run", spec, "--results", tmp_path / "results", "--plain") == 0

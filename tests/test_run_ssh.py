@@ -1,0 +1,187 @@
+"""`orchestrate run` over two sshd hosts in network namespaces: fan-out, provenance, and a
+host that goes away mid-campaign."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from socketlab.cli import main
+from socketlab.store import Store, store_path
+
+pytestmark = pytest.mark.netns
+PY = "/usr/bin/python3"
+EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
+        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
+        "'unit': '1'}))")  # fmt: skip
+
+
+def write_spec(path: Path, body: dict) -> Path:
+    path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
+    return path
+
+
+def inventory(pool, tmp_path: Path) -> Path:
+    # Each host gets its own work folder: the namespaces share this machine's filesystem.
+    extra = {h.name: {"socketlab_workroot": str(tmp_path / "work")} for h in pool.hosts}
+    return pool.inventory(tmp_path / "hosts.yml", group="testhosts", extra=extra)
+
+
+def stored(results: Path, campaign: str):
+    with Store(store_path(campaign, results), create=False) as store:
+        return {r.run_key: r for r in store.runs(campaign)}
+
+
+def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep}"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "ssh-fanout",
+        "hosts": {"group": "testhosts"},
+        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+        "defaults": {"timeout_s": 60, "collectors": ["proc_peakmem", "proc_noise"]},
+        "experiments": [
+            {"name": "ladder", "build": "native", "repetitions": 2,
+             "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw_total"]}},
+            {"name": "argv", "command": [PY, "-c", EMIT, "{{ word }}"],
+             "sweep": {"matrix": {"word": [evil, "plain"]}}},
+            {"name": "hang", "timeout_s": 1, "collectors": [],
+             "command": ["sh", "-c", f"sleep 60 & echo $! > {tmp_path}/{{{{ host }}}}.bg; wait"]},
+        ],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    argv = ["run", str(spec), "--results", str(results), "--inventory",
+            str(inventory(ssh_pool, tmp_path)), "--plain"]  # fmt: skip
+    assert main(argv) == 1  # the hang runs time out
+    runs = stored(results, "ssh-fanout")
+    names = {h.name for h in ssh_pool.hosts}
+    hung = {k: runs.pop(k) for k in [k for k, r in runs.items() if r.experiment == "hang"]}
+    assert sorted(r.host for r in hung.values()) == sorted(names)
+    for r in hung.values():  # killed on the host, whole group, by the agent
+        assert r.status == "timeout" and "killed after 1 s" in r.reason
+        background = int((tmp_path / f"{r.host}.bg").read_text())
+        _wait_for(lambda b=background: not _alive(b), 5, f"PID {background} to be gone")
+    assert len(runs) == 8  # (2 ladder reps + 2 argv points) x 2 hosts, each once
+    assert {r.host for r in runs.values()} == names
+    for host in names:
+        mine = [r for r in runs.values() if r.host == host]
+        assert sorted((r.experiment, r.repetition) for r in mine) == [
+            ("argv", 0), ("argv", 0), ("ladder", 0), ("ladder", 1)]
+    assert {r.status for r in runs.values()} == {"ok"}
+    profiles = {r.host: r.host_profile for r in runs.values()}
+    assert len(set(profiles.values())) == 2  # same hardware, still distinct hosts
+    for r in runs.values():
+        raw = Path(r.raw_dir)
+        assert {"proc_peakmem.jsonl", "proc_noise.jsonl"} <= set(r.extra["collectors"])
+        assert (raw / "collectors" / "proc_noise.jsonl").stat().st_size > 0
+        assert r.fingerprint_before and r.fingerprint_after and r.spec_sha256
+        if r.experiment == "ladder":
+            assert r.build["binaries"]["build/cc/ladder"] and r.build["compiler"]
+            assert r.build["build_hash"] in r.build.get("make", "") or r.build["source_hash"]
+        else:
+            literal = json.loads((raw / "stdout").read_text().splitlines()[0])
+            assert literal == [r.params["word"]]
+    assert keep.is_dir() and not (tmp_path / "pwned").exists()
+    # each host built in its own work folder: one manifest per host, same source hash
+    builds = {r.host: r.build for r in runs.values() if r.experiment == "ladder"}
+    assert len({b["source_hash"] for b in builds.values()}) == 1
+    # a second run finds everything stored and runs nothing (timeouts only with --rerun-failed)
+    assert main(argv) == 0
+    assert {k: r.attempts for k, r in stored(results, "ssh-fanout").items()} == {
+        k: 1 for k in [*runs, *hung]}
+
+
+def _alive(pid: int) -> bool:
+    # The namespaces share our PID namespace: the host's processes are visible here.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ok_count(db: Path, host: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as raw:
+            return raw.execute("SELECT count(*) FROM runs WHERE host=? AND status='ok'",
+                               (host,)).fetchone()[0]  # fmt: skip
+    except sqlite3.OperationalError:
+        return 0
+
+
+@pytest.mark.slow
+def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
+    points = 6
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "ssh-outage",
+        "hosts": {"group": "testhosts"},
+        "experiments": [{
+            "name": "slow", "timeout_s": 30,
+            "command": [PY, "-c", "import time, sys; time.sleep(0.5); " + EMIT, "{{ i }}"],
+            "sweep": {"matrix": {"i": list(range(points))}}, "metrics": {"parser": "jsonl"},
+        }],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    db = store_path("ssh-outage", results)
+    pool = ssh_pool
+    inv = inventory(pool, tmp_path)
+    lost, other = pool.hosts[0], pool.hosts[1]
+    veth = f"sl{pool.tag}o0"  # the outer end of host 0's link (tests/support/netns.py)
+    restarted = False
+    try:
+        argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results",
+                str(results), "--inventory", str(inv), "--plain"]  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_for(lambda: _ok_count(db, lost.name) >= 2, 90, "two runs on the first host")
+            # The host vanishes: sshd stops and its link goes down (open sessions die too).
+            pool.stop(lost)
+            subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+            assert proc.wait(timeout=120) == 1
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            subprocess.run(["ip", "link", "set", veth, "up"], check=False)
+        runs = stored(results, "ssh-outage")
+        assert len(runs) == 2 * points
+        mine = [r for r in runs.values() if r.host == other.name]
+        assert len(mine) == points and {r.status for r in mine} == {"ok"}  # the other finished
+        gone = [r for r in runs.values() if r.host == lost.name]
+        failed = [r for r in gone if r.status != "ok"]
+        assert 2 <= points - len(failed) < points and failed
+        assert all(r.status == "failed" and "unreachable" in r.reason for r in failed)
+        done_before = {r.run_key: r.started for r in gone if r.status == "ok"}
+
+        pool.restart(lost)
+        restarted = True
+        assert main(["run", str(spec), "--results", str(results), "--inventory", str(inv),
+                     "--plain", "--rerun-failed"]) == 0  # fmt: skip
+        after = stored(results, "ssh-outage")
+        assert len(after) == 2 * points and {r.status for r in after.values()} == {"ok"}
+        for key, started in done_before.items():
+            assert after[key].started == started and after[key].attempts == 1
+        assert {after[r.run_key].attempts for r in failed} == {2}
+    finally:  # the session's hosts serve other tests: bring this one back whatever happened
+        subprocess.run(["ip", "link", "set", veth, "up"], check=False)
+        if not restarted:
+            pool.restart(lost)
