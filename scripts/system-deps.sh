@@ -7,7 +7,9 @@ pkgs=(
   build-essential clang-16 make                          # native/ with gcc and clang
   likwid sysbench fio iperf3 numactl hwloc               # reference tools and platform suite
   chromium                                               # screenshot of the HTML report
+  linux-perf linux-cpupower                              # perf_stat and clock_freq collectors (perf, turbostat)
   sqlite3
+  cmake ninja-build                                      # llama-cpp-python[server] source build (serving tests)
 )
 missing=()
 for p in "${pkgs[@]}"; do

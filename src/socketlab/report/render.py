@@ -1,0 +1,312 @@
+"""Render the published-vs-measured comparison: markdown, and a standalone HTML with PNG plots.
+
+Input is a ``Report`` (what ``socketlab.report.build`` gathers from the store: comparison rows,
+host facts, provenance). Plots are drawn with matplotlib's Agg backend and embedded as base64
+PNGs, so the HTML file is one self-contained file a person can mail or open anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from socketlab.report.compare import (
+    DEVIATES,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    REPRODUCED,
+    Row,
+    fmt,
+    summary,
+)
+from socketlab.report.published import Published, Table
+
+
+@dataclass
+class Report:
+    campaign: str
+    published: list[Published]
+    rows: list[Row]  #: comparison rows of every published file, in file order
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  #: name -> facts entry
+    provenance: dict[str, Any] = field(default_factory=dict)  #: spec, profile, builds, isolation
+    generated: str = ""  #: UTC timestamp text
+    extra_markdown: str = ""  #: plain measured tables (socketlab.report.tables), appended
+
+    def rows_of(self, table: Table) -> list[Row]:
+        return [r for r in self.rows if r.cell.table == table.id]
+
+
+def _ratio(r: Row) -> str:
+    return "—" if r.ratio is None else f"{r.ratio:.2f}x"
+
+
+def _measured(r: Row) -> str:
+    return r.measured.text() if r.measured else "—"
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _headline(report: Report) -> list[str]:
+    counts = summary(report.rows)
+    return [
+        f"{len(report.rows)} published cells: {counts[REPRODUCED]} reproduced, "
+        f"{counts[DEVIATES]} deviate, {counts[NOT_COMPARABLE]} not comparable, "
+        f"{counts[NOT_RUN]} not run."
+    ]
+
+
+def _host_lines(report: Report) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for name, entry in sorted(report.hosts.items()):
+        topo = entry.get("topology", entry) or {}
+        flags = set(topo.get("flags", ()))
+        feats = ", ".join(f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "waitpkg",
+                                      "cldemote") if f in flags) or "none of the AMX/AVX-512 flags"
+        iso = entry.get("isolation_applied")
+        verify = entry.get("isolation_verify") or entry.get("verify")
+        out.append((name, (
+            f"{topo.get('cpu_model', '?')}; {topo.get('sockets', '?')} socket(s), "
+            f"{topo.get('nodes', '?')} NUMA node(s), {topo.get('cores', '?')} cores, "
+            f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel {topo.get('kernel', '?')}; "
+            f"THP {topo.get('thp', '?')}; numa_balancing {topo.get('numa_balancing', '?')}; "
+            f"features: {feats}; isolation applied: {'yes' if iso else 'no'}"
+            + (f"; verify: {verify}" if verify else "")
+        )))
+    return out
+
+
+def _provenance_items(report: Report) -> list[tuple[str, str]]:
+    p = report.provenance
+    items: list[tuple[str, str]] = []
+    if p.get("spec"):
+        items.append(("campaign file", f"{p['spec']} (sha256 {p.get('spec_sha256', '?')})"))
+    elif p.get("spec_sha256"):
+        items.append(("campaign file sha256", str(p["spec_sha256"])))
+    if p.get("profile"):
+        items.append(("profile", str(p["profile"])))
+    for pub in report.published:
+        items.append(("published values", f"{pub.path.name}: {pub.title}"))
+    if p.get("store"):
+        items.append(("results store", str(p["store"])))
+    if p.get("runs"):
+        items.append(("runs", ", ".join(f"{k} {v}" for k, v in sorted(p["runs"].items()))))
+    for name, text in _host_lines(report):
+        items.append((f"host {name}", text))
+    for host, iso in sorted((p.get("isolation") or {}).items()):
+        items.append((f"isolation on {host}", str(iso)))
+    for build in p.get("builds") or []:
+        items.append(("build", ", ".join(f"{k} {v}" for k, v in build.items() if v is not None)))
+    if report.generated:
+        items.append(("generated", report.generated))
+    return items
+
+
+# -- markdown ---------------------------------------------------------------------------------
+
+
+def _md_table(table: Table, rows: list[Row]) -> list[str]:
+    multi_col = len(table.columns) > 1
+    multi_host = len({r.host for r in rows}) > 1
+    head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
+    head += ["published", "measured median (min–max, n)", "ratio", "verdict"]
+    titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.cell.label]
+        if multi_col:
+            cells.append(titles[r.cell.column])
+        if multi_host:
+            cells.append(r.host or "—")
+        cells += [r.published_text, _measured(r), _ratio(r), r.verdict]
+        lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
+    return lines
+
+
+def render_markdown(report: Report) -> str:
+    out = [f"# {report.campaign}: published vs measured", ""]
+    out += _headline(report) + [""]
+    out += ["## Provenance", ""]
+    out += [f"- **{k}**: {_md_escape(v)}" for k, v in _provenance_items(report)]
+    for pub in report.published:
+        out += ["", f"## {pub.title}", "",
+                f"Published host: {pub.host['model']} ({pub.host['cores']} cores"
+                + (f", {pub.host['instance']}" if pub.host.get("instance") else "") + ")."]
+        for table in pub.tables:
+            unit = table.columns[0].unit if len(table.columns) == 1 else ""
+            out += ["", f"### {table.title}" + (f" [{unit}]" if unit else ""), ""]
+            if table.section:
+                out.append(f"Section {table.section}. " + (table.note or ""))
+                out.append("")
+            out += _md_table(table, report.rows_of(table))
+    if report.extra_markdown:
+        out += ["", "## Measured tables", "", report.extra_markdown.strip()]
+    return "\n".join(out) + "\n"
+
+
+# -- plots ------------------------------------------------------------------------------------
+
+
+def _series_key(cond: dict[str, Any], series: Iterable[str]) -> str:
+    return ", ".join(str(cond.get(k)) for k in series) or "published"
+
+
+def _x(value: Any, default: float) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def plot_table(table: Table, rows: list[Row]) -> bytes | None:
+    """PNG of a table's plot spec: published points, measured medians (with min–max) on top."""
+    if not table.plot:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    spec = table.plot
+    column, xkey, series = spec["column"], spec["x"], spec.get("series", [])
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=110)
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.cell.column == column:
+            groups.setdefault(_series_key(r.cell.conditions, series), []).append(r)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (name, grp) in enumerate(sorted(groups.items())):
+        color = colors[i % len(colors)]
+        pub = sorted(((float(r.cell.conditions[xkey]), r) for r in grp), key=lambda t: t[0])
+        xs = [x for x, _ in pub]
+        ys = [r.cell.reference for _, r in pub]
+        lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
+        hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
+        suffix = "" if name == "published" else f": {name}"
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=color, label=f"published{suffix}",
+                    capsize=3, markersize=5)
+        # measured at the x it really ran at when the run reports it (participants=2 on a
+        # 2-core host), else at the published x
+        meas = sorted(((_x(r.measured.dims.get(xkey), x), r) for x, r in pub
+                       if r.measured is not None), key=lambda t: t[0])
+        if meas:
+            mx = [x for x, _ in meas]
+            my = [r.measured.median for _, r in meas]
+            ylo = [r.measured.median - r.measured.minimum for _, r in meas]
+            yhi = [r.measured.maximum - r.measured.median for _, r in meas]
+            hosts = sorted({r.host or "" for _, r in meas})
+            ax.errorbar(mx, my, yerr=[ylo, yhi], fmt="s--", color=color, mfc="white",
+                        label=f"measured ({', '.join(hosts)}){suffix}", capsize=3, markersize=6)
+    if spec.get("xscale") == "log":
+        ax.set_xscale("log")
+    if spec.get("yscale") == "log":
+        ax.set_yscale("log")
+    unit = next((c.unit for c in table.columns if c.key == column), "")
+    ax.set_xlabel(spec.get("xlabel", xkey))
+    ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
+    ax.set_title(spec.get("title", table.title), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# -- HTML -------------------------------------------------------------------------------------
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1340px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px;margin-top:22px}
+table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.reproduced td.v{background:#dff3df}tr.deviates td.v{background:#fbe0d0}
+tr.not-comparable td.v{background:#eef}tr.not-run td.v{background:#f4f4f4;color:#666}
+dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px}
+dl.prov dt{font-weight:600}dl.prov dd{margin:0}
+.summary{font-size:14px;padding:8px;background:#fafafa;border:1px solid #eee}
+.note{font-size:12px;color:#555}img.plot{border:1px solid #ddd;margin:4px;width:100%}
+.plots{display:grid;grid-template-columns:1fr 1fr;gap:6px;max-width:1340px}
+"""
+
+
+def _h(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _html_table(table: Table, rows: list[Row]) -> str:
+    multi_col = len(table.columns) > 1
+    multi_host = len({r.host for r in rows}) > 1
+    titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
+    head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
+    head += ["published", "measured median (min–max, n)", "ratio", "verdict"]
+    out = ["<table><tr>" + "".join(f"<th>{_h(h)}</th>" for h in head) + "</tr>"]
+    for r in rows:
+        cls = r.kind.replace(" ", "-")
+        tds = [f"<td>{_h(r.cell.label)}</td>"]
+        if multi_col:
+            tds.append(f"<td>{_h(titles[r.cell.column])}</td>")
+        if multi_host:
+            tds.append(f"<td>{_h(r.host or '—')}</td>")
+        tds += [f'<td class="num" title="{_h(r.cell.source)}">{_h(r.published_text)}</td>',
+                f'<td class="num">{_h(_measured(r))}</td>', f'<td class="num">{_h(_ratio(r))}</td>',
+                f'<td class="v">{_h(r.verdict)}</td>']
+        out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def render_html(report: Report) -> str:
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{_h(report.campaign)}: published vs measured</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>{_h(report.campaign)}: published vs measured</h1>",
+        f"<p class='summary'>{_h(' '.join(_headline(report)))}</p>",
+        "<h2>Provenance</h2><dl class='prov'>",
+    ]
+    parts += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _provenance_items(report)]
+    parts.append("</dl>")
+    plots = []
+    for pub in report.published:
+        for table in pub.tables:
+            png = plot_table(table, report.rows_of(table))
+            if png:
+                data = base64.b64encode(png).decode()
+                plots.append(f"<a href='#{_h(table.id)}'><img class='plot' alt='"
+                             f"{_h(table.plot.get('title', table.title))}' "
+                             f"src='data:image/png;base64,{data}'></a>")
+    if plots:
+        parts.append("<h2>Plots</h2><p class='note'>Published points (filled) and measured "
+                     "medians with min–max (hollow, dashed). Click a plot for its table.</p>")
+        parts.append("<div class='plots'>" + "".join(plots) + "</div>")
+    for pub in report.published:
+        parts.append(f"<h2>{_h(pub.title)}</h2>")
+        parts.append(f"<p class='note'>Published host: {_h(pub.host['model'])} "
+                     f"({_h(pub.host['cores'])} cores). Hover a published value for its source.</p>")
+        for table in pub.tables:
+            rows = report.rows_of(table)
+            parts.append(f"<h3 id='{_h(table.id)}'>{_h(table.title)}</h3>")
+            if table.note or table.section:
+                parts.append(f"<p class='note'>Section {_h(table.section)}. {_h(table.note)}</p>")
+            parts.append(_html_table(table, rows))
+    if report.extra_markdown:
+        parts.append("<h2>Measured tables</h2><pre>" + _h(report.extra_markdown) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def render(report: Report, fmt_name: str = "md") -> str:
+    if fmt_name == "html":
+        return render_html(report)
+    return render_markdown(report)
+
+
+__all__ = ["Report", "fmt", "plot_table", "render", "render_html", "render_markdown"]

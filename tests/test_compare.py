@@ -1,0 +1,126 @@
+"""The comparison verdicts, fed through the real store with c8i-shaped recorded outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from socketlab.report.compare import (
+    DEVIATES,
+    NOT_COMPARABLE,
+    NOT_RUN,
+    REPRODUCED,
+    compare,
+    convert,
+    host_difference,
+    short_model,
+)
+from socketlab.report.published import load_published
+from socketlab.store import Store
+from tests.published.c8i_fixture import fill_store, topology_facts
+
+REAL = Path(__file__).resolve().parents[1] / "experiments" / "published" / "sram-oct-2026.yaml"
+CAMPAIGN = "campaign-oct"
+
+
+@pytest.fixture(scope="module")
+def published():
+    return load_published(REAL)
+
+
+@pytest.fixture(scope="module")
+def c8i():
+    return {"topology": topology_facts("c8i-metal-48xl")}
+
+
+def _rows(tmp_path, published, hosts, **kw):
+    with Store(tmp_path / "store.sqlite") as store:
+        fill_store(store, published, CAMPAIGN, **kw)
+        frame = store.metrics_frame(CAMPAIGN)
+    return compare(published, frame, hosts)
+
+
+def test_c8i_fixtures_reproduce_every_measured_cell(tmp_path, published, c8i):
+    rows = _rows(tmp_path, published, {"c8i": c8i})
+    assert len(rows) == len(published.cells)
+    measured = [r for r in rows if r.cell.experiment and not r.cell.unmeasured]
+    assert len(measured) > 100
+    bad = [(r.cell.id, r.verdict) for r in measured if r.kind != REPRODUCED]
+    assert bad == []
+    for r in measured:
+        assert r.measured.n == 3  # warm-ups, failed runs and stat summaries are not counted
+        assert r.verdict.startswith("reproduced within tolerance")
+    for r in rows:
+        if r.cell.unmeasured:
+            assert r.kind == NOT_RUN and r.verdict == f"not run: {r.cell.unmeasured}"
+    # µs per token is step p50 / B; TB/s cells were stored in GB/s by the ladder and converted
+    tok = next(r for r in rows if r.cell.id == "batching/e2b-l0-2k-b16-amx/us_per_token")
+    assert tok.measured.median == pytest.approx(13.3, rel=0.02)
+    fast = next(r for r in rows if r.cell.id == "fast-tier/mib-64/bw_total")
+    assert fast.measured.unit == "TB/s" and fast.measured.median == pytest.approx(0.657, rel=0.02)
+
+
+def test_one_value_moved_20_percent_deviates(tmp_path, published, c8i):
+    target = "ladder/l2-1.5-4k-read/bw_total"
+    rows = _rows(tmp_path, published, {"c8i": c8i}, shift={target: 1.2})
+    by_id = {r.cell.id: r for r in rows}
+    moved = by_id[target]
+    assert moved.kind == DEVIATES
+    assert moved.ratio == pytest.approx(1.2, rel=0.02)
+    assert moved.verdict == f"deviates: {moved.ratio:.2f}x of published (±5%, better)"
+    assert "better" in moved.verdict  # higher is better for bandwidth
+    others = [r for r in rows if r.cell.experiment and not r.cell.unmeasured and r is not moved]
+    assert all(r.kind == REPRODUCED for r in others)
+    # and down 20% on a lower-is-better cell is "better"
+    rows = _rows(tmp_path / "b", published, {"c8i": c8i},
+                 shift={"exchange/n96-diss/exchange_p50": 0.8})
+    r = next(r for r in rows if r.cell.id == "exchange/n96-diss/exchange_p50")
+    assert r.kind == DEVIATES and r.verdict.endswith(", better)")
+
+
+def test_other_host_is_not_comparable_and_names_the_difference(tmp_path, published):
+    here = {"topology": topology_facts("this-machine")}
+    rows = _rows(tmp_path, published, {"vm": here}, host="vm")
+    measured = [r for r in rows if r.measured is not None]
+    assert measured
+    flags = set(here["topology"]["flags"])
+    for r in rows:
+        if r.cell.unmeasured:
+            assert r.kind == NOT_RUN
+        elif set(r.cell.requires) - flags:
+            missing = sorted(set(r.cell.requires) - flags)
+            assert r.verdict == f"not run: host lacks {', '.join(missing)}"
+        else:
+            assert r.kind == NOT_COMPARABLE
+            assert r.verdict == ("not comparable: host is AMD EPYC (2 cores), "
+                                 "published host is Xeon 6975P-C (96 cores)")
+    amx = next(r for r in rows if r.cell.id == "ladder/l2-1.0-thp-amx/bw_total")
+    assert amx.verdict == "not run: host lacks amx_bf16"
+
+
+def test_not_run_reasons(tmp_path, published, c8i):
+    # no runs at all, a planner skip, and a parameter nobody ran
+    rows = compare(published, [], {"c8i": c8i}, skips=[("c8i", "kvstream", "dropped by profile")])
+    by_id = {r.cell.id: r for r in rows}
+    assert by_id["kv-stream/e2b-l4-2k/attention_us"].verdict == "not run: dropped by profile"
+    assert by_id["ladder/l2-1.0-thp-read/bw_total"].verdict == (
+        "not run: no ladder run with kernel=avx512-read, pages=thp, mib_per_core=1.0 "
+        "reported bw_total")
+    assert all(r.kind == NOT_RUN for r in rows)
+    # no hosts at all
+    rows = compare(published, [], {})
+    assert {r.host for r in rows} == {None}
+
+
+def test_units_and_models():
+    assert convert(1500, "GB/s", "TB/s") == pytest.approx(1.5)
+    assert convert(2.0, "us", "ns") == pytest.approx(2000)
+    assert convert(3270, "GFLOP/s", "Tflop/s") == pytest.approx(3.27)
+    assert convert(1, "GB/s", "us") is None
+    assert short_model("INTEL(R) XEON(R) 6975P-C") == "XEON 6975P-C"
+    assert short_model("AMD EPYC 9R14 96-Core Processor") == "AMD EPYC 9R14"
+    pub_host = {"model": "Intel Xeon 6975P-C", "cores": 96}
+    assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 96}) is None
+    assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 48}) == (
+        "host is Xeon 6975P-C (48 cores), published host is Xeon 6975P-C (96 cores)")

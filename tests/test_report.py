@@ -1,0 +1,156 @@
+"""The comparison report: built from a results folder, rendered as markdown and HTML with plots,
+and the HTML opened in headless Chromium."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from socketlab.report.build import build_report, write_report
+from socketlab.report.published import PUBLISHED_DIR, load_published
+from socketlab.store import Store, store_path
+from tests.published.c8i_fixture import fill_store, topology_facts
+
+REPO = Path(__file__).resolve().parents[1]
+CAMPAIGN = "campaign-oct"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """A results folder as the runner leaves it: store + host facts, c8i-shaped values."""
+    root = tmp_path_factory.mktemp("results")
+    pub = load_published(PUBLISHED_DIR / "sram-oct-2026.yaml")
+    with Store(store_path(CAMPAIGN, root)) as store:
+        fill_store(store, pub, CAMPAIGN, host="c8i", shift={"exchange/n32-diss/exchange_p50": 1.2})
+    hosts = root / CAMPAIGN / "hosts"
+    hosts.mkdir(parents=True)
+    (hosts / "c8i.json").write_text(json.dumps({
+        "topology": topology_facts("c8i-metal-48xl"), "isolation_applied": True,
+        "isolation_verify": "ok: 161 of 165 IRQs on housekeeping"}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(results):
+    rep = build_report(CAMPAIGN, results=results, spec_path=results / "no-spec.yaml")
+    assert rep is not None
+    return rep
+
+
+def test_no_published_file_means_no_report(results):
+    assert build_report("quickstart", results=results) is None
+
+
+def test_markdown_has_a_row_for_every_published_cell(report):
+    md = report_md = write_report(report, report.provenance and Path(report.provenance["store"])
+                                  .parent / "report", ("md",))["md"].read_text()
+    ncells = sum(len(p.cells) for p in report.published)
+    verdict_lines = [ln for ln in md.splitlines() if ln.startswith("| ") and (
+        "reproduced within" in ln or "deviates" in ln or "not run:" in ln
+        or "not comparable:" in ln)]
+    assert len(verdict_lines) == ncells
+    assert "| 32 (one node), dissemination | 1.09 |" in md
+    assert "deviates: 1.2" in md
+    assert f"{ncells} published cells:" in report_md
+    assert "not run: needs the real-layer stage benchmark" in md
+    # provenance: host facts, isolation state and verify result
+    assert "INTEL(R) XEON(R) 6975P-C" in md and "isolation applied: yes" in md
+    assert "verify: ok: 161 of 165 IRQs on housekeeping" in md
+
+
+def test_html_is_standalone_with_plots(report, tmp_path):
+    html = write_report(report, tmp_path, ("html",))["html"].read_text()
+    assert html.count("data:image/png;base64,") >= 4  # ladder, exchange, batch, KV, fast tier
+    assert "http://" not in html and "https://" not in html  # nothing fetched from anywhere
+    assert html.count("<tr class=\"reproduced\">") > 100
+    assert html.count("<tr class=\"deviates\">") == 1
+
+
+def _png_size_and_colours(path: Path) -> tuple[int, int, int]:
+    """(width, height, distinct byte values in the first rows): enough to tell a blank page."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    idat = b""
+    pos = 8
+    while pos < len(data):
+        length = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    return width, height, len(set(raw[: width * 4 * 400]))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="matplotlib missing")
+def test_html_opens_in_headless_chromium(report, tmp_path):
+    spec = importlib.util.spec_from_file_location("shot", REPO / "bench" / "screenshot_report.py")
+    shot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shot)
+    if shot.chromium() is None:
+        pytest.skip("chromium is not installed (scripts/system-deps.sh installs it)")
+    html = write_report(report, tmp_path, ("html",))["html"]
+    png = tmp_path / "shot.png"
+    shot.screenshot(html, png, "1000,1400")
+    width, height, colours = _png_size_and_colours(png)
+    assert (width, height) == (1000, 1400)
+    assert colours > 20  # text, table shading and a plot, not a blank page
+
+
+def test_cli_report_writes_markdown_and_html(results, capsys):
+    from socketlab.cli import main
+
+    assert main(["report", CAMPAIGN, "--results", str(results), "--format", "html"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith(f"(also {results / CAMPAIGN / 'report.md'})")
+    html = (results / CAMPAIGN / "report.html").read_text()
+    md = (results / CAMPAIGN / "report.md").read_text()
+    assert "data:image/png" in html and "## Measured tables" in md  # plain tables appended
+    assert main(["report", CAMPAIGN, "--results", str(results)]) == 0
+    assert "| 32 (one node), dissemination | 1.09 |" in capsys.readouterr().out
+
+
+def test_not_run_reasons_from_the_results_folder(tmp_path):
+    """A failed run, an unsupported collector and a profile's left-out point each say why."""
+    from socketlab.parse import Metric
+    from socketlab.store import RunRecord
+
+    campaign_dir = tmp_path / CAMPAIGN
+    raw = campaign_dir / "runs" / "k-clocks" / "collectors"
+    raw.mkdir(parents=True)
+    (raw / "clock_freq.jsonl").write_text(json.dumps(
+        {"ts": 1.0, "source": "clock_freq", "unsupported": "no clock source: no cpufreq"}) + "\n")
+    with Store(store_path(CAMPAIGN, tmp_path)) as store:
+        store.add_run(RunRecord("k-clocks", CAMPAIGN, "clocks", "vm", 0,
+                                {"kernel": "avx512-bf16-gemv", "mib_per_core": 1.0}, "ok",
+                                raw_dir=str(raw.parent)), [])
+        store.add_run(RunRecord("k-ladder", CAMPAIGN, "ladder", "vm", 0,
+                                {"kernel": "avx512-read", "pages": "thp", "mib_per_core": 1.0},
+                                "failed", reason="exit code 3: no AVX-512"), [])
+        store.add_run(RunRecord("k-ok", CAMPAIGN, "ladder", "vm", 0,
+                                {"kernel": "avx512-read", "pages": "4k", "mib_per_core": 1.0},
+                                "ok"), [Metric("bw_total", 50.0, "GB/s", {"stat": "rep"})])
+    (campaign_dir / "hosts").mkdir()
+    (campaign_dir / "hosts" / "vm.json").write_text(json.dumps(
+        {"topology": topology_facts("this-machine"), "isolation": None}))
+    (campaign_dir / "last-run.json").write_text(json.dumps(
+        {"spec": str(REPO / "experiments" / "campaign-oct.yaml"), "profile": "quick"}))
+    rep = build_report(CAMPAIGN, results=tmp_path)
+    verdict = {r.cell.id: r.verdict for r in rep.rows}
+    assert verdict["clocks/avx512-bf16-gemv/busy_mhz_mean"] == (
+        "not run: collector clock_freq unsupported here: no clock source: no cpufreq")
+    assert verdict["ladder/l2-1.0-thp-read/bw_total"] == (
+        "not run: failed: exit code 3: no AVX-512")
+    assert verdict["ladder/l2-1.3-4k-read/bw_total"] == "not run: left out by profile quick"
+    assert verdict["exchange/n96-hier/exchange_p50"] == (
+        "not run: campaign-oct.yaml runs no exchange point with scope=all-nodes, mode=hier")
+    assert verdict["ladder/l2-1.0-4k-read/bw_total"] == (
+        "not comparable: host is AMD EPYC (2 cores), published host is Xeon 6975P-C (96 cores)")
+    assert verdict["ladder/l2-1.0-4k-amx/bw_total"] == "not run: host lacks amx_bf16"
+    assert rep.provenance["profile"] == "quick"
