@@ -1,0 +1,59 @@
+#!/bin/sh
+# make check: every binary at tiny sizes with its self-check; seconds in total.
+# AMX kernels must either pass (CPU has AMX) or exit 3 (CPU lacks it); the AMX path is always
+# checked under the software tile emulation (amx_emu_test).
+set -u
+B=${1:?usage: check.sh BUILD_DIR}
+fail=0
+has() { grep -qw "$1" /proc/cpuinfo 2>/dev/null; }
+# expected exit code per ISA: 0 where the CPU has it, 3 (unsupported) where it does not
+rc_for() { for f in "$@"; do has "$f" || { echo 3; return; }; done; echo 0; }
+avx2=$(rc_for avx2)
+avx512=$(rc_for avx512f avx512bw)
+bf16=$(rc_for avx512f avx512bw avx512_bf16)
+amx_rc=$(rc_for amx_tile amx_bf16)
+
+run() { # expected-rc description command...
+    want=$1; shift
+    out=$("$@" 2>&1 >/dev/null)
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        echo "FAIL (rc=$rc, want $want): $*"
+        [ -n "$out" ] && echo "    $out"
+        fail=1
+    else
+        echo "ok   $*"
+    fi
+}
+
+T="--timeout 60"
+run $avx512 $B/ladder --kernel avx512-read --size 16K --seconds 0.02 --reps 2 $T
+run $avx2 $B/ladder --kernel avx2-read --size 64K --seconds 0.02 --reps 1 --page thp $T
+run $bf16 $B/ladder --kernel avx512-bf16-gemv --size 256K --seconds 0.02 --reps 1 $T
+run $amx_rc $B/ladder --kernel amx-bf16-stream --size 64K --seconds 0.02 --reps 1 $T
+for k in avx512-bf16 avx512-fp32; do
+    want=$bf16
+    [ $k = avx512-fp32 ] && want=$avx512
+    for b in 1 4 16; do
+        run $want $B/gemv --kernel $k --rows 72 --cols 256 --batch $b --steps 20 --warmup 2 $T
+    done
+done
+run $amx_rc $B/gemv --kernel amx-bf16 --rows 72 --cols 256 --batch 4 --steps 20 --warmup 2 $T
+run $avx512 $B/kvstream --tokens 300 --heads 2 --head-dim 64 --tile-kib 2 --steps 5 --warmup 1 $T
+# exchange needs two CPUs; use the first two online ones
+cpus=$(awk -F'[-,]' '{print $1 "," ($2 == "" ? $1 : $2)}' /sys/devices/system/cpu/online)
+case $cpus in
+*,*) if [ "${cpus%,*}" != "${cpus#*,}" ]; then
+        for m in diss fid; do
+            run 0 $B/exchange --mode $m --cpus $cpus --iters 200 --warmup 20 $T
+        done
+        run $avx512 $B/exchange --mode rep --cpus $cpus --iters 200 --warmup 20 $T
+        run 0 $B/exchange --mode pingpong --cpus $cpus --iters 20 --warmup 2 --roundtrips 20 $T
+     fi ;;
+esac
+run 0 $B/amx_emu_test
+# usage errors: one line, exit 2
+run 2 $B/ladder --kernel nope --size 1M
+run 2 $B/ladder --kernel avx512-read --size 0
+run 2 $B/gemv --kernel avx512-bf16 --cols 100
+exit $fail

@@ -1,0 +1,139 @@
+/* socketlab native common library: CLI, CPU lists, pinning, memory, TSC, CPUID, JSON lines. */
+#ifndef SL_H
+#define SL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SL_VERSION "0.1.0"
+#define SL_CACHE_LINE 64
+#define SL_PAD 128 /* shared flags sit alone in 128 B (adjacent-line prefetch) */
+#define SL_MAX_CPUS 1024
+
+/* Exit codes of every binary (the JSON-lines contract). */
+enum { SL_EXIT_OK = 0, SL_EXIT_CHECK = 1, SL_EXIT_USAGE = 2, SL_EXIT_UNSUPPORTED = 3 };
+
+#define SL_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define SL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#define SL_TARGET_AVX512BF16 \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
+
+/* acc (__m512) += VDPBF16PS(w (__m512i, 32 bf16), the bf16 pair at xpair broadcast to all
+ * lanes). Inline asm for every compiler: clang 16 crashes in its backend on any cast to
+ * __m512bh, and the {1to16} memory form is the instruction the kernels want anyway. */
+#define SL_DPBF16_BCAST(acc, w, xpair) \
+    __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const uint32_t*)(xpair)))
+
+/* ---- errors and CLI (cli.c) ---- */
+extern const char* sl_prog;
+_Noreturn void sl_usage_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void sl_unsupported(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void sl_check_failed(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+_Noreturn void sl_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+/* "4096", "16K", "1M", "1MiB", "2G" -> bytes; 0 or junk is a usage error naming the flag. */
+size_t sl_parse_size(const char* flag, const char* text);
+long sl_parse_long(const char* flag, const char* text, long min, long max);
+double sl_parse_double(const char* flag, const char* text, double min, double max);
+/* Picks a name out of a NULL-terminated table or exits 2 listing the choices. */
+int sl_parse_choice(const char* flag, const char* text, const char* const* choices);
+/* Call from the getopt '?' / ':' branch: one line naming the bad option, exit 2. */
+_Noreturn void sl_bad_option(char** argv, int optind_now, int optopt_now, int missing_arg);
+
+/* ---- CPU lists (cpu.c) ---- */
+typedef struct {
+    int n;
+    int cpu[SL_MAX_CPUS];
+} sl_cpus;
+/* Kernel cpulist syntax "0-3,8,10-15:2". Every CPU must be online; duplicates, more CPUs
+ * than are online, or ids out of range are usage errors naming the flag. */
+void sl_parse_cpus(const char* flag, const char* text, sl_cpus* out);
+void sl_format_cpus(const int* cpus, int n, char* buf, size_t len);
+int sl_online_cpus(sl_cpus* out); /* from /sys/devices/system/cpu/online */
+int sl_cpu_node(int cpu); /* NUMA node of a cpu from sysfs, 0 when unknown */
+void sl_pin_self(int cpu); /* exits 1 when the kernel refuses */
+
+/* ---- CPUID (cpu.c) ---- */
+typedef struct {
+    bool avx2, avx512f, avx512bw, avx512bf16, amx_tile, amx_bf16, os_avx512, os_amx;
+    char brand[64];
+} sl_features;
+const sl_features* sl_cpu_features(void);
+/* true when AVX-512 F+BW can run here; *why gets a reason otherwise */
+bool sl_have_avx512(const char** why);
+bool sl_have_avx512bf16(const char** why);
+bool sl_have_avx2(const char** why);
+/* CPUID says AMX-TILE+BF16 and the kernel grants XTILEDATA via arch_prctl */
+bool sl_have_amx(const char** why);
+
+/* ---- TSC (tsc.c) ---- */
+static inline uint64_t sl_rdtsc(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("lfence\n\trdtsc" : "=a"(lo), "=d"(hi)::"memory");
+    return ((uint64_t)hi << 32) | lo;
+}
+double sl_tsc_ghz(void); /* calibrated once against CLOCK_MONOTONIC */
+double sl_now_s(void); /* CLOCK_MONOTONIC seconds */
+
+/* ---- memory (mem.c) ---- */
+typedef enum { SL_PAGE_4K, SL_PAGE_THP, SL_PAGE_HUGETLB } sl_page_mode;
+extern const char* const sl_page_names[]; /* "4k", "thp", "hugetlb", NULL */
+typedef struct {
+    void* base;
+    size_t bytes; /* usable bytes asked for */
+    size_t mapped;
+    sl_page_mode mode;
+} sl_buf;
+/* mmap with the page mode; call from the thread that owns it, after pinning, then touch.
+ * hugetlb without reserved pages exits 3. */
+void sl_alloc(sl_buf* b, size_t bytes, sl_page_mode mode);
+void sl_free(sl_buf* b);
+/* Page size actually backing the buffer (smaps KernelPageSize, or 2 MiB when THP backs most
+ * of it); *thp_fraction gets AnonHugePages / mapping size. */
+size_t sl_page_size_obtained(const sl_buf* b, double* thp_fraction);
+
+/* ---- JSON lines (jsonl.c); one record at a time, from one thread ---- */
+void sl_json_begin(const char* type);
+void sl_json_str(const char* key, const char* value);
+void sl_json_int(const char* key, long long value);
+void sl_json_num(const char* key, double value);
+void sl_json_bool(const char* key, bool value);
+void sl_json_end(void);
+/* meta record head: type, binary, version, compiler, flags, cpus, tsc_ghz; caller adds the
+ * rest (page_size ...) then sl_json_end(). */
+void sl_meta_begin(const sl_cpus* cpus);
+/* metric record head: type, name, value, unit; caller adds dims then sl_json_end(). */
+void sl_metric_begin(const char* name, double value, const char* unit);
+
+/* ---- stats (stats.c) ---- */
+int sl_cmp_double(const void* a, const void* b);
+/* q in [0,1], linear interpolation like numpy; sorts v in place */
+double sl_quantile(double* v, int n, double q);
+
+/* ---- barriers ---- */
+typedef struct {
+    _Alignas(SL_PAD) volatile int count;
+    _Alignas(SL_PAD) volatile int sense;
+    int n;
+} sl_barrier;
+void sl_barrier_init(sl_barrier* b, int n);
+/* local_sense: per-thread, starts at 0 */
+static inline void sl_barrier_wait(sl_barrier* b, int* local_sense)
+{
+    const int s = !*local_sense;
+    *local_sense = s;
+    if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == b->n) {
+        __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->sense, s, __ATOMIC_RELEASE);
+    } else {
+        while (__atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) != s)
+            __builtin_ia32_pause();
+    }
+}
+
+/* Watchdog: after the given seconds the process prints one line and exits 1, so a stuck
+ * spin (a participant descheduled forever) never hangs a caller. 0 disables. */
+void sl_watchdog(double seconds);
+
+#endif

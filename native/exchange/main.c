@@ -1,0 +1,386 @@
+/* exchange: (a) one-way core-to-core latency (ping-pong / 2) for pairs or a whole matrix;
+ * (b) one all-to-all exchange of a V-byte vector among N pinned participants. */
+#include "sl.h"
+
+#include <getopt.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: exchange --mode M --cpus LIST [options]\n"
+    "  --mode M        pingpong: one-way latency = round trip / 2 on two padded flag lines,\n"
+    "                            for --pairs or every pair of --cpus;\n"
+    "                  diss:     each participant writes its slice of a shared vector, a\n"
+    "                            dissemination barrier, then everyone reads the whole vector;\n"
+    "                  fid:      flag-in-data: each 64 B line carries 56 B payload + an 8 B step\n"
+    "                            tag; readers poll every line's tag, no barrier;\n"
+    "                  rep:      per-NUMA-node replicas written with non-temporal stores, a\n"
+    "                            dissemination barrier, readers read their node's replica\n"
+    "  --cpus LIST     participants in kernel cpulist syntax (0-3,8)\n"
+    "  --pairs LIST    pingpong only: A:B,C:D (default: every pair of --cpus)\n"
+    "  --bytes V       vector bytes for diss/fid/rep (default 2560)\n"
+    "  --iters N       timed samples (default 20000 exchanges; 300 pingpong samples)\n"
+    "  --warmup N      untimed first (default 2000 exchanges; 10 pingpong samples)\n"
+    "  --roundtrips K  pingpong round trips per sample (default 100)\n"
+    "  --timeout S     exit 1 if the run takes longer (default 600; 0 = none)\n"
+    "  --help          this text\n"
+    "Output: JSON lines; meta, then latency_p50, latency_p99, latency_min in us with dims mode,\n"
+    "participants, bytes (and src, dst for pingpong). An exchange's time is the step from the\n"
+    "last participant finishing one exchange to the last finishing the next. Every reader checks\n"
+    "the vector it read. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
+
+enum { M_PINGPONG, M_DISS, M_FID, M_REP };
+static const char* const mode_names[] = { "pingpong", "diss", "fid", "rep", NULL };
+
+typedef struct {
+    _Alignas(SL_PAD) volatile uint64_t v;
+} padded;
+
+static struct {
+    int mode, iters, warmup, roundtrips, n, rounds;
+    size_t bytes, lines;
+    sl_cpus cpus;
+    /* all-to-all */
+    uint64_t* vec[2]; /* diss/fid: shared vector per parity */
+    uint64_t** rep[2]; /* rep: replica per node per parity */
+    int nnodes, node_of[SL_MAX_CPUS];
+    padded* flags; /* dissemination: rounds x n */
+    uint64_t** ends; /* per participant, per iteration */
+    int bad; /* a reader saw a wrong vector */
+    /* pingpong */
+    padded ping, pong;
+    int pp_cpu[2];
+    double* pp_samples;
+    pthread_barrier_t phase;
+} g;
+
+/* ---------------- pingpong ---------------- */
+
+static void* pp_main(void* arg)
+{
+    const int side = (int)(intptr_t)arg;
+    sl_pin_self(g.pp_cpu[side]);
+    pthread_barrier_wait(&g.phase);
+    const int total = g.warmup + g.iters;
+    uint64_t seq = 0;
+    const double ghz = sl_tsc_ghz();
+    for (int s = 0; s < total; s++) {
+        const uint64_t t0 = sl_rdtsc();
+        for (int k = 0; k < g.roundtrips; k++) {
+            seq++;
+            if (side == 0) {
+                __atomic_store_n(&g.ping.v, seq, __ATOMIC_RELEASE);
+                while (__atomic_load_n(&g.pong.v, __ATOMIC_ACQUIRE) != seq)
+                    _mm_pause();
+            } else {
+                while (__atomic_load_n(&g.ping.v, __ATOMIC_ACQUIRE) != seq)
+                    _mm_pause();
+                __atomic_store_n(&g.pong.v, seq, __ATOMIC_RELEASE);
+            }
+        }
+        const uint64_t t1 = sl_rdtsc();
+        if (side == 0 && s >= g.warmup)
+            g.pp_samples[s - g.warmup] = (double)(t1 - t0) / ghz / g.roundtrips / 2.0 * 1e-3;
+    }
+    return NULL;
+}
+
+static void emit(const char* name, double v, int src, int dst)
+{
+    sl_metric_begin(name, v, "us");
+    sl_json_str("mode", mode_names[g.mode]);
+    sl_json_int("participants", g.mode == M_PINGPONG ? 2 : g.n);
+    sl_json_int("bytes", g.mode == M_PINGPONG ? SL_CACHE_LINE : (long long)g.bytes);
+    if (src >= 0) {
+        sl_json_int("src", src);
+        sl_json_int("dst", dst);
+    }
+    sl_json_end();
+}
+
+static void run_pair(int a, int b)
+{
+    g.pp_cpu[0] = a;
+    g.pp_cpu[1] = b;
+    g.ping.v = g.pong.v = 0;
+    pthread_barrier_init(&g.phase, NULL, 2);
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&t[i], NULL, pp_main, (void*)(intptr_t)i))
+            sl_fatal("pthread_create failed");
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&g.phase);
+    const double min = sl_quantile(g.pp_samples, g.iters, 0.0);
+    emit("latency_p50", sl_quantile(g.pp_samples, g.iters, 0.5), a, b);
+    emit("latency_p99", sl_quantile(g.pp_samples, g.iters, 0.99), a, b);
+    emit("latency_min", min, a, b);
+}
+
+/* ---------------- all-to-all ---------------- */
+
+static inline uint64_t word_value(uint64_t it, uint64_t w) { return it * 0x100000001ull + w; }
+
+static void diss_barrier(int me, uint64_t episode)
+{
+    for (int r = 0; r < g.rounds; r++) {
+        const int to = (me + (1 << r)) % g.n;
+        __atomic_store_n(&g.flags[r * g.n + to].v, episode, __ATOMIC_RELEASE);
+        while (__atomic_load_n(&g.flags[r * g.n + me].v, __ATOMIC_ACQUIRE) < episode)
+            _mm_pause();
+    }
+}
+
+/* rep mode: my slice into one replica with non-temporal stores (sfence by the caller) */
+SL_TARGET_AVX512 static void write_slice_nt(uint64_t* v, size_t lo, size_t hi, uint64_t it)
+{
+    for (size_t l = lo; l < hi; l++) {
+        const __m512i val = _mm512_add_epi64(_mm512_set1_epi64((long long)word_value(it, l * 8)),
+                                             _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+        _mm512_stream_si512((void*)(v + l * 8), val);
+    }
+}
+
+static void* a2a_main(void* arg)
+{
+    const int me = (int)(intptr_t)arg;
+    sl_pin_self(g.cpus.cpu[me]);
+    const size_t lo = g.lines * me / g.n, hi = g.lines * (me + 1) / g.n;
+    const int node = g.node_of[me];
+    /* payload words per line: 8, or 7 + tag in fid mode */
+    const size_t pw = g.mode == M_FID ? 7 : 8;
+    const size_t words = g.lines * pw;
+    const uint64_t base_sum = words * (words - 1) / 2;
+    pthread_barrier_wait(&g.phase);
+    const int total = g.warmup + g.iters;
+    for (int s = 0; s < total; s++) {
+        const uint64_t it = (uint64_t)s + 1;
+        const int par = (int)(it & 1);
+        /* write my slice */
+        if (g.mode == M_REP) {
+            for (int nd = 0; nd < g.nnodes; nd++)
+                write_slice_nt(g.rep[par][nd], lo, hi, it);
+            _mm_sfence();
+        } else {
+            uint64_t* v = g.vec[par];
+            for (size_t l = lo; l < hi; l++) {
+                for (size_t w = 0; w < pw; w++)
+                    v[l * 8 + w] = word_value(it, l * pw + w);
+                if (g.mode == M_FID)
+                    __atomic_store_n(&v[l * 8 + 7], it, __ATOMIC_RELEASE);
+            }
+        }
+        if (g.mode != M_FID)
+            diss_barrier(me, it);
+        /* read the whole vector and check it */
+        const uint64_t* v = g.mode == M_REP ? g.rep[par][node] : g.vec[par];
+        uint64_t sum = 0;
+        for (size_t l = 0; l < g.lines; l++) {
+            if (g.mode == M_FID)
+                while (__atomic_load_n(&v[l * 8 + 7], __ATOMIC_ACQUIRE) != it)
+                    _mm_pause();
+            for (size_t w = 0; w < pw; w++)
+                sum += v[l * 8 + w];
+        }
+        g.ends[me][s] = sl_rdtsc();
+        if (sum != words * it * 0x100000001ull + base_sum)
+            __atomic_store_n(&g.bad, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void* alloc_lines(size_t lines)
+{
+    void* p = aligned_alloc(4096, (lines * 64 + 4095) / 4096 * 4096);
+    memset(p, 0, lines * 64);
+    return p;
+}
+
+static void run_all_to_all(void)
+{
+    g.n = g.cpus.n;
+    g.rounds = 0;
+    while ((1 << g.rounds) < g.n)
+        g.rounds++;
+    g.lines = g.mode == M_FID ? (g.bytes + 55) / 56 : (g.bytes + 63) / 64;
+    g.flags = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
+    memset(g.flags, 0, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
+    int node_ids[SL_MAX_CPUS];
+    g.nnodes = 0;
+    for (int i = 0; i < g.n; i++) {
+        const int node = sl_cpu_node(g.cpus.cpu[i]);
+        int idx = -1;
+        for (int j = 0; j < g.nnodes; j++)
+            idx = node_ids[j] == node ? j : idx;
+        if (idx < 0) {
+            idx = g.nnodes;
+            node_ids[g.nnodes++] = node;
+        }
+        g.node_of[i] = idx;
+    }
+    for (int par = 0; par < 2; par++) {
+        g.vec[par] = alloc_lines(g.lines);
+        g.rep[par] = calloc((size_t)g.nnodes, sizeof(uint64_t*));
+        for (int nd = 0; nd < g.nnodes; nd++)
+            g.rep[par][nd] = alloc_lines(g.lines);
+    }
+    const int total = g.warmup + g.iters;
+    g.ends = calloc((size_t)g.n, sizeof(uint64_t*));
+    for (int i = 0; i < g.n; i++)
+        g.ends[i] = calloc((size_t)total, sizeof(uint64_t));
+    pthread_barrier_init(&g.phase, NULL, (unsigned)g.n);
+    pthread_t* t = calloc((size_t)g.n, sizeof(pthread_t));
+    for (int i = 0; i < g.n; i++)
+        if (pthread_create(&t[i], NULL, a2a_main, (void*)(intptr_t)i))
+            sl_fatal("pthread_create failed");
+    for (int i = 0; i < g.n; i++)
+        pthread_join(t[i], NULL);
+    if (g.bad)
+        sl_check_failed("exchange %s: a participant read a vector with a wrong checksum",
+                        mode_names[g.mode]);
+    const double ghz = sl_tsc_ghz();
+    double* us = calloc((size_t)g.iters, sizeof(double));
+    uint64_t prev = 0;
+    for (int s = g.warmup - 1; s < total; s++) {
+        uint64_t last = 0;
+        for (int i = 0; i < g.n; i++)
+            last = g.ends[i][s] > last ? g.ends[i][s] : last;
+        if (s >= g.warmup)
+            us[s - g.warmup] = (double)(last - prev) / ghz * 1e-3;
+        prev = last;
+    }
+    emit("latency_p50", sl_quantile(us, g.iters, 0.5), -1, -1);
+    emit("latency_p99", sl_quantile(us, g.iters, 0.99), -1, -1);
+    emit("latency_min", sl_quantile(us, g.iters, 0.0), -1, -1);
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "exchange";
+    const char* mode_arg = NULL;
+    const char* pairs_arg = NULL;
+    bool have_cpus = false;
+    int iters = -1, warmup = -1;
+    g.bytes = 2560;
+    g.roundtrips = 100;
+    double timeout = 600;
+    static const struct option opts[] = {
+        { "mode", required_argument, 0, 'm' }, { "cpus", required_argument, 0, 'c' },
+        { "pairs", required_argument, 0, 'P' }, { "bytes", required_argument, 0, 'b' },
+        { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
+        { "roundtrips", required_argument, 0, 'k' }, { "timeout", required_argument, 0, 'T' },
+        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': mode_arg = optarg; break;
+        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); have_cpus = true; break;
+        case 'P': pairs_arg = optarg; break;
+        case 'b': g.bytes = sl_parse_size("--bytes", optarg); break;
+        case 'i': iters = (int)sl_parse_long("--iters", optarg, 1, 100000000); break;
+        case 'w': warmup = (int)sl_parse_long("--warmup", optarg, 1, 100000000); break;
+        case 'k': g.roundtrips = (int)sl_parse_long("--roundtrips", optarg, 1, 1000000); break;
+        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: sl_bad_option(argv, optind, optopt, c == ':');
+        }
+    }
+    if (optind < argc)
+        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!mode_arg)
+        sl_usage_error("--mode is required (see --help)");
+    g.mode = sl_parse_choice("--mode", mode_arg, mode_names);
+    if (pairs_arg && g.mode != M_PINGPONG)
+        sl_usage_error("--pairs only applies to --mode pingpong");
+    if (g.bytes > (64u << 20))
+        sl_usage_error("--bytes %zu: at most 64M", g.bytes);
+
+    /* pingpong pairs: from --pairs, else every pair of --cpus */
+    int (*pairs)[2] = NULL;
+    int npairs = 0;
+    if (g.mode == M_PINGPONG) {
+        if (pairs_arg) {
+            char* copy = strdup(pairs_arg);
+            pairs = calloc(strlen(pairs_arg) / 2 + 2, sizeof(*pairs));
+            for (char* save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+                 tok = strtok_r(NULL, ",", &save)) {
+                char* colon = strchr(tok, ':');
+                if (!colon)
+                    sl_usage_error("--pairs '%s': expected A:B[,C:D...]", pairs_arg);
+                *colon = 0;
+                sl_cpus one;
+                sl_parse_cpus("--pairs", tok, &one);
+                const int a = one.cpu[0];
+                if (one.n != 1)
+                    sl_usage_error("--pairs '%s': each side is one CPU", pairs_arg);
+                sl_parse_cpus("--pairs", colon + 1, &one);
+                if (one.n != 1 || one.cpu[0] == a)
+                    sl_usage_error("--pairs '%s': each pair is two different CPUs", pairs_arg);
+                pairs[npairs][0] = a;
+                pairs[npairs++][1] = one.cpu[0];
+            }
+            free(copy);
+            if (!have_cpus) {
+                g.cpus.n = 0;
+                for (int p = 0; p < npairs; p++)
+                    for (int s = 0; s < 2; s++) {
+                        bool seen = false;
+                        for (int i = 0; i < g.cpus.n; i++)
+                            seen |= g.cpus.cpu[i] == pairs[p][s];
+                        if (!seen)
+                            g.cpus.cpu[g.cpus.n++] = pairs[p][s];
+                    }
+            }
+        } else {
+            if (!have_cpus)
+                sl_usage_error("--cpus or --pairs is required (see --help)");
+            if (g.cpus.n < 2)
+                sl_usage_error("--cpus: pingpong needs at least 2 CPUs");
+            pairs = calloc((size_t)g.cpus.n * g.cpus.n, sizeof(*pairs));
+            for (int i = 0; i < g.cpus.n; i++)
+                for (int j = i + 1; j < g.cpus.n; j++) {
+                    pairs[npairs][0] = g.cpus.cpu[i];
+                    pairs[npairs++][1] = g.cpus.cpu[j];
+                }
+        }
+        g.iters = iters > 0 ? iters : 300;
+        g.warmup = warmup > 0 ? warmup : 10;
+    } else {
+        if (!have_cpus)
+            sl_usage_error("--cpus is required (see --help)");
+        if (g.cpus.n < 2)
+            sl_usage_error("--cpus: an exchange needs at least 2 participants");
+        const char* why = "";
+        if (g.mode == M_REP && !sl_have_avx512(&why))
+            sl_unsupported("--mode rep uses AVX-512 non-temporal stores: %s", why);
+        g.iters = iters > 0 ? iters : 20000;
+        g.warmup = warmup > 0 ? warmup : 2000;
+    }
+    sl_watchdog(timeout);
+    sl_tsc_ghz();
+    sl_meta_begin(&g.cpus);
+    sl_json_str("mode", mode_names[g.mode]);
+    sl_json_int("iters", g.iters);
+    sl_json_int("warmup", g.warmup);
+    if (g.mode == M_PINGPONG) {
+        sl_json_int("roundtrips", g.roundtrips);
+        sl_json_int("pairs", npairs);
+    } else {
+        sl_json_int("bytes", (long long)g.bytes);
+    }
+    sl_json_int("page_size", 4096);
+    sl_json_end();
+    if (g.mode == M_PINGPONG) {
+        g.pp_samples = calloc((size_t)g.iters, sizeof(double));
+        for (int p = 0; p < npairs; p++)
+            run_pair(pairs[p][0], pairs[p][1]);
+    } else {
+        run_all_to_all();
+    }
+    return 0;
+}

@@ -1,0 +1,259 @@
+/* gemv: a row-partitioned BF16 GEMV/GEMM stage over pinned workers, checked against FP32. */
+#include "gemv.h"
+#include "sl.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: gemv --kernel K --rows R --cols C --cpus LIST [options]\n"
+    "y = W x for a batch of B inputs; W (R x C, bf16) split over the listed workers in 16-row\n"
+    "blocks, each worker's rows packed (at load, by the worker, after pinning) in its own slice.\n"
+    "  --kernel K          avx512-bf16 (VDPBF16PS) | avx512-fp32 (FMA on fp32 copies of the bf16\n"
+    "                      weights) | amx-bf16 (TDPBF16PS, weights packed to VNNI B tiles)\n"
+    "  --rows R            output rows (default 1536); padded to 16-row blocks\n"
+    "  --cols C            input columns, a multiple of 32 (default 2560)\n"
+    "  --batch B           1..16 inputs per step (default 1)\n"
+    "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
+    "  --steps N           timed steps (default 2000)\n"
+    "  --warmup N          untimed steps first (default 100)\n"
+    "  --max-rel-rms X     fail when relative RMS error vs FP32 exceeds X (default 1e-3)\n"
+    "  --min-cosine X      fail when cosine similarity vs FP32 is below X (default 0.9999)\n"
+    "  --page MODE         4k | thp | hugetlb for the weight slices (default thp)\n"
+    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+    "  --help              this text\n"
+    "Output: JSON lines; meta, then step_p50, step_p99 (us; a step = earliest worker start to\n"
+    "latest worker end), weight_bw (GB/s at p50), tflops (TFLOP/s at p50), rows_max_over_mean,\n"
+    "rel_rms_err, cosine. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
+
+enum { K_BF16, K_FP32, K_AMX };
+static const char* const kernel_names[] = { "avx512-bf16", "avx512-fp32", "amx-bf16", NULL };
+
+typedef struct {
+    int cpu, row0, nblocks;
+    pthread_t thread;
+    sl_buf w;
+    size_t page_size;
+    double thp_fraction;
+    uint64_t* t0;
+    uint64_t* t1;
+} worker;
+
+static struct {
+    int kernel, rows, cols, batch, steps, warmup, nblocks, ldy;
+    sl_page_mode page;
+    sl_cpus cpus;
+    worker* w;
+    uint16_t* x16;
+    float* x32;
+    float* y;
+    pthread_barrier_t phase;
+    sl_barrier step;
+} g;
+
+static void run_step(worker* w)
+{
+    float* y = g.y + (size_t)w->row0;
+    if (g.kernel == K_BF16)
+        gemv_avx512_bf16(w->w.base, w->nblocks, g.cols, g.x16, g.batch, y, g.ldy);
+    else if (g.kernel == K_FP32)
+        gemv_avx512_fp32(w->w.base, w->nblocks, g.cols, g.x32, g.batch, y, g.ldy);
+    else
+        gemv_amx_bf16(w->w.base, w->nblocks, g.cols, g.x16, g.batch, y, g.ldy);
+}
+
+static void* worker_main(void* arg)
+{
+    worker* w = arg;
+    int sense = 0;
+    sl_pin_self(w->cpu);
+    const size_t elem = g.kernel == K_FP32 ? 4 : 2;
+    sl_alloc(&w->w, (size_t)w->nblocks * 16 * g.cols * elem + 64, g.page);
+    if (g.kernel == K_FP32)
+        pack_fp32(w->w.base, w->row0, w->nblocks, g.rows, g.cols);
+    else
+        pack_bf16_vnni(w->w.base, w->row0, w->nblocks, g.rows, g.cols);
+    w->page_size = sl_page_size_obtained(&w->w, &w->thp_fraction);
+    if (g.kernel == K_AMX)
+        gemv_amx_config(g.batch);
+    pthread_barrier_wait(&g.phase);
+    for (int s = 0; s < g.warmup + g.steps; s++) {
+        sl_barrier_wait(&g.step, &sense);
+        const uint64_t t0 = sl_rdtsc();
+        if (w->nblocks)
+            run_step(w);
+        const uint64_t t1 = sl_rdtsc();
+        if (s >= g.warmup) {
+            w->t0[s - g.warmup] = t0;
+            w->t1[s - g.warmup] = t1;
+        }
+    }
+    if (g.kernel == K_AMX)
+        gemv_amx_release();
+    return NULL;
+}
+
+static void metric(const char* name, double v, const char* unit)
+{
+    sl_metric_begin(name, v, unit);
+    sl_json_str("kernel", kernel_names[g.kernel]);
+    sl_json_int("rows", g.rows);
+    sl_json_int("cols", g.cols);
+    sl_json_int("batch", g.batch);
+    sl_json_int("workers", g.cpus.n);
+    sl_json_end();
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "gemv";
+    const char* kernel_arg = NULL;
+    g.rows = 1536;
+    g.cols = 2560;
+    g.batch = 1;
+    g.steps = 2000;
+    g.warmup = 100;
+    g.page = SL_PAGE_THP;
+    g.cpus.n = 1;
+    g.cpus.cpu[0] = 0;
+    double max_rel_rms = 1e-3, min_cosine = 0.9999, timeout = 600;
+    static const struct option opts[] = {
+        { "kernel", required_argument, 0, 'k' }, { "rows", required_argument, 0, 'r' },
+        { "cols", required_argument, 0, 'c' }, { "batch", required_argument, 0, 'b' },
+        { "cpus", required_argument, 0, 'C' }, { "steps", required_argument, 0, 's' },
+        { "warmup", required_argument, 0, 'w' }, { "max-rel-rms", required_argument, 0, 'e' },
+        { "min-cosine", required_argument, 0, 'o' }, { "page", required_argument, 0, 'p' },
+        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'k': kernel_arg = optarg; break;
+        case 'r': g.rows = (int)sl_parse_long("--rows", optarg, 1, 1 << 20); break;
+        case 'c': g.cols = (int)sl_parse_long("--cols", optarg, 1, 1 << 20); break;
+        case 'b': g.batch = (int)sl_parse_long("--batch", optarg, 1, GEMV_MAX_BATCH); break;
+        case 'C': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
+        case 's': g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000); break;
+        case 'w': g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000); break;
+        case 'e': max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9); break;
+        case 'o': min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1); break;
+        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
+        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: sl_bad_option(argv, optind, optopt, c == ':');
+        }
+    }
+    if (optind < argc)
+        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!kernel_arg)
+        sl_usage_error("--kernel is required (see --help)");
+    g.kernel = sl_parse_choice("--kernel", kernel_arg, kernel_names);
+    if (g.cols % 32)
+        sl_usage_error("--cols %d: must be a multiple of 32 (one AMX tile row of bf16)", g.cols);
+    const char* why = "";
+    const bool ok = g.kernel == K_BF16 ? sl_have_avx512bf16(&why)
+        : g.kernel == K_FP32           ? sl_have_avx512(&why)
+                                       : sl_have_amx(&why);
+    if (!ok)
+        sl_unsupported("--kernel %s: %s", kernel_names[g.kernel], why);
+    sl_watchdog(timeout);
+
+    /* 16-row blocks spread as evenly as they go: the first (blocks % n) workers get one more */
+    const int n = g.cpus.n;
+    g.nblocks = (g.rows + 15) / 16;
+    g.ldy = g.nblocks * 16;
+    g.w = calloc((size_t)n, sizeof(*g.w));
+    int max_rows = 0;
+    for (int i = 0, blk = 0; i < n; i++) {
+        worker* w = &g.w[i];
+        w->cpu = g.cpus.cpu[i];
+        w->nblocks = g.nblocks / n + (i < g.nblocks % n);
+        w->row0 = blk * 16;
+        blk += w->nblocks;
+        int real = g.rows - w->row0;
+        real = real < 0 ? 0 : real > w->nblocks * 16 ? w->nblocks * 16 : real;
+        max_rows = real > max_rows ? real : max_rows;
+        w->t0 = calloc((size_t)g.steps, sizeof(uint64_t));
+        w->t1 = calloc((size_t)g.steps, sizeof(uint64_t));
+    }
+    const double rows_max_over_mean = max_rows / ((double)g.rows / n);
+    g.x16 = aligned_alloc(64, (size_t)g.batch * g.cols * 2 + 64);
+    g.x32 = aligned_alloc(64, (size_t)g.batch * g.cols * 4 + 64);
+    for (int b = 0; b < g.batch; b++)
+        for (int k = 0; k < g.cols; k++) {
+            g.x16[(size_t)b * g.cols + k] = gemv_input(b, k);
+            g.x32[(size_t)b * g.cols + k] = bf16_to_f32(gemv_input(b, k));
+        }
+    g.y = aligned_alloc(64, (size_t)g.batch * g.ldy * 4 + 64);
+    memset(g.y, 0xff, (size_t)g.batch * g.ldy * 4); /* NaN until written */
+
+    pthread_barrier_init(&g.phase, NULL, (unsigned)n + 1);
+    sl_barrier_init(&g.step, n);
+    sl_tsc_ghz();
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    pthread_barrier_wait(&g.phase);
+    size_t page_min = g.w[0].page_size;
+    for (int i = 1; i < n; i++)
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    const size_t elem = g.kernel == K_FP32 ? 4 : 2;
+    const double weight_bytes = (double)g.rows * g.cols * elem;
+    sl_meta_begin(&g.cpus);
+    sl_json_str("kernel", kernel_names[g.kernel]);
+    sl_json_int("rows", g.rows);
+    sl_json_int("cols", g.cols);
+    sl_json_int("batch", g.batch);
+    sl_json_int("steps", g.steps);
+    sl_json_int("warmup", g.warmup);
+    sl_json_num("weight_bytes", weight_bytes);
+    sl_json_num("weight_bytes_per_worker_max", (double)max_rows * g.cols * elem);
+    sl_json_str("page_mode", sl_page_names[g.page]);
+    sl_json_int("page_size", (long long)page_min);
+    sl_json_end();
+    for (int i = 0; i < n; i++)
+        pthread_join(g.w[i].thread, NULL);
+
+    /* numerics: the last step's output against the FP32 reference */
+    double* ref = malloc(sizeof(double) * (size_t)g.batch * g.rows);
+    gemv_reference(ref, g.rows, g.cols, g.batch);
+    double err2 = 0, ref2 = 0, dot = 0, out2 = 0;
+    for (int b = 0; b < g.batch; b++)
+        for (int r = 0; r < g.rows; r++) {
+            const double want = ref[(size_t)b * g.rows + r], got = g.y[(size_t)b * g.ldy + r];
+            err2 += (got - want) * (got - want);
+            ref2 += want * want;
+            dot += got * want;
+            out2 += got * got;
+        }
+    const double rel_rms = sqrt(err2 / ref2), cosine = dot / sqrt(ref2 * out2);
+
+    const double ghz = sl_tsc_ghz();
+    double* step_us = malloc(sizeof(double) * (size_t)g.steps);
+    for (int s = 0; s < g.steps; s++) {
+        uint64_t first = UINT64_MAX, last = 0;
+        for (int i = 0; i < n; i++) {
+            first = g.w[i].t0[s] < first ? g.w[i].t0[s] : first;
+            last = g.w[i].t1[s] > last ? g.w[i].t1[s] : last;
+        }
+        step_us[s] = (double)(last - first) / ghz * 1e-3;
+    }
+    const double p50 = sl_quantile(step_us, g.steps, 0.5), p99 = sl_quantile(step_us, g.steps, 0.99);
+    metric("step_p50", p50, "us");
+    metric("step_p99", p99, "us");
+    metric("weight_bw", weight_bytes / (p50 * 1e3), "GB/s");
+    metric("tflops", 2.0 * g.rows * g.cols * g.batch / (p50 * 1e6), "TFLOP/s");
+    metric("rows_max_over_mean", rows_max_over_mean, "ratio");
+    metric("rel_rms_err", rel_rms, "ratio");
+    metric("cosine", cosine, "ratio");
+    if (!(rel_rms <= max_rel_rms) || !(cosine >= min_cosine))
+        sl_check_failed("gemv %s batch %d: rel RMS error %.3g (max %.3g), cosine %.9f (min %.9f) "
+                        "against the FP32 reference",
+                        kernel_names[g.kernel], g.batch, rel_rms, max_rel_rms, cosine, min_cosine);
+    return 0;
+}

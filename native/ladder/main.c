@@ -1,0 +1,272 @@
+/* ladder: per-core streaming read bandwidth over a working set per core, all listed cores at
+ * once, for S seconds x R repetitions. See --help and docs/benchmarks.md. */
+#include "kernels.h"
+#include "sl.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: ladder --kernel K --size BYTES --cpus LIST [options]\n"
+    "Per-core streaming read bandwidth; one pinned thread per listed CPU, all at once.\n"
+    "  --kernel K      avx512-read | avx2-read | avx512-bf16-gemv | amx-bf16-stream\n"
+    "  --size BYTES    working set per core (4096, 16K, 1M, 2G); rounded down to the kernel's\n"
+    "                  block (256 B, 256 B, 256 B, 4 KiB)\n"
+    "  --cpus LIST     CPUs in kernel cpulist syntax (0-3,8); default: CPU 0\n"
+    "  --seconds S     timed seconds per repetition (default 1)\n"
+    "  --reps R        repetitions (default 3); each is preceded by one untimed pass\n"
+    "  --page MODE     4k | thp | hugetlb (default 4k); the page size obtained is reported\n"
+    "  --timeout S     exit 1 if the whole run takes longer (default 600; 0 = none)\n"
+    "  --help          this text\n"
+    "Output: JSON lines; one meta record, then per repetition bw_total, bw_per_core_mean,\n"
+    "bw_per_core_min (dim cpu), bw_per_core_p50, bw_per_core_max in GB/s (1e9 B/s), plus\n"
+    "gflops_total for the bf16 kernels, and stat=best/median summaries of bw_total.\n"
+    "Exit: 0 ok, 1 self-check failed, 2 usage error, 3 unsupported on this CPU.\n";
+
+typedef struct {
+    int cpu;
+    pthread_t thread;
+    sl_buf buf;
+    size_t page_size;
+    double thp_fraction;
+    uint64_t t0, t1, passes;
+    double checksum;
+    double verify; /* avx512-read: full-buffer sum from the warm pass */
+} worker;
+
+static struct {
+    kernel_id kernel;
+    size_t size;
+    double seconds;
+    int reps;
+    sl_page_mode page;
+    sl_cpus cpus;
+    worker* w;
+    pthread_barrier_t phase; /* blocking: workers + main */
+    sl_barrier start; /* spinning: workers only */
+} g;
+
+static double run_kernel(const void* buf, size_t bytes, uint64_t passes)
+{
+    switch (g.kernel) {
+    case K_AVX512_READ: return run_avx512_read(buf, bytes, passes);
+    case K_AVX2_READ: return run_avx2_read(buf, bytes, passes);
+    case K_AVX512_BF16_GEMV: return run_avx512_bf16_gemv(buf, bytes, passes);
+    default: return run_amx_bf16_stream(buf, bytes, passes);
+    }
+}
+
+static void* worker_main(void* arg)
+{
+    worker* w = arg;
+    int sense = 0;
+    sl_pin_self(w->cpu);
+    sl_alloc(&w->buf, g.size, g.page); /* after pinning: first touch on the owner */
+    fill_buffer(g.kernel, w->buf.base, g.size);
+    w->page_size = sl_page_size_obtained(&w->buf, &w->thp_fraction);
+    const double ghz = sl_tsc_ghz();
+    /* passes per timing check so that a check happens about every 1 MiB streamed */
+    const uint64_t chunk = g.size >= (1u << 20) ? 1 : (1u << 20) / g.size;
+    const uint64_t budget = (uint64_t)(g.seconds * ghz * 1e9);
+    pthread_barrier_wait(&g.phase);
+    for (int rep = 0; rep < g.reps; rep++) {
+        pthread_barrier_wait(&g.phase);
+        if (g.kernel == K_AVX512_READ) /* untimed warm pass, checking every word */
+            w->verify = verify_avx512_read(w->buf.base, g.size);
+        else
+            run_kernel(w->buf.base, g.size, 1);
+        sl_barrier_wait(&g.start, &sense);
+        uint64_t passes = 0;
+        double sum = 0;
+        const uint64_t t0 = sl_rdtsc();
+        uint64_t t1;
+        do {
+            sum += run_kernel(w->buf.base, g.size, chunk);
+            passes += chunk;
+            t1 = sl_rdtsc();
+        } while (t1 - t0 < budget);
+        w->t0 = t0;
+        w->t1 = t1;
+        w->passes = passes;
+        w->checksum = sum;
+        pthread_barrier_wait(&g.phase);
+    }
+    return NULL;
+}
+
+static void check_worker(const worker* w)
+{
+    /* sum over chunks of the per-chunk checksum; read kernels wrap at 2^48 per chunk */
+    const uint64_t chunks = w->passes / (g.size >= (1u << 20) ? 1 : (1u << 20) / g.size);
+    const uint64_t per_chunk = w->passes / chunks;
+    const double want = expected_checksum(g.kernel, w->buf.base, g.size, per_chunk) * (double)chunks;
+    const double tol = 1e-9 * fabs(want) + 1e-6 * (double)g.size * (double)w->passes / 64.0;
+    if (g.kernel == K_AVX512_READ && w->verify != expected_full_sum(w->buf.base, g.size))
+        sl_check_failed("ladder avx512-read on cpu %d: buffer sum %.17g, expected %.17g", w->cpu,
+                        w->verify, expected_full_sum(w->buf.base, g.size));
+    if (!(fabs(w->checksum - want) <= tol))
+        sl_check_failed("ladder %s on cpu %d: checksum %.17g, expected %.17g",
+                        kernel_table[g.kernel].name, w->cpu, w->checksum, want);
+}
+
+static void dims(int rep)
+{
+    sl_json_str("kernel", kernel_table[g.kernel].name);
+    sl_json_int("bytes_per_core", (long long)g.size);
+    sl_json_str("page", sl_page_names[g.page]);
+    sl_json_int("threads", g.cpus.n);
+    if (rep >= 0) {
+        sl_json_str("stat", "rep");
+        sl_json_int("rep", rep);
+    }
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "ladder";
+    const char* kernel_names[K_COUNT + 1];
+    for (int k = 0; k < K_COUNT; k++)
+        kernel_names[k] = kernel_table[k].name;
+    kernel_names[K_COUNT] = NULL;
+    const char* kernel_arg = NULL;
+    const char* size_arg = NULL;
+    g.seconds = 1;
+    g.reps = 3;
+    g.page = SL_PAGE_4K;
+    g.cpus.n = 1;
+    g.cpus.cpu[0] = 0;
+    double timeout = 600;
+    static const struct option opts[] = {
+        { "kernel", required_argument, 0, 'k' }, { "size", required_argument, 0, 's' },
+        { "cpus", required_argument, 0, 'c' }, { "seconds", required_argument, 0, 't' },
+        { "reps", required_argument, 0, 'r' }, { "page", required_argument, 0, 'p' },
+        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'k': kernel_arg = optarg; break;
+        case 's': size_arg = optarg; break;
+        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
+        case 't': g.seconds = sl_parse_double("--seconds", optarg, 0.001, 3600); break;
+        case 'r': g.reps = (int)sl_parse_long("--reps", optarg, 1, 1000); break;
+        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
+        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: sl_bad_option(argv, optind, optopt, c == ':');
+        }
+    }
+    if (optind < argc)
+        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!kernel_arg)
+        sl_usage_error("--kernel is required (see --help)");
+    if (!size_arg)
+        sl_usage_error("--size is required (see --help)");
+    g.kernel = (kernel_id)sl_parse_choice("--kernel", kernel_arg, kernel_names);
+    const size_t block = kernel_table[g.kernel].block;
+    g.size = sl_parse_size("--size", size_arg) / block * block;
+    if (g.size == 0)
+        sl_usage_error("--size '%s' is smaller than the %s block of %zu bytes", size_arg,
+                       kernel_table[g.kernel].name, block);
+    const char* why = "";
+    const bool ok = g.kernel == K_AVX512_READ ? sl_have_avx512(&why)
+        : g.kernel == K_AVX2_READ             ? sl_have_avx2(&why)
+        : g.kernel == K_AVX512_BF16_GEMV      ? sl_have_avx512bf16(&why)
+                                              : sl_have_amx(&why);
+    if (!ok)
+        sl_unsupported("--kernel %s: %s", kernel_table[g.kernel].name, why);
+    sl_watchdog(timeout);
+
+    const int n = g.cpus.n;
+    g.w = calloc((size_t)n, sizeof(*g.w));
+    pthread_barrier_init(&g.phase, NULL, (unsigned)n + 1);
+    sl_barrier_init(&g.start, n);
+    sl_tsc_ghz(); /* calibrate before threads start */
+    for (int i = 0; i < n; i++) {
+        g.w[i].cpu = g.cpus.cpu[i];
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    }
+    pthread_barrier_wait(&g.phase); /* all allocated and touched */
+    size_t page_min = g.w[0].page_size;
+    double thp_min = g.w[0].thp_fraction;
+    for (int i = 1; i < n; i++) {
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+        thp_min = g.w[i].thp_fraction < thp_min ? g.w[i].thp_fraction : thp_min;
+    }
+    sl_meta_begin(&g.cpus);
+    sl_json_str("kernel", kernel_table[g.kernel].name);
+    sl_json_int("bytes_per_core", (long long)g.size);
+    sl_json_num("seconds", g.seconds);
+    sl_json_int("reps", g.reps);
+    sl_json_str("page_mode", sl_page_names[g.page]);
+    sl_json_int("page_size", (long long)page_min);
+    sl_json_num("thp_fraction", thp_min);
+    sl_json_str("statistic", "per rep: bytes / (latest end - earliest start); best and median");
+    sl_json_end();
+
+    double* totals = calloc((size_t)g.reps, sizeof(double));
+    double* per = calloc((size_t)n, sizeof(double));
+    const double ghz = sl_tsc_ghz();
+    for (int rep = 0; rep < g.reps; rep++) {
+        pthread_barrier_wait(&g.phase);
+        pthread_barrier_wait(&g.phase);
+        uint64_t first = UINT64_MAX, last = 0;
+        double bytes = 0, mean = 0;
+        int min_i = 0;
+        for (int i = 0; i < n; i++) {
+            const worker* w = &g.w[i];
+            check_worker(w);
+            first = w->t0 < first ? w->t0 : first;
+            last = w->t1 > last ? w->t1 : last;
+            const double b = (double)w->passes * (double)g.size;
+            bytes += b;
+            per[i] = b / ((double)(w->t1 - w->t0) / ghz); /* bytes per ns = GB/s */
+            mean += per[i] / n;
+            min_i = per[i] < per[min_i] ? i : min_i;
+        }
+        const double total = bytes / ((double)(last - first) / ghz);
+        totals[rep] = total;
+        const double min_v = per[min_i];
+        const int min_cpu = g.w[min_i].cpu;
+        sl_metric_begin("bw_total", total, "GB/s");
+        dims(rep);
+        sl_json_end();
+        sl_metric_begin("bw_per_core_mean", mean, "GB/s");
+        dims(rep);
+        sl_json_end();
+        sl_metric_begin("bw_per_core_min", min_v, "GB/s");
+        dims(rep);
+        sl_json_int("cpu", min_cpu);
+        sl_json_end();
+        const double max_v = sl_quantile(per, n, 1.0); /* sorts per */
+        sl_metric_begin("bw_per_core_p50", sl_quantile(per, n, 0.5), "GB/s");
+        dims(rep);
+        sl_json_end();
+        sl_metric_begin("bw_per_core_max", max_v, "GB/s");
+        dims(rep);
+        sl_json_end();
+        if (kernel_table[g.kernel].flops_per_byte > 0) {
+            sl_metric_begin("gflops_total", total * kernel_table[g.kernel].flops_per_byte, "GFLOP/s");
+            dims(rep);
+            sl_json_end();
+        }
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(g.w[i].thread, NULL);
+    const double best = sl_quantile(totals, g.reps, 1.0), median = sl_quantile(totals, g.reps, 0.5);
+    sl_metric_begin("bw_total", best, "GB/s");
+    dims(-1);
+    sl_json_str("stat", "best");
+    sl_json_end();
+    sl_metric_begin("bw_total", median, "GB/s");
+    dims(-1);
+    sl_json_str("stat", "median");
+    sl_json_end();
+    return 0;
+}

@@ -1,0 +1,351 @@
+"""native/: builds with gcc and clang-16, runs `make check`, and holds every binary to the
+JSON-lines contract (docs/benchmarks.md): one meta record, metric records with a unit field,
+exit codes 0 ok / 1 self-check failed / 2 usage error / 3 unsupported on this CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "native"
+COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
+TIMEOUT = 60  # seconds for any one binary run; nothing may hang
+BINARIES = ("ladder", "exchange", "gemv", "kvstream")
+
+
+def cpu_flags() -> set[str]:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+HAS_AMX = {"amx_tile", "amx_bf16"} <= cpu_flags()
+HAS_AVX512_BF16 = {"avx512f", "avx512bw", "avx512_bf16"} <= cpu_flags()
+# Kernels run on AVX-512 (+BF16); elsewhere the binaries exit 3 and these tests skip.
+needs_avx512 = pytest.mark.skipif(not HAS_AVX512_BF16, reason="CPU lacks AVX-512 BF16")
+
+
+def online_cpus() -> list[int]:
+    out: list[int] = []
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(COMPILERS))
+def build(request, tmp_path_factory) -> tuple[str, Path]:
+    """One build directory per compiler, built by native/Makefile with CC overridden."""
+    name = request.param
+    cc = COMPILERS[name]
+    if shutil.which(cc) is None:
+        pytest.fail(f"{cc} is not installed (scripts/system-deps.sh installs it)")
+    out = tmp_path_factory.mktemp(f"native-{name}")
+    proc = subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
+    return name, out
+
+
+def run(binary: Path, *args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
+
+
+UNIT_WORDS = re.compile(r"(gbs|gb_s|_us$|_ns$|_ms$|mib|gib|gflops$|percent)", re.I)
+
+
+def parse_contract(stdout: str, binary: str, compiler: str) -> tuple[dict, list[dict]]:
+    """Parses and validates JSON-lines output; returns (meta, metrics)."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    assert lines, "no output"
+    records = [json.loads(ln) for ln in lines]  # every line is one JSON object
+    metas = [r for r in records if r.get("type") == "meta"]
+    assert len(metas) == 1 and records[0] is metas[0], "exactly one meta record, first"
+    meta = metas[0]
+    assert meta["binary"] == binary
+    assert re.fullmatch(r"\d+\.\d+\.\d+", meta["version"])
+    assert meta["compiler"].startswith(compiler), meta["compiler"]
+    assert "-O" in meta["flags"]
+    assert isinstance(meta["cpus"], str) and meta["cpus"]
+    assert isinstance(meta["page_size"], int) and meta["page_size"] >= 4096
+    assert meta["tsc_ghz"] > 0.1
+    metrics = records[1:]
+    assert metrics, "no metric records"
+    for m in metrics:
+        assert m["type"] == "metric", m
+        assert isinstance(m["name"], str) and re.fullmatch(r"[a-z][a-z0-9_]*", m["name"]), m
+        assert not UNIT_WORDS.search(m["name"]), f"unit in metric name: {m['name']}"
+        assert isinstance(m["value"], (int, float)) and math.isfinite(m["value"]), m
+        assert isinstance(m["unit"], str) and m["unit"], m
+        for key, value in m.items():  # dims are flat scalars
+            assert isinstance(value, (str, int, float, bool)), (key, value)
+    return meta, metrics
+
+
+def names(metrics: list[dict]) -> set[str]:
+    return {m["name"] for m in metrics}
+
+
+def test_make_check_passes(build):
+    name, out = build
+    proc = subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={COMPILERS[name]}", "check"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "FAIL" not in proc.stdout
+    assert proc.stdout.count("ok   ") >= 15
+
+
+CPU0 = str(online_cpus()[0])
+TWO = ",".join(map(str, online_cpus()[:2]))
+needs_two = pytest.mark.skipif(len(online_cpus()) < 2, reason="needs 2 online CPUs")
+
+CONTRACT_RUNS = {
+    "ladder": (["--kernel", "avx512-read", "--size", "32K", "--seconds", "0.02", "--reps", "2",
+                "--cpus", TWO],
+               {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50",
+                "bw_per_core_max"}),
+    "gemv": (["--kernel", "avx512-bf16", "--rows", "64", "--cols", "128", "--batch", "4",
+              "--steps", "20", "--cpus", TWO],
+             {"step_p50", "step_p99", "weight_bw", "tflops", "rows_max_over_mean",
+              "rel_rms_err", "cosine"}),
+    "kvstream": (["--tokens", "512", "--heads", "2", "--steps", "5", "--cpus", TWO],
+                 {"kv_bw", "step_p50", "step_p99", "rel_rms_err", "cosine"}),
+    "exchange": (["--mode", "diss", "--cpus", TWO, "--iters", "100", "--warmup", "10"],
+                 {"latency_p50", "latency_p99"}),
+}
+
+
+@needs_two
+@needs_avx512
+@pytest.mark.parametrize("binary", sorted(CONTRACT_RUNS))
+def test_output_follows_json_lines_contract(build, binary):
+    name, out = build
+    args, expected = CONTRACT_RUNS[binary]
+    proc = run(out / binary, *args)
+    assert proc.returncode == 0, proc.stderr
+    meta, metrics = parse_contract(proc.stdout, binary, name)
+    assert expected <= names(metrics), expected - names(metrics)
+    if binary == "ladder":
+        mins = [m for m in metrics if m["name"] == "bw_per_core_min"]
+        assert all(m["cpu"] in online_cpus() for m in mins)
+        assert all(m["unit"] == "GB/s" for m in metrics if m["name"].startswith("bw_"))
+    if binary == "exchange":
+        assert all(m["unit"] == "us" and m["mode"] == "diss" and m["participants"] == 2
+                   and m["bytes"] == 2560 for m in metrics)
+
+
+@needs_two
+@needs_avx512
+@pytest.mark.parametrize("mode", ["pingpong", "diss", "fid", "rep"])
+def test_exchange_modes(build, mode):
+    name, out = build
+    extra = ["--roundtrips", "10"] if mode == "pingpong" else []
+    proc = run(out / "exchange", "--mode", mode, "--cpus", TWO, "--iters", "50", "--warmup", "5",
+               *extra)
+    assert proc.returncode == 0, proc.stderr
+    _, metrics = parse_contract(proc.stdout, "exchange", name)
+    p50 = next(m for m in metrics if m["name"] == "latency_p50")
+    p99 = next(m for m in metrics if m["name"] == "latency_p99")
+    assert 0 < p50["value"] <= p99["value"]
+    if mode == "pingpong":
+        assert {p50["src"], p50["dst"]} == set(map(int, TWO.split(",")))
+
+
+@needs_avx512
+@pytest.mark.parametrize("kernel", ["avx512-bf16", "avx512-fp32"])
+@pytest.mark.parametrize("batch", [1, 4, 16])
+def test_gemv_matches_fp32_reference(build, kernel, batch):
+    name, out = build
+    proc = run(out / "gemv", "--kernel", kernel, "--rows", "200", "--cols", "512", "--batch",
+               str(batch), "--steps", "10", "--warmup", "1", "--cpus", TWO)
+    assert proc.returncode == 0, proc.stderr
+    _, metrics = parse_contract(proc.stdout, "gemv", name)
+    value = {m["name"]: m["value"] for m in metrics}
+    assert value["rel_rms_err"] <= 1e-5 and value["cosine"] >= 0.99999
+    assert all(m["batch"] == batch and m["kernel"] == kernel for m in metrics)
+    # 13 blocks of 16 rows over 2 workers: 7 blocks (112 rows) vs a mean of 100
+    assert value["rows_max_over_mean"] == pytest.approx(1.12)
+
+
+@needs_avx512
+def test_gemv_check_can_fail(build):
+    """A threshold below the real error makes the self-check fail with exit 1."""
+    _, out = build
+    proc = run(out / "gemv", "--kernel", "avx512-bf16", "--rows", "64", "--cols", "2048",
+               "--steps", "2", "--max-rel-rms", "1e-15")
+    err = next(json.loads(ln) for ln in proc.stdout.splitlines() if '"rel_rms_err"' in ln)
+    assert err["value"] > 1e-15
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "self-check failed" in proc.stderr
+
+
+@needs_two
+@needs_avx512
+def test_tile_granularity_imbalance(build):
+    """16-row tiles: 40 rows = 3 tiles over 2 workers -> 32 vs 8 rows, max/mean 32/20 = 1.6
+    (the seed's effect: 1,536 rows = 96 tiles over 90 cores leaves 6 cores with two tiles)."""
+    name, out = build
+    proc = run(out / "gemv", "--kernel", "avx512-bf16", "--rows", "40", "--cols", "64",
+               "--steps", "2", "--cpus", TWO)
+    assert proc.returncode == 0, proc.stderr
+    _, metrics = parse_contract(proc.stdout, "gemv", name)
+    value = {m["name"]: m["value"] for m in metrics}
+    assert value["rows_max_over_mean"] == pytest.approx(1.6)
+    assert value["rel_rms_err"] < 1e-5
+
+
+def test_amx_emulation_matches_reference(build):
+    name, out = build
+    proc = run(out / "amx_emu_test")
+    assert proc.returncode == 0, proc.stderr
+    _, metrics = parse_contract(proc.stdout, "amx_emu_test", name)
+    errs = [m for m in metrics if m["name"] == "rel_rms_err"]
+    assert {m["batch"] for m in errs} >= {1, 4, 16}
+    assert all(m["value"] <= 1e-5 for m in errs)
+    assert any(m["rows"] % 16 for m in errs), "a shape with a partial 16-row tile"
+    by_name = {m["name"]: m["value"] for m in metrics}
+    assert by_name["wrong_shape_faults"] == 1
+    assert by_name["unpacked_rel_rms_err"] > 0.1
+    assert by_name["stream_checksum_error"] == 0
+
+
+@pytest.mark.parametrize("binary,args", [
+    ("ladder", ["--kernel", "amx-bf16-stream", "--size", "64K", "--seconds", "0.01"]),
+    ("gemv", ["--kernel", "amx-bf16", "--rows", "32", "--cols", "64", "--steps", "2"]),
+])
+def test_amx_kernels_run_or_say_unsupported(build, binary, args):
+    name, out = build
+    proc = run(out / binary, *args)
+    if HAS_AMX:
+        assert proc.returncode == 0, proc.stderr
+        parse_contract(proc.stdout, binary, name)
+    else:
+        assert proc.returncode == 3, proc.stderr
+        assert proc.stdout == ""
+        assert proc.stderr.count("\n") == 1
+        assert "not available on this host" in proc.stderr and "AMX" in proc.stderr
+
+
+@needs_avx512
+def test_hugetlb_without_reserved_pages_is_unsupported(build):
+    _, out = build
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(re.search(r"HugePages_Total:\s+(\d+)", meminfo).group(1))
+    proc = run(out / "ladder", "--kernel", "avx512-read", "--size", "64K", "--seconds", "0.01",
+               "--reps", "1", "--page", "hugetlb")
+    if total == 0:
+        assert proc.returncode == 3 and "MAP_HUGETLB" in proc.stderr
+    else:
+        assert proc.returncode == 0
+        assert json.loads(proc.stdout.splitlines()[0])["page_size"] >= 2 << 20
+
+
+@needs_avx512
+def test_ladder_reports_page_size_obtained(build):
+    _, out = build
+    args = ["--kernel", "avx512-read", "--size", "4M", "--seconds", "0.02", "--reps", "1"]
+    small = json.loads(run(out / "ladder", *args, "--page", "4k").stdout.splitlines()[0])
+    assert small["page_size"] == 4096 and small["thp_fraction"] == 0
+    thp_mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    if "[never]" in thp_mode:
+        pytest.skip("THP disabled on this host")
+    huge = json.loads(run(out / "ladder", *args, "--page", "thp").stdout.splitlines()[0])
+    assert huge["page_mode"] == "thp"
+    assert huge["page_size"] == 2 << 20 and huge["thp_fraction"] >= 0.5
+
+
+def bad_flag_cases() -> list[tuple[str, list[str], str]]:
+    online = online_cpus()
+    offline = str(max(online) + 1)
+    too_many = f"0-{len(online)}"
+    base = {
+        "ladder": ["--kernel", "avx512-read", "--size", "1M"],
+        "gemv": ["--kernel", "avx512-bf16"],
+        "kvstream": ["--tokens", "1024"],
+        "exchange": ["--mode", "diss"],
+    }
+    cases = [
+        ("ladder", ["--kernel", "nope", "--size", "1M"], "unknown value 'nope'"),
+        ("gemv", ["--kernel", "nope"], "unknown value 'nope'"),
+        ("exchange", ["--mode", "nope", "--cpus", TWO], "unknown value 'nope'"),
+        ("ladder", ["--kernel", "avx512-read", "--size", "0"], "--size"),
+        ("ladder", ["--kernel", "avx512-read", "--size", "100"], "smaller than"),
+        ("kvstream", ["--tokens", "0"], "--tokens"),
+        ("exchange", ["--mode", "diss", "--cpus", TWO, "--bytes", "0"], "--bytes"),
+        ("gemv", ["--kernel", "avx512-bf16", "--rows", "0"], "--rows"),
+        ("gemv", ["--kernel", "avx512-bf16", "--cols", "100"], "multiple of 32"),
+        ("gemv", ["--kernel", "avx512-bf16", "--batch", "17"], "--batch"),
+        ("exchange", ["--mode", "pingpong", "--pairs", f"0:{offline}"], "not online"),
+        ("exchange", ["--mode", "diss", "--cpus", CPU0], "at least 2"),
+    ]
+    for binary, args in base.items():
+        cases.append((binary, [*args, "--cpus", offline], "not online"))
+        cases.append((binary, [*args, "--cpus", too_many], "only"))
+        cases.append((binary, [*args, "--cpus", "0,0"], "twice"))
+        cases.append((binary, [*args, "--cpus", "x"], "cpulist"))
+        cases.append((binary, [*args, "--bogus"], "unknown option '--bogus'"))
+        cases.append((binary, [*args, "--cpus"], "needs a value"))
+    return cases
+
+
+@pytest.mark.parametrize("binary,args,needle", bad_flag_cases())
+def test_bad_flags_are_one_line_usage_errors(build, binary, args, needle):
+    _, out = build
+    proc = run(out / binary, *args, timeout=10)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"{binary}: error: ") and needle in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+def test_help_documents_every_flag(build, binary):
+    _, out = build
+    proc = run(out / binary, "--help")
+    assert proc.returncode == 0
+    source = (NATIVE / binary / "main.c").read_text()
+    flags = set(re.findall(r'\{ "([a-z-]+)", (?:required|no)_argument', source))
+    assert flags, "no long options found"
+    missing = [f for f in flags if f"--{f}" not in proc.stdout]
+    assert not missing, missing
+    docs = (REPO / "docs" / "benchmarks.md").read_text()
+    undocumented = [f for f in flags - {"help"} if f"--{f}" not in docs]
+    assert not undocumented, f"docs/benchmarks.md lacks {undocumented}"
+
+
+@needs_avx512
+def test_watchdog_stops_a_stuck_run(build):
+    """--timeout bounds a run: a long ladder run is cut at 1 s with exit 1, one line."""
+    _, out = build
+    proc = run(out / "ladder", "--kernel", "avx512-read", "--size", "16K", "--seconds", "30",
+               "--timeout", "1", timeout=20)
+    assert proc.returncode == 1
+    assert "watchdog" in proc.stderr
+
+
+@needs_two
+@needs_avx512
+def test_kvstream_tiles_and_prefetch_agree(build):
+    name, out = build
+    values = []
+    for tile, pf in (("1", "0"), ("16", "4")):
+        proc = run(out / "kvstream", "--tokens", "777", "--heads", "3", "--head-dim", "64",
+                   "--tile-kib", tile, "--prefetch-kib", pf, "--steps", "3", "--cpus", TWO)
+        assert proc.returncode == 0, proc.stderr
+        meta, metrics = parse_contract(proc.stdout, "kvstream", name)
+        values.append({m["name"]: m["value"] for m in metrics})
+        assert meta["tile_tokens"] == int(tile) * 1024 // 128
+    assert all(v["rel_rms_err"] < 1e-5 for v in values)
