@@ -17,28 +17,20 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from socketlab.serve import metrics
+from socketlab.serve import metrics, testserver
 from socketlab.serve.loadgen import LoadConfig, Prompt, run_load
 
 
 def start_endpoint(cpu: int, tmp: Path, every_ms: float,
                    batch: int) -> tuple[subprocess.Popen, str]:
-    port_file = tmp / f"port-{every_ms}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "socketlab.serve.testserver", "--port-file", str(port_file),
-         "--every-ms", str(every_ms), "--batch", str(batch if every_ms == 0 else 1)],
-        preexec_fn=lambda: os.sched_setaffinity(0, [cpu]), start_new_session=True)
-    deadline = time.monotonic() + 20
-    while not port_file.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("endpoint did not start")
-        time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{port_file.read_text()}"
+    return testserver.launch(["--every-ms", str(every_ms),
+                              "--batch", str(batch if every_ms == 0 else 1)],
+                             tmp / f"port-{every_ms}",
+                             preexec_fn=lambda: os.sched_setaffinity(0, [cpu]))
 
 
 def one(url: str, cpu: int, conc: int, tokens: int, requests: int) -> dict:

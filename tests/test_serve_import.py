@@ -43,10 +43,30 @@ def test_import_recomputes_vllm_numbers(tmp_path, capsys):
     assert "1 of 5 requests failed" in text
 
 
-def test_import_refuses_a_summary_only_file(tmp_path, capsys):
-    bad = tmp_path / "summary.json"
-    bad.write_text(json.dumps({"completed": 3, "median_ttft_ms": 10.0}))
+ARRAYS = {"ttfts": [0.1, 0.2], "latencies": [0.5, 0.6], "output_lens": [4, 4]}
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"completed": 3, "median_ttft_ms": 10.0}, "field ttfts: missing"),
+    (ARRAYS | {"latencies": [0.5]}, "field latencies: expected a list of 2 entries"),
+    (ARRAYS | {"latencies": [0.5, "x"]}, "field latencies[1]: expected a number (s), got 'x'"),
+    (ARRAYS | {"itls": [[0.1], [0.1, None]]}, "field itls[1]: expected a list of numbers"),
+    (ARRAYS | {"output_lens": [4, True]}, "field output_lens[1]: expected a token count"),
+    (ARRAYS | {"errors": "boom"}, "field errors: expected a list of 2 entries"),
+])
+def test_import_refuses_a_file_it_cannot_recompute(tmp_path, capsys, doc, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
     rc = main(["import-vllm", str(bad), "--campaign", "imp", "--results", str(tmp_path)])
     err = capsys.readouterr().err.strip()
     assert rc == 2
-    assert err.count("\n") == 0 and str(bad) in err and "field ttfts: missing" in err
+    assert err.count("\n") == 0 and err.startswith(f"orchestrate: error: {bad}: ")
+    assert message in err, err
+    assert not (tmp_path / "imp").exists()  # nothing stored
+
+
+def test_import_refuses_a_folder(tmp_path, capsys):
+    rc = main(["import-vllm", str(tmp_path), "--campaign", "imp", "--results", str(tmp_path)])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: a folder (expected a vLLM bench-serve JSON file)" in err

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from socketlab.cpulist import parse_cpulist
-from socketlab.serve import metrics
+from socketlab.serve import dram, metrics
 from socketlab.serve.campaign import run_plan
 from socketlab.serve.report import serving_report
 from socketlab.serve.requests_store import load_requests
@@ -58,6 +58,14 @@ def test_every_arm_ran_under_its_placement(campaign):
             seen |= set(parse_cpulist(cpus))
         assert seen == server, (r.params, r.extra["server_affinity"])
         assert r.extra["server_pids_left"] == []
+        # DRAM bytes per token: counted where IMC counters exist, else the reason is recorded
+        why = dram.unavailable()
+        if why:
+            assert r.extra["dram_bytes_per_output_token"] == why
+        else:
+            frame = store.metrics_frame(spec.campaign)
+            assert (frame[frame.run_key == r.run_key].metric
+                    == "dram_bytes_per_output_token").sum() == 1
         if r.params["placement"] == "workers":
             assert not server & set(parse_cpulist(r.extra["client_cpus"]))
 
@@ -87,6 +95,10 @@ def test_store_holds_every_request_timestamps(campaign):
             assert value["p99_ttft_ms"] == pytest.approx(again["p99_ttft_ms"])
             assert value["peak_pss_bytes"] > 1 << 20  # the server's PSS was sampled
             assert value["total_output_tokens"] == cfg.requests * cfg.output_tokens
+        # CPU time per thread group of the server tree, over the whole run
+        cpu = frame[(frame.run_key == r.run_key) & (frame.metric == "server_cpu_s")]
+        assert len(cpu) >= 1 and set(cpu["dim.load"]) == {"all"}
+        assert cpu["dim.thread_group"].notna().all() and cpu["value"].sum() > 0
 
 
 def test_report_shows_comparison_and_placement_tables(campaign):
@@ -99,7 +111,30 @@ def test_report_shows_comparison_and_placement_tables(campaign):
     baseline = [x for x in rows[:4] if "| workers | workers |" in x]
     assert len(baseline) == 2 and all(x.endswith("| 1.00x | 1.00x | 1.00x | 1.00x |")
                                       for x in baseline), text
+    # the other arm's ratios and placement deltas are its stored values over the baseline's
+    frame = store.metrics_frame(spec.campaign)
+
+    def val(arm, load, metric):
+        (v,) = frame[(frame.arm == arm) & (frame["dim.load"] == load)
+                     & (frame.metric == metric)]["value"]
+        return v
+
+    for load in ("c1", "c2"):
+        ratios = [val("all", load, m) / val("workers", load, m)
+                  for m in ("window_output_tok_s", "p99_tpot_ms", "p99_ttft_ms",
+                            "peak_pss_bytes")]
+        (row,) = [x for x in rows[:4] if f"| all | all | {load} |" in x]
+        assert row.endswith(" | ".join(f"{x:,.2f}x" for x in ratios) + " |"), row
+        delta = (val("all", load, "median_tpot_ms") / val("workers", load, "median_tpot_ms")
+                 - 1) * 100
+        (ab,) = [x for x in rows[4:] if x.startswith(f"| llama-placement | {load} | all |")]
+        assert f"| {delta:+.1f}% |" in ab, ab
     assert "## Placement A/B" in text and "| vs workers |" in text
+    # 2 CPUs: arm `all` leaves none free for the client, and the report says so
+    shared = {r.params["arm"] for r in records if r.extra["client_shared"]}
+    assert shared == {"all"}
+    assert "- llama-placement arm all (placement all)" in text
+    assert "arm workers (placement" not in text
     assert "Runs not ok" not in text
 
 

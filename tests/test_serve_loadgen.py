@@ -8,18 +8,17 @@ TTFT = D1 and TPOT = D2 within 1 ms at p50, so the metric code can fail.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from contextlib import contextmanager, suppress
 
 import pytest
 
-from socketlab.serve import metrics
+from socketlab.serve import metrics, testserver
 from socketlab.serve.loadgen import LoadConfig, Prompt, poisson_offsets, run_load
 from socketlab.serve.records import RequestRecord
 
-D1_MS, D2_MS, TOKENS = 40.0, 8.0, 10
+# D2 / TOKENS (2.7 ms) is well above the 1 ms bound: a TPOT that divided by N_out instead of
+# N_out - 1 (13.3 ms) or folded TTFT in (20 ms) would fail the test.
+D1_MS, D2_MS, TOKENS = 40.0, 16.0, 6
 
 
 def _fifo() -> None:
@@ -42,17 +41,9 @@ def realtime():
 
 @contextmanager
 def scripted(tmp_path, *args):
-    port_file = tmp_path / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "socketlab.serve.testserver",
-                             "--port-file", str(port_file), *args], start_new_session=True,
-                            preexec_fn=_fifo)
+    proc, url = testserver.launch(list(args), tmp_path / "port", preexec_fn=_fifo)
     try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists():
-            assert proc.poll() is None, "scripted endpoint exited"
-            assert time.monotonic() < deadline, "scripted endpoint did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port_file.read_text()}"
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -147,3 +138,8 @@ def test_window_throughput_counts_only_events_inside():
     assert s["output_throughput"] == pytest.approx(300 / 0.2)  # vLLM: whole run
     assert s["max_concurrent_requests"] == 2
     assert s["mean_concurrency"] == pytest.approx(2.0)
+
+
+def test_scripted_endpoint_that_fails_to_start_is_reported(tmp_path):
+    with pytest.raises(RuntimeError, match=r"scripted endpoint exited with code 2"):
+        testserver.launch(["--tokens", "many"], tmp_path / "port")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -119,11 +120,17 @@ def test_procstats_samples_this_process_tree():
     s = procstats.Sampler(os.getpid())
     first = s.sample()
     assert first["pss_bytes"] > 1 << 20 and first["threads"] >= 1
-    sum(i * i for i in range(200_000))  # spend some CPU between samples
+    # spend 0.1 s of this thread's CPU between samples (bounded in wall time on a busy box)
+    cpu0, deadline = time.thread_time(), time.monotonic() + 20
+    while time.thread_time() - cpu0 < 0.1 and time.monotonic() < deadline:
+        sum(i * i for i in range(20_000))
+    spent = time.thread_time() - cpu0
     s.sample()
     summary = s.summary()
     assert summary["peak_pss_bytes"] >= first["pss_bytes"]
-    assert sum(summary["cpu_s_by_group"].values()) >= 0
+    # only the CPU used since the first sample counts, at clock-tick resolution
+    tick = 1 / summary["clock_ticks_per_s"]
+    assert spent - 2 * tick <= sum(summary["cpu_s_by_group"].values()) <= spent + 0.5, summary
 
 
 def test_generator_health_marks_invalid_levels():

@@ -54,18 +54,20 @@ def report(args: argparse.Namespace) -> int:
 
 
 def import_file(args: argparse.Namespace) -> int:
-    from socketlab.serve.vllm_import import store_import
+    from socketlab.serve.vllm_import import import_vllm, store_import
     from socketlab.store import Store, store_path
 
     if not args.file.is_file():
-        raise SpecError(f"{args.file}: no such file (expected a vLLM bench-serve JSON)")
+        what = "a folder" if args.file.is_dir() else "no such file"
+        raise SpecError(f"{args.file}: {what} (expected a vLLM bench-serve JSON file)")
+    got = import_vllm(args.file, args.load)  # a bad file is refused before a store is made
     path = store_path(args.campaign, Path(args.results or paths.RESULTS))
     with Store(path) as store:
         record = store_import(store, args.file, campaign=args.campaign,
                               experiment=args.experiment, arm=args.arm,
                               placement=args.placement, host=args.host,
                               repetition=args.repetition, load=args.load,
-                              baseline=args.baseline)
+                              baseline=args.baseline, got=got)
     print(f"imported {args.file} as run {record.run_key[:12]} ({record.status}"
           f"{': ' + record.reason if record.reason else ''}) into {path}")
     return 0

@@ -33,7 +33,7 @@ from socketlab.serve.dram import DramCounter
 from socketlab.serve.loadgen import LoadConfig, LoadResult, Prompt, read_result
 from socketlab.serve.prompts import PromptError, ServerTokenizer, corpus_prompts, synthetic_prompts
 from socketlab.serve.records import RequestRecord
-from socketlab.serve.server import ServerFailure, ServerProcess
+from socketlab.serve.server import ServerFailure, ServerProcess, pinned
 
 PARSER = "serving/1"
 
@@ -94,13 +94,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pin(cpus: list[int] | None):
-    def pin() -> None:
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-    return pin
-
-
 def make_prompts(cfg: ServingConfig, level: Level, base_url: str, seed: int,
                  rep: int) -> tuple[list[Prompt], list[Prompt]]:
     """Warm-up and measured prompts for one level; tags make every prompt unique."""
@@ -127,17 +120,19 @@ def run_level(cfg: ServingConfig, level: Level, base_url: str, client_cpus: list
                       max_concurrency=cfg.max_concurrency, seed=seed,
                       max_tokens=cfg.output_tokens, body=cfg.request,
                       timeout_s=cfg.request_timeout_s)
-    doc = {"load": vars(load), "warmup": [vars(p) for p in warm], "measured": [vars(p) for p in meas]}
+    doc = {"load": vars(load), "warmup": [vars(p) for p in warm],
+           "measured": [vars(p) for p in meas]}
     (out / "loadgen-config.json").write_text(json.dumps(doc, indent=1))
     with open(out / "loadgen.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "socketlab.serve.loadgen",
                                  str(out / "loadgen-config.json"), str(out)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_pin(client_cpus))
+                                preexec_fn=pinned(client_cpus))
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may have ended just now
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             raise ServerFailure(f"load level {level.label} ran past {timeout_s:g} s") from None
     if rc != 0:
@@ -172,8 +167,8 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
     argv = [a.replace("{port}", str(port)) for a in point.argv]
     base_url = cfg.base_url.replace("{port}", str(port))
     ready_url = base_url + (arm.ready_path or cfg.ready_path)
-    out = ServingOutcome(extra={"arm": arm.name, "baseline": cfg.baseline, "port": port, "argv": argv,
-                                "ready_url": ready_url, **place})
+    out = ServingOutcome(extra={"arm": arm.name, "baseline": cfg.baseline, "port": port,
+                                "argv": argv, "ready_url": ready_url, **place})
     server = ServerProcess(argv, ready_url, cpus=server_cpus, env=dict(point.env),
                            log_path=raw_dir / "server.log", ready_timeout_s=cfg.ready_timeout_s)
     sampler: subprocess.Popen | None = None
@@ -192,7 +187,7 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
             [sys.executable, procstats.__file__, "--root-pid", str(server.pid),
              "--out", str(raw_dir / "procstats.jsonl"),
              "--interval-ms", str(cfg.sample_interval_ms)],
-            start_new_session=True, preexec_fn=_pin(client_cpus))
+            start_new_session=True, preexec_fn=pinned(client_cpus))
         dram.start()
         for level in cfg.levels:
             left = deadline - time.monotonic()

@@ -260,7 +260,8 @@ async def _open(client, cfg, prompts, phase, records, t0) -> tuple[int, int]:
     return base, base + int(offsets[-1] * 1e9)
 
 
-async def run_load_async(cfg: LoadConfig, warmup: list[Prompt], measured: list[Prompt]) -> LoadResult:
+async def run_load_async(cfg: LoadConfig, warmup: list[Prompt],
+                         measured: list[Prompt]) -> LoadResult:
     if bool(cfg.concurrency) == bool(cfg.rate):
         raise ValueError("LoadConfig needs exactly one of concurrency or rate")
     n_conn = (cfg.concurrency or cfg.max_concurrency or len(measured)) + 4
@@ -273,8 +274,8 @@ async def run_load_async(cfg: LoadConfig, warmup: list[Prompt], measured: list[P
     wall0 = time.time()
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         if warmup:
-            wcfg = cfg if cfg.concurrency else LoadConfig(**{**asdict(cfg), "rate": None,
-                                                             "concurrency": cfg.max_concurrency or 1})
+            wcfg = cfg if cfg.concurrency else LoadConfig(
+                **{**asdict(cfg), "rate": None, "concurrency": cfg.max_concurrency or 1})
             await _closed(client, wcfg, warmup, "warmup", records, t0)
         monitor = asyncio.create_task(_lag_monitor(lag, stop))
         first = len(records)

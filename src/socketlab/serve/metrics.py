@@ -187,7 +187,8 @@ def compute(
     out["mean_concurrency"] = area / (wlen * NS)
     # Little's law: request rate x mean latency should equal the mean concurrency.
     if out["mean_e2el_ms"] is not None:
-        out["littles_law_concurrency"] = out["window_request_throughput"] * out["mean_e2el_ms"] / 1e3
+        out["littles_law_concurrency"] = (out["window_request_throughput"]
+                                          * out["mean_e2el_ms"] / 1e3)
 
     buckets: Counter[int] = Counter()
     for r in measured:

@@ -134,6 +134,15 @@ def serving_report(store: Any, campaign: str) -> str:
         parts += ["## Comparison (ratios: arm / baseline arm at the same load; "
                   "* = repeat spread > 10%)", "", comparison_table(comparison(c, baselines)), "",
                   "## Placement A/B", "", placement_table(c), ""]
+    shared = sorted({(r.experiment, r.extra["arm"], r.extra.get("placement", "?"))
+                     for r in runs if r.extra.get("client_shared")})
+    if shared:  # the client competed with the server for CPU: its timestamps carry that
+        parts += ["## Load generator shared the server's CPUs", "",
+                  "No CPU was left free of the server, so the client ran on the server's CPUs "
+                  "(`client_shared`); its timestamps include that contention (tokens can "
+                  "arrive batched), so compare these rows with care:", ""]
+        parts += [f"- {exp} arm {arm} (placement {pl})" for exp, arm, pl in shared]
+        parts.append("")
     failed = [r for r in runs if r.status != "ok"]
     if failed:  # their numbers are in the tables above when they have any: say which
         parts += ["## Runs not ok", ""]

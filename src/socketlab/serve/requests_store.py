@@ -64,7 +64,8 @@ def save_requests(path: Path, run_key: str, level: str, records: list[RequestRec
         db.close()
 
 
-def load_requests(path: Path, run_key: str | None = None) -> dict[tuple[str, str], list[RequestRecord]]:
+def load_requests(path: Path,
+                  run_key: str | None = None) -> dict[tuple[str, str], list[RequestRecord]]:
     """(run key, level) -> records in dispatch order."""
     db = _connect(path)
     try:

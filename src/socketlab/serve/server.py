@@ -65,6 +65,17 @@ def descendants(root: int) -> list[int]:
     return sorted(set(out) | set(group) - {root})
 
 
+def pinned(cpus: list[int] | None):
+    """A ``preexec_fn`` that pins the child (and so all it starts) to ``cpus`` between fork and
+    exec; ``None`` or empty leaves its affinity alone."""
+    cpus = list(cpus) if cpus else None
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return pin
+
+
 def _exit_text(rc: int) -> str:
     if rc < 0:
         try:
@@ -89,17 +100,12 @@ class ServerProcess:
     exit_code: int | None = None
 
     def start(self) -> None:
-        cpus = list(self.cpus) if self.cpus else None
-
-        def pin() -> None:  # runs in the child between fork and exec
-            if cpus:
-                os.sched_setaffinity(0, cpus)
-
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.proc = subprocess.Popen(
                 self.argv, env={**os.environ, **self.env}, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=pin,
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=pinned(self.cpus),
             )
         except (OSError, subprocess.SubprocessError) as exc:  # bad path, or pinning refused
             raise ServerFailure(f"server command could not start: {exc} "

@@ -74,7 +74,8 @@ def _chunk(conn: socket.socket, obj: dict | str) -> None:
 
 def _stream(conn: socket.socket, opts, t_recv: int, path: str, body: dict, n_served: int) -> None:
     chat = path.rstrip("/").endswith("chat/completions")
-    prompt = (body.get("messages") or [{}])[-1].get("content", "") if chat else body.get("prompt", "")
+    prompt = ((body.get("messages") or [{}])[-1].get("content", "") if chat
+              else body.get("prompt", ""))
     n_in = len(str(prompt).split())
     n = int(opts.tokens or body.get("max_tokens") or 16)
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -126,6 +127,27 @@ def _serve_connection(conn: socket.socket, opts) -> None:
                 _served += 1
                 n_served = _served
             _stream(conn, opts, t_recv, path, json.loads(raw or b"{}"), n_served)
+
+
+def launch(args: list[str], port_file: Path, *, preexec_fn=None,
+           timeout_s: float = 20.0) -> tuple[subprocess.Popen, str]:
+    """Start this endpoint as a process (own session) with ``args``; returns it and its base URL
+    once it listens. On failure it is stopped by PID before the error is raised."""
+    proc = subprocess.Popen([sys.executable, "-m", "socketlab.serve.testserver",
+                             "--port-file", str(port_file), *args],
+                            start_new_session=True, preexec_fn=preexec_fn)
+    deadline = time.monotonic() + timeout_s
+    while not port_file.exists():
+        rc = proc.poll()
+        if rc is not None or time.monotonic() > deadline:
+            if rc is None:
+                proc.kill()
+                proc.wait(timeout=10)
+            why = (f"exited with code {rc}" if rc is not None
+                   else f"not listening after {timeout_s:g} s")
+            raise RuntimeError(f"scripted endpoint {why} (args {args})")
+        time.sleep(0.05)
+    return proc, f"http://127.0.0.1:{port_file.read_text()}"
 
 
 def main(argv: list[str] | None = None) -> int:

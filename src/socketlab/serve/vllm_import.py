@@ -39,13 +39,47 @@ def load_label(doc: dict[str, Any], path: Path) -> str:
     return "rinf"
 
 
-def records_from(doc: dict[str, Any], path: Path) -> list[RequestRecord]:
-    need = ("ttfts", "latencies", "output_lens")
-    missing = [k for k in need if not isinstance(doc.get(k), list)]
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+#: per-request array -> (what an entry must be, its check)
+ARRAYS = {
+    "ttfts": ("a number (s)", _number),
+    "latencies": ("a number (s)", _number),
+    "output_lens": ("a token count", _number),
+    "input_lens": ("a token count or null", lambda v: v is None or _number(v)),
+    "start_times": ("a number (s)", _number),
+    "errors": ("a string", lambda v: v is None or isinstance(v, str)),
+    "itls": ("a list of numbers (s)", lambda v: isinstance(v, list) and all(map(_number, v))),
+}
+REQUIRED = ("ttfts", "latencies", "output_lens")
+
+
+def _check_arrays(doc: dict[str, Any], path: Path) -> int:
+    """The number of requests, after checking every per-request array is a list of that length
+    holding what vLLM writes there; a malformed file is a one-line error naming the field."""
+    missing = [k for k in REQUIRED if not isinstance(doc.get(k), list)]
     if missing:
         raise SpecError(f"{path}: field {missing[0]}: missing; expected a vLLM bench-serve JSON "
                         "saved with --save-detailed (per-request arrays)")
     n = len(doc["ttfts"])
+    for key, (expected, check) in ARRAYS.items():
+        values = doc.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != n:
+            got = f"{len(values)} entries" if isinstance(values, list) else type(values).__name__
+            raise SpecError(f"{path}: field {key}: expected a list of {n} entries (one per "
+                            f"request, as ttfts), got {got}")
+        for i, v in enumerate(values):
+            if not check(v):
+                raise SpecError(f"{path}: field {key}[{i}]: expected {expected}, got {v!r:.40}")
+    return n
+
+
+def records_from(doc: dict[str, Any], path: Path) -> list[RequestRecord]:
+    n = _check_arrays(doc, path)
     itls = doc.get("itls") or [[] for _ in range(n)]
     starts = doc.get("start_times") or [0.0] * n
     errors = doc.get("errors") or [""] * n
@@ -104,12 +138,13 @@ def import_vllm(path: Path, load: str | None = None) -> dict[str, Any]:
 def store_import(store: Any, path: Path, *, campaign: str, experiment: str = "vllm-import",
                  arm: str = "vllm", placement: str = "unknown", host: str = "imported",
                  repetition: int = 0, load: str | None = None,
-                 baseline: str | None = None) -> Any:
-    """Import a file as one stored run (key: hash of the file and the names); returns it."""
+                 baseline: str | None = None, got: dict[str, Any] | None = None) -> Any:
+    """Import a file as one stored run (key: hash of the file and the names); returns it.
+    ``got``: the file already read by ``import_vllm`` (so a bad file never creates a store)."""
     from socketlab.serve.requests_store import save_requests
     from socketlab.store import RunRecord
 
-    got = import_vllm(path, load)
+    got = got if got is not None else import_vllm(path, load)
     params = {"arm": arm, "placement": placement}
     key = hashlib.sha256(json.dumps([campaign, experiment, host, params, repetition,
                                      got["sha256"]]).encode()).hexdigest()
@@ -120,8 +155,9 @@ def store_import(store: Any, path: Path, *, campaign: str, experiment: str = "vl
         run_key=key, campaign=campaign, experiment=experiment, host=host,
         repetition=repetition, params=params, status=status, reason=reason,
         raw_dir=str(path.resolve()),
-        extra={"arm": arm, "baseline": baseline, "imported_from": str(path), "sha256": got["sha256"],
-               "model": got["model"], "backend": got["backend"], "load": got["label"]})
+        extra={"arm": arm, "baseline": baseline, "imported_from": str(path),
+               "sha256": got["sha256"], "model": got["model"], "backend": got["backend"],
+               "load": got["label"]})
     save_requests(Path(store.path), key, got["label"], got["records"])
     store.add_run(record, got["metrics"])
     return record
