@@ -246,8 +246,14 @@ def _is_ours(pid: int) -> bool:
         return False
 
 
-def _daemon_loop(out: str, cpus: list[int] | None, interval: float, proc: str) -> None:
+def _daemon_loop(
+    out: str, cpus: list[int] | None, interval: float, proc: str, max_seconds: float
+) -> None:
+    """Sample every ``interval`` s until SIGTERM, ``max_seconds``, or ``out`` is removed (the
+    orchestrator clears a run's folder before a rerun), so a daemon whose orchestrator died
+    does not sample forever (same rule as collectors/_collector.py)."""
     stopping = False
+    stop_at = time.monotonic() + max_seconds
 
     def on_term(signum, frame):
         nonlocal stopping
@@ -261,6 +267,10 @@ def _daemon_loop(out: str, cpus: list[int] | None, interval: float, proc: str) -
             deadline = time.monotonic() + interval
             while not stopping and time.monotonic() < deadline:
                 time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+                if time.monotonic() >= stop_at or not os.path.isdir(out):
+                    stopping = True
+            if not os.path.isdir(out):
+                return  # nowhere to write: the run's folder is gone
             current = take_sample(proc)
             ts = time.time()
             dt = current["t"] - previous["t"]
@@ -320,7 +330,7 @@ def cmd_start(args) -> int:
     os.write(write_end, str(os.getpid()).encode())
     os.close(write_end)
     try:
-        _daemon_loop(args.out, cpus, args.interval, args.proc)
+        _daemon_loop(args.out, cpus, args.interval, args.proc, args.max_seconds)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(pidfile)
@@ -364,13 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--cpus", default="", help="CPU list to record (default: all)")
     p.add_argument("--interval", type=float, default=1.0)
+    p.add_argument("--max-seconds", type=float, default=24 * 3600,
+                   help="stop by itself after this long (default 1 day)")  # fmt: skip
     p.set_defaults(func=cmd_start)
     p = sub.add_parser("stop", help="stop the collector daemon started with --out DIR")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_stop)
     args = parser.parse_args(argv)
-    if getattr(args, "seconds", 1) <= 0 or getattr(args, "interval", 1) <= 0:
-        parser.error("--seconds and --interval must be positive")
+    if min(getattr(args, k, 1) for k in ("seconds", "interval", "max_seconds")) <= 0:
+        parser.error("--seconds, --interval and --max-seconds must be positive")
     try:
         return args.func(args)
     except ValueError as exc:

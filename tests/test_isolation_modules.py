@@ -155,11 +155,13 @@ def test_record_once_write_check_mode_and_restore(tmp_path, tree):
     assert restored["restored"] == [numa] and restored["diff"]["after"] == f"{numa} = 1\n"
     assert read(tree["numa"]) == "1" and read(tree["thp"]) == "always [madvise] never"
     assert not tree["state"].exists()
+    assert not tree["state"].parent.exists()  # the snapshot made the folder; restore removes it
     assert nothing["nothing_to_restore"] and not nothing["changed"]
     assert nothing["msg"] == f"nothing to restore: no state file {state}"
 
 
 def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
+    tree["state"].parent.mkdir()  # a folder that was there before isolation stays after restore
     state = str(tree["state"])
     irq_dir = str(tree["irq1"].parent.parent)
     irqs = {"cpus": "0,2", "irq_dir": irq_dir, "state_file": state}
@@ -197,6 +199,7 @@ def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
     ]
     assert bad["msg"].startswith("2 knob(s) drifted from the isolation plan: numa: expected 1")
     assert (read(tree["irq1"]), read(tree["irq2"]), read(tree["irqdef"])) == ("0-3", "3", "f")
+    assert not tree["state"].exists() and tree["state"].parent.is_dir()
 
 
 def test_preflight_and_service_confinement_say_why(tmp_path, tree):

@@ -17,18 +17,7 @@ from socketlab.cpulist import parse_cpulist, parse_cpumask
 from socketlab.errors import PlanError
 from socketlab.plan import plan_isolation
 from socketlab.topology import topology_from_snapshot
-
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures" / "topology"
-NAMES = ["c8i-metal-48xl", "xeon-6543p-b", "two-socket", "this-machine"]
-
-
-def snapshot(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
-
-
-def topo(name: str):
-    return topology_from_snapshot(snapshot(name))
+from tests.fixtures.topology import FIXTURES, NAMES, snapshot, topo
 
 
 def test_c8i_default_plan_is_exactly_the_campaigns():
@@ -192,6 +181,19 @@ def test_filter_functions():
     assert set(filters.FilterModule().filters()) >= {
         "socketlab_isolation_plan", "socketlab_cpulist", "socketlab_cpumask",
     }  # fmt: skip
+
+
+def test_filter_can_return_the_planners_message_instead_of_raising():
+    # The isolation_plan role fails with this message alone (no Ansible templating preamble).
+    got = filters.socketlab_isolation_plan(snapshot("this-machine"), 2, False, on_error="return")
+    assert got == {
+        "error": "this-machine: housekeeping_per_node=2 leaves no worker cores on NUMA node 0, which has "
+        "2 physical cores; expected at most 1"
+    }
+    bad_h = filters.socketlab_isolation_plan(snapshot("c8i-metal-48xl"), "x", on_error="return")
+    assert bad_h == {"error": "socketlab: housekeeping_per_node: expected a whole number, got 'x'"}
+    ok = filters.socketlab_isolation_plan(snapshot("this-machine"), 1, on_error="return")
+    assert "error" not in ok and ok["workers"] == [1]
 
 
 def test_filter_errors_are_ansible_filter_errors():

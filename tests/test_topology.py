@@ -15,18 +15,9 @@ import pytest
 from socketlab.cpulist import parse_cpulist
 from socketlab.errors import HostError
 from socketlab.topology import host_facts_module, read_topology, topology_from_snapshot
+from tests.fixtures.topology import FIXTURES, NAMES, snapshot, topo
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO / "tests" / "fixtures" / "topology"
-NAMES = ["c8i-metal-48xl", "xeon-6543p-b", "two-socket", "this-machine"]
-
-
-def snapshot(name: str) -> dict:
-    return json.loads((FIXTURES / f"{name}.json").read_text())
-
-
-def topo(name: str):
-    return topology_from_snapshot(snapshot(name))
 
 
 def test_fixtures_are_what_the_generator_writes(tmp_path):

@@ -54,7 +54,9 @@ options:
     elements: str
     default: []
   holder:
-    description: Where the latency holder keeps its pidfile, and its systemd unit name.
+    description: Where the latency holder keeps its pidfile and script, and its systemd unit
+      name. The script and any folder that does not exist yet (for it, its pidfile and the
+      state file) are recorded, so restore removes what isolation added.
     type: dict
     default: {}
   plan:
@@ -145,12 +147,33 @@ def _systemd_allowed_cpus(module, unit):
     return out.strip()
 
 
+def _not_there_yet(files, dirs):
+    """The files, and the folders (with missing parents), that do not exist yet: what isolation
+    will add on the host, so restore can take it away again."""
+    made_files = [f for f in files if f and not os.path.exists(f)]
+    made_dirs = set()
+    for folder in dirs:
+        folder = os.path.abspath(folder)
+        while folder != os.path.dirname(folder) and not os.path.exists(folder):
+            made_dirs.add(folder)
+            folder = os.path.dirname(folder)
+    return made_files, sorted(made_dirs)
+
+
+def _record_made(state, files, dirs):
+    made = state.setdefault("made", {"files": [], "dirs": []})
+    new_files, new_dirs = _not_there_yet(files, dirs)
+    made["files"] = sorted(set(made["files"]) | set(new_files))
+    made["dirs"] = sorted(set(made["dirs"]) | set(new_dirs))
+
+
 def snapshot(module, p):
     state = load_state(p["path"])
     before = None if state is None else dict(state)
     fresh = state is None
     if fresh:
         state = new_state(p["host"])
+        _record_made(state, [], [os.path.dirname(os.path.abspath(p["path"]))])
     recorded, unavailable = [], []
     paths = list(p["knobs"])
     for pattern in p["globs"]:
@@ -184,6 +207,12 @@ def snapshot(module, p):
                 new_processes.append(unit)
     if p["holder"] and not state["holder"]:
         state["holder"] = dict(p["holder"], manager=manager)
+        holder_files = [p["holder"].get("script"), p["holder"].get("pidfile")]
+        _record_made(
+            state,
+            [p["holder"].get("script")],
+            [os.path.dirname(os.path.abspath(f)) for f in holder_files if f],
+        )
         new_processes.append("holder")
     targets_changed = False
     for key in ("plan", "targets"):
@@ -274,6 +303,23 @@ def _start_process(module, name, record):
     return f"started {name}"
 
 
+def _remove_made(made):
+    """Remove the files and (empty) folders isolation added; a folder another host's state
+    still uses (network-namespace hosts share one filesystem) stays."""
+    removed = []
+    for path in made.get("files", []):
+        if os.path.isfile(path):
+            os.unlink(path)
+            removed.append(path)
+    for folder in sorted(made.get("dirs", []), key=lambda d: d.count(os.sep), reverse=True):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            continue  # not empty, or already gone
+        removed.append(folder)
+    return removed
+
+
 def restore(module, p):
     state = load_state(p["path"])
     empty = dict(changed=False, recorded=[], unavailable=[], restored=[], refused=[], state={})
@@ -330,8 +376,10 @@ def restore(module, p):
             restored=restored,
             refused=refused,
         )
+    removed = [p["path"]]
     if not module.check_mode:
         os.unlink(p["path"])
+        removed += _remove_made(state.get("made") or {})
     result = dict(
         empty,
         changed=True,
@@ -342,7 +390,8 @@ def restore(module, p):
         nothing_to_restore=False,
         msg=f"restored {len(restored)} knob(s), "
         + (", ".join(actions) or "no services to restart")
-        + f"; removed {p['path']}",
+        + ("; would remove " if module.check_mode else "; removed ")
+        + ", ".join(removed),
     )
     if module._diff:
         result["diff"] = {"before": "".join(before_lines), "after": "".join(after_lines)}

@@ -154,6 +154,8 @@ def new_state(host):
         "systemd_units": {},
         "holder": {},
         "refused_irqs": {},
+        # What isolation adds on the host (holder script, folders), for restore to remove.
+        "made": {"files": [], "dirs": []},
     }
 
 

@@ -73,16 +73,23 @@ def socketlab_topology(snapshot: Any) -> dict:
 
 
 def socketlab_isolation_plan(
-    snapshot: Any, housekeeping_per_node: Any = 2, prefer_irq_cores: Any = False
+    snapshot: Any,
+    housekeeping_per_node: Any = 2,
+    prefer_irq_cores: Any = False,
+    on_error: str = "raise",
 ) -> dict:
+    """The plan's facts. With ``on_error="return"`` an impossible plan gives ``{"error": msg}``
+    instead of raising, so a role can fail with the planner's line alone (a raising filter makes
+    Ansible print its templating preamble first)."""
     try:
+        h = _as_int(housekeeping_per_node, "housekeeping_per_node")
         topology = topology_from_snapshot(_snapshot(snapshot))
         plan = plan_isolation(
-            topology,
-            housekeeping_per_node=_as_int(housekeeping_per_node, "housekeeping_per_node"),
-            prefer_irq_cores=_as_bool(prefer_irq_cores),
+            topology, housekeeping_per_node=h, prefer_irq_cores=_as_bool(prefer_irq_cores)
         )
-    except SocketlabError as exc:
+    except (SocketlabError, AnsibleFilterError) as exc:
+        if on_error == "return":
+            return {"error": str(exc)}
         raise AnsibleFilterError(str(exc)) from None
     return plan.facts()
 
