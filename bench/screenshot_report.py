@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Open a report's HTML in headless Chromium and save a screenshot (PNG).
 
-    python bench/screenshot_report.py results/campaign-oct/report/report.html docs/report-screenshot.png
+    python bench/screenshot_report.py results/campaign-oct/report.html docs/report-screenshot.png
 
 Chromium runs with a throwaway profile, no network services, and a hard timeout; the process is
 started and waited for by its PID only.

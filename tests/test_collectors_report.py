@@ -164,3 +164,14 @@ def test_perf_refuses_legacy_alias_on_granite_rapids(tmp_path):
     events, reason = collector.imc_events(str(tmp_path), cpu=(6, 173))
     assert "cas_count_read_sch1" in events and "cas_count_write_sch1" in events
     assert collector.imc_events(str(tmp_path / "none"))[1] == "no uncore_imc PMU"
+
+
+def test_perf_csv_uncounted_events_are_noted_once():
+    text = ("# started on Sun Nov 29 2026\n"
+            "1.000,<not supported>,,cycles,0,100.00,,\n"
+            "1.000,12345,,instructions,1000,100.00,,\n"
+            "2.000,<not supported>,,cycles,0,100.00,,\n"
+            "2.000,23456,,instructions,1000,100.00,,\n")
+    totals, _, last, missing = read_csv(text)
+    assert totals == {"instructions": 35801.0} and last == 2.0
+    assert missing == ["cycles <not supported>"]

@@ -124,3 +124,66 @@ def test_units_and_models():
     assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 96}) is None
     assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 48}) == (
         "host is Xeon 6975P-C (48 cores), published host is Xeon 6975P-C (96 cores)")
+
+
+EDGE = """\
+format: socketlab.published/1
+id: edge
+title: verdict edge cases
+campaign: edge
+host: {model: Intel Xeon 6975P-C, cores: 96}
+tables:
+  - id: t
+    title: t
+    source: "seed 000"
+    experiment: e
+    join: [mode]
+    columns:
+      bw: {unit: GB/s, better: higher}
+      lat: {unit: us, better: lower}
+      irq: {unit: 1/s, better: lower, tolerance: {rel: 0.2, abs: 1}}
+      frac: {unit: fraction, better: none, tolerance: {abs: 0.01}}
+    rows:
+      - {id: zero, conditions: {mode: zero}, values: {lat: 0}}
+      - {id: zero-abs, conditions: {mode: zero-abs}, values: {irq: 0}}
+      - {id: samples, conditions: {mode: samples}, values: {lat: {samples: [1, 2, 3, 10]}}}
+      - {id: range, conditions: {mode: range}, values: {bw: {range: [100, 200]}}}
+      - {id: none, conditions: {mode: none}, values: {frac: 0.5}}
+"""
+
+
+def test_verdict_edge_cases(tmp_path, c8i):
+    """Zero published values, samples without a value, ranges, OR-ed tolerances, better: none."""
+    path = tmp_path / "edge.yaml"
+    path.write_text(EDGE)
+    pub = load_published(path)
+    assert pub.table("t").cell("samples", "lat").reference == 2.5  # the median of 4 samples
+
+    def verdicts(measured: dict[tuple[str, str], float]) -> dict[str, str]:
+        units = {"bw": "GB/s", "lat": "us", "irq": "1/s", "frac": "fraction"}
+        recs = [{"experiment": "e", "host": "c8i", "metric": m, "value": v, "unit": units[m],
+                 "mode": case, "status": "ok"} for (case, m), v in measured.items()]
+        return {r.cell.row: r.verdict for r in compare(pub, recs, {"c8i": c8i})}
+
+    v = verdicts({("zero", "lat"): 0.0, ("zero-abs", "irq"): 0.9, ("samples", "lat"): 2.6,
+                  ("range", "bw"): 209.0, ("none", "frac"): 0.509})
+    assert v == {
+        "zero": "reproduced within tolerance (±5%)",
+        "zero-abs": "reproduced within tolerance (±20% or ±1)",  # 0.9 is within ±1 of 0
+        "samples": "reproduced within tolerance (±5%)",  # 2.6 vs the median 2.5
+        "range": "reproduced within tolerance (±5%)",  # 209 is within 5% of the range's top
+        "none": "reproduced within tolerance (±0.01)",
+    }
+    v = verdicts({("zero", "lat"): 0.3, ("zero-abs", "irq"): 1.5, ("samples", "lat"): 3.0,
+                  ("range", "bw"): 90.0, ("none", "frac"): 0.52})
+    assert v == {
+        # no ratio to a published 0: the verdict says both numbers, never "infx"
+        "zero": "deviates: 0.3 against a published 0 (±5%, worse)",
+        "zero-abs": "deviates: 1.5 against a published 0 (±20% or ±1, worse)",
+        "samples": "deviates: 1.20x of published (±5%, worse)",
+        "range": "deviates: 0.60x of published (±5%, worse)",  # against the range's middle
+        "none": "deviates: 1.04x of published (±0.01)",  # no better/worse without a direction
+    }
+    rows = compare(pub, [{"experiment": "e", "host": "c8i", "metric": "lat", "value": 0.3,
+                          "unit": "us", "mode": "zero", "status": "ok"}], {"c8i": c8i})
+    assert next(r for r in rows if r.cell.row == "zero").ratio is None

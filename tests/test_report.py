@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from socketlab.plan.isolation import plan_isolation
 from socketlab.report.build import build_report, write_report
 from socketlab.report.published import PUBLISHED_DIR, load_published
 from socketlab.store import Store, store_path
+from socketlab.topology import topology_from_snapshot
 from tests.published.c8i_fixture import fill_store, topology_facts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,9 +31,12 @@ def results(tmp_path_factory):
         fill_store(store, pub, CAMPAIGN, host="c8i", shift={"exchange/n32-diss/exchange_p50": 1.2})
     hosts = root / CAMPAIGN / "hosts"
     hosts.mkdir(parents=True)
+    snapshot = json.loads((REPO / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json")
+                          .read_text())
+    plan = plan_isolation(topology_from_snapshot(snapshot), housekeeping_per_node=2).facts()
     (hosts / "c8i.json").write_text(json.dumps({
-        "topology": topology_facts("c8i-metal-48xl"), "isolation_applied": True,
-        "isolation_verify": "ok: 161 of 165 IRQs on housekeeping"}))
+        "topology": topology_facts("c8i-metal-48xl"), "isolation": plan,
+        "isolation_applied": True, "isolation_verify": "ok: 161 of 165 IRQs on housekeeping"}))
     return root
 
 
@@ -61,6 +66,9 @@ def test_markdown_has_a_row_for_every_published_cell(report):
     # provenance: host facts, isolation state and verify result
     assert "INTEL(R) XEON(R) 6975P-C" in md and "isolation applied: yes" in md
     assert "verify: ok: 161 of 165 IRQs on housekeeping" in md
+    # the CPU sets the runs were placed on: the published placement on the c8i topology
+    assert ("isolation on c8i**: applied; plan: housekeeping 0-1,32-33,64-65,96-97,128-129,"
+            "160-161, workers 2-31,34-63,66-95") in md
 
 
 def test_html_is_standalone_with_plots(report, tmp_path):

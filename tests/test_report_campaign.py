@@ -86,6 +86,8 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
                for p in ladder)
     # one housekeeping core in the quick profile leaves CPU 1 as the worker on 2 cores
     assert {p.argv[p.argv.index("--cpus") + 1] for p in ladder} == {"1"}
+    (noise,) = [p for p in plan.points if p.experiment == "noise-load"]
+    assert noise.argv[noise.argv.index("--kernel") + 1] == "avx512-read"  # no AMX here
 
 
 def test_full_plan_on_c8i_uses_the_published_placement():
@@ -113,6 +115,9 @@ def test_full_plan_on_c8i_uses_the_published_placement():
     kv = {(p.params["layer"], p.params["context"]): p.argv for p in by_exp["kvstream"]}
     argv = kv[("E4B L5", 131072)]
     assert argv[argv.index("--heads") + 1] == "8"  # 4 KiB of K+V per token
+    # the noise run streams AMX as published (p0_noise.sh) where the host has it
+    (noise,) = by_exp["noise-load"]
+    assert noise.argv[noise.argv.index("--kernel") + 1] == "amx-bf16-stream"
 
 
 def test_profile_errors_are_one_line(tmp_path):

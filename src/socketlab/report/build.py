@@ -192,6 +192,10 @@ def build_report(
             state = "applied" if entry.get("isolation_applied") else "not applied"
             if entry.get("isolation_error"):
                 state += f" ({entry['isolation_error']})"
+            plan = entry.get("isolation") or {}
+            if plan.get("workers_list") is not None:  # the CPU sets the runs were placed on
+                state += (f"; plan: housekeeping {plan.get('housekeeping_list') or '-'}, "
+                          f"workers {plan.get('workers_list') or '-'}")
             isolation[host] = state
     provenance = {
         "spec": str(spec_path) if spec_path else None,

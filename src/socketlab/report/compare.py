@@ -43,7 +43,7 @@ _UNITS: dict[str, tuple[str, float]] = {
     "ns": ("time", 1e-9), "us": ("time", 1e-6), "µs": ("time", 1e-6), "ms": ("time", 1e-3),
     "s": ("time", 1.0),
     "B": ("bytes", 1.0), "KiB": ("bytes", 1024.0), "MiB": ("bytes", 1024.0**2),
-    "GiB": ("bytes", 1024.0**3),
+    "GiB": ("bytes", 1024.0**3), "MB": ("bytes", 1e6),
     "fraction": ("frac", 1.0), "percent": ("frac", 0.01),
 }
 
@@ -197,9 +197,10 @@ def _describe_join(cell: Cell) -> str:
         f" reported {cell.metric}"
 
 
-def _judge(cell: Cell, m: Measured) -> tuple[str, str, float]:
+def _judge(cell: Cell, m: Measured) -> tuple[str, str, float | None]:
     ref = cell.reference
-    ratio = m.median / ref if ref else float("inf") if m.median else 1.0
+    # a ratio to a published 0 (idle device IRQs) is undefined: say the two numbers instead
+    ratio = m.median / ref if ref else None
     tol = cell.tolerance
     if cell.range is not None:
         lo, hi = cell.range
@@ -212,7 +213,9 @@ def _judge(cell: Cell, m: Measured) -> tuple[str, str, float]:
     if cell.better != "none":
         better = (m.median > ref) == (cell.better == "higher")
         direction = ", better" if better else ", worse"
-    return DEVIATES, f"deviates: {ratio:.2f}x of published ({tol.text()}{direction})", ratio
+    how = f"{ratio:.2f}x of published" if ratio is not None else \
+        f"{fmt(m.median)} against a published 0"
+    return DEVIATES, f"deviates: {how} ({tol.text()}{direction})", ratio
 
 
 def compare(

@@ -14,6 +14,7 @@ conditions of every row, values name declared columns, ids are unique). Errors a
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -85,7 +86,7 @@ class Cell:
             return self.value
         if self.range is not None:
             return (self.range[0] + self.range[1]) / 2
-        return sorted(self.samples)[len(self.samples) // 2]
+        return statistics.median(self.samples)
 
     def join_params(self) -> dict[str, Any]:
         return {k: self.conditions[k] for k in self.join}
@@ -219,6 +220,10 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
     if err.validator == "required":
         missing = [r for r in err.validator_value if r not in (err.instance or {})]
         return path, f"missing required field '{missing[0] if missing else '?'}'"
+    if "tolerance" in path:
+        cut = path[: path.index("tolerance") + 1]
+        return cut, ("tolerance must be a positive number (relative: 0.05 = 5%) or a mapping "
+                     "{rel: x, abs: y} of positive numbers")
     if err.validator in ("oneOf", "anyOf") and isinstance(err.instance, dict):
         return path, "a value needs one of 'value', 'range' or 'samples' (numbers)"
     if err.validator in ("oneOf", "anyOf"):
@@ -327,6 +332,13 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                 if cdef.get("divide_by") and cdef["divide_by"] not in cond:
                     raise _fail(path, node, doc, cw, f"column divides by '{cdef['divide_by']}', "
                                 "which is not a condition of this row")
+                if cdef.get("divide_by"):
+                    divisor = cond[cdef["divide_by"]]
+                    if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
+                            or divisor <= 0:
+                        raise _fail(path, node, doc, rw + ["conditions"],
+                                    f"column divides by '{cdef['divide_by']}', so it must be a "
+                                    f"positive number here, got {divisor!r}")
         plot = t.get("plot")
         if plot:
             if plot["column"] not in t["columns"]:

@@ -19,6 +19,7 @@ from socketlab.report.compare import (
     NOT_COMPARABLE,
     NOT_RUN,
     REPRODUCED,
+    SCALE_DIMS,
     Row,
     fmt,
     summary,
@@ -101,7 +102,8 @@ def _provenance_items(report: Report) -> list[tuple[str, str]]:
     for host, iso in sorted((p.get("isolation") or {}).items()):
         items.append((f"isolation on {host}", str(iso)))
     for build in p.get("builds") or []:
-        items.append(("build", ", ".join(f"{k} {v}" for k, v in build.items() if v is not None)))
+        items.append(("build", ", ".join(f"{k} {v}" for k, v in build.items()
+                                         if v not in (None, ""))))
     if report.generated:
         items.append(("generated", report.generated))
     return items
@@ -156,6 +158,16 @@ def _series_key(cond: dict[str, Any], series: Iterable[str]) -> str:
     return ", ".join(str(cond.get(k)) for k in series) or "published"
 
 
+def _scale(rows: list[Row], xkey: str) -> str:
+    """The run size every measured row of a series shares (threads=1), for its legend: a
+    measured line from 1 worker beside a published 90-worker line must say so."""
+    texts = {", ".join(f"{k}={fmt(float(r.measured.dims[k]))}" for k in SCALE_DIMS
+                       if k != xkey and k in r.measured.dims
+                       and isinstance(r.measured.dims[k], int | float))
+             for r in rows if r.measured is not None}
+    return texts.pop() if len(texts) == 1 else ""
+
+
 def _x(value: Any, default: float) -> float:
     try:
         return float(value)
@@ -200,8 +212,10 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
             ylo = [r.measured.median - r.measured.minimum for _, r in meas]
             yhi = [r.measured.maximum - r.measured.median for _, r in meas]
             hosts = sorted({r.host or "" for _, r in meas})
+            scale = _scale([r for _, r in meas], xkey)
+            where = ", ".join(hosts) + (f", {scale}" if scale else "")
             ax.errorbar(mx, my, yerr=[ylo, yhi], fmt="s--", color=color, mfc="white",
-                        label=f"measured ({', '.join(hosts)}){suffix}", capsize=3, markersize=6)
+                        label=f"measured ({where}){suffix}", capsize=3, markersize=6)
     if spec.get("xscale") == "log":
         ax.set_xscale("log")
     if spec.get("yscale") == "log":
@@ -211,7 +225,14 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
     ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
     ax.set_title(spec.get("title", table.title), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    entries = len(ax.get_legend_handles_labels()[1])
+    if entries > 6:  # a legend this long would hide the lines: put it under the axes
+        rows_below = -(-entries // 2)
+        fig.set_size_inches(7.5, 4.2 + 0.17 * rows_below)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
+                  frameon=False)
+    else:
+        ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")

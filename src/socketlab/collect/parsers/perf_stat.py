@@ -35,9 +35,10 @@ def read_csv(text: str) -> tuple[dict[str, float], dict[str, str], float, list[s
         except ValueError:
             continue
         value, unit, event = f[1].strip(), f[2].strip(), f[3].strip()
-        if value.startswith("<"):
-            if event not in missing:
-                missing.append(f"{event} {value}")
+        if value.startswith("<"):  # <not counted> / <not supported>: once per event
+            note = f"{event} {value}"
+            if note not in missing:
+                missing.append(note)
             continue
         try:
             v = float(value)
