@@ -1,9 +1,11 @@
 """Side by side on one pinned core: `ladder avx512-read` vs `likwid-bench -t load_avx512`.
 
 Runs both tools interleaved (alternating order every repetition) at working sets in L1, L2, L3
-and DRAM, plus `gemv avx512-bf16` from an L2-resident slice against ladder's L2 read, and
-ladder's 4k-vs-THP comparison near the L2 size. Prints a markdown report (the figures in
-docs/benchmarks.md come from it) and optionally writes the raw numbers as JSON.
+and DRAM (half of L1d, half of L2, a quarter of L3, 8 x L3, from --cpu's sysfs cache sizes),
+plus `gemv avx512-bf16` from an L2-resident slice (half of L2) against ladder's read of the same
+bytes, and ladder's 4k-vs-THP comparison at half, one and two times the L2 size. Prints a
+markdown report with the machine it ran on (the figures in docs/benchmarks.md come from it) and
+optionally writes the raw numbers as JSON.
 
     .venv/bin/python bench/native_vs_likwid.py --cpu 0 --reps 5 --out /tmp/native_vs_likwid.json
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import re
 import shutil
 import statistics
@@ -26,7 +29,6 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TIERS = {"L1": 16 << 10, "L2": 512 << 10, "L3": 8 << 20, "DRAM": 256 << 20}
 TIMEOUT = 300
 SAMPLE_S = 0.4
 RT: list[str] = []  # chrt prefix, set in main()
@@ -39,6 +41,42 @@ def sh(argv: list[str], rt: bool = True) -> str:
         sys.exit(f"native_vs_likwid: {' '.join(argv)} failed ({proc.returncode}): "
                  f"{proc.stderr.strip()[-300:]}")
     return proc.stdout
+
+
+def caches(cpu: int) -> dict[str, int]:
+    """Data/unified cache sizes in bytes seen by `cpu`, keyed L1, L2, L3 (sysfs)."""
+    out: dict[str, int] = {}
+    for index in sorted(Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*")):
+        if (index / "type").read_text().strip() == "Instruction":
+            continue
+        size = (index / "size").read_text().strip()
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1], 1)
+        out[f"L{(index / 'level').read_text().strip()}"] = int(size.rstrip("KM")) * scale
+    missing = {"L1", "L2", "L3"} - out.keys()
+    if missing:
+        sys.exit(f"native_vs_likwid: /sys/devices/system/cpu/cpu{cpu}/cache lacks {sorted(missing)}")
+    return out
+
+
+def machine(cpu: int, cache: dict[str, int]) -> str:
+    """One line naming the CPU (vendor family/model), its caches, kernel and likwid version."""
+    info: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        key, _, value = line.partition(":")
+        info.setdefault(key.strip(), value.strip())
+    sizes = ", ".join(f"{k} {v >> 10} KiB" for k, v in sorted(cache.items()))
+    version = sh(["likwid-bench", "-v"], rt=False).strip().split()[-1]
+    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model "
+            f"{info.get('model', '?')}), {len(online())} online CPUs, cpu {cpu}: {sizes}; "
+            f"kernel {platform.release()}; likwid-bench {version}")
+
+
+def online() -> list[int]:
+    cpus: list[int] = []
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def records(stdout: str) -> list[dict]:
@@ -98,12 +136,16 @@ def main() -> int:
     sh(["make", "-C", str(REPO / "native"), f"BUILD={build}", f"CC={args.cc}", "-j2"], rt=False)
     meta = records(sh([str(build / "ladder"), "--kernel", "avx512-read", "--size", "16K",
                        "--cpus", str(args.cpu), "--seconds", "0.01", "--reps", "1"]))[0]
+    cache = caches(args.cpu)
+    tiers = {"L1": cache["L1"] // 2, "L2": cache["L2"] // 2, "L3": cache["L3"] // 4,
+             "DRAM": cache["L3"] * 8}
 
     result: dict = {"cpu": args.cpu, "reps": args.reps, "rt_priority": args.rt_priority,
                     "sample_s": SAMPLE_S, "compiler": meta["compiler"],
-                    "flags": meta["flags"], "tiers": {}, "gemv": {}, "thp": {}}
+                    "flags": meta["flags"], "machine": machine(args.cpu, cache),
+                    "tiers": {}, "gemv": {}, "thp": {}}
     # 1. ladder vs likwid, interleaved, order alternating per repetition
-    for tier, size in TIERS.items():
+    for tier, size in tiers.items():
         ours: list[float] = []
         theirs: list[float] = []
         for rep in range(args.reps):
@@ -122,7 +164,8 @@ def main() -> int:
                                  "ratio_best": o["best"] / t["best"],
                                  "ratio_median": o["median"] / t["median"]}
     # 2. gemv from an L2-resident slice vs ladder's L2 read on the same core
-    rows, cols = 256, 1024  # 512 KiB of bf16 weights
+    cols = 1024
+    rows = cache["L2"] // 2 // (cols * 2) // 16 * 16  # half of L2 in bf16 weights, whole tiles
     gemv_bw: list[float] = []
     l2_read: list[float] = []
     for _ in range(args.reps):
@@ -132,8 +175,8 @@ def main() -> int:
     result["gemv"] = {"rows": rows, "cols": cols, "weight_bytes": rows * cols * 2,
                       "gemv_weight_bw": g, "ladder_l2_read": r,
                       "ratio_median": g["median"] / r["median"]}
-    # 3. 4k vs THP near the L2 size (1 MiB here) and at half of it
-    for size in (512 << 10, 1 << 20, 2 << 20):
+    # 3. 4k vs THP at the L2 size, half of it and twice it
+    for size in (cache["L2"] // 2, cache["L2"], cache["L2"] * 2):
         runs: dict[str, list[dict]] = {"4k": [], "thp": []}
         for rep in range(args.reps):
             for page in (("4k", "thp") if rep % 2 == 0 else ("thp", "4k")):
@@ -148,7 +191,7 @@ def main() -> int:
 
     print(f"# ladder vs likwid-bench on cpu {args.cpu} ({meta['compiler']}, {meta['flags']}), "
           f"{args.reps} alternating reps of ~{SAMPLE_S} s, SCHED_FIFO {args.rt_priority or 'off'}, "
-          f"GB/s = 1e9 B/s\n")
+          f"GB/s = 1e9 B/s\n\nMachine: {result['machine']}\n")
     print("| tier | bytes | ladder best | ladder median | likwid best | likwid median "
           "| ratio best | ratio median |")
     print("|---|---|---|---|---|---|---|---|")

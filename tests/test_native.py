@@ -80,6 +80,7 @@ def parse_contract(stdout: str, binary: str, compiler: str) -> tuple[dict, list[
     assert isinstance(meta["cpus"], str) and meta["cpus"]
     assert isinstance(meta["page_size"], int) and meta["page_size"] >= 4096
     assert meta["tsc_ghz"] > 0.1
+    assert isinstance(meta["tsc_invariant"], bool)
     metrics = records[1:]
     assert metrics, "no metric records"
     for m in metrics:
@@ -218,6 +219,7 @@ def test_amx_emulation_matches_reference(build):
     assert any(m["rows"] % 16 for m in errs), "a shape with a partial 16-row tile"
     by_name = {m["name"]: m["value"] for m in metrics}
     assert by_name["wrong_shape_faults"] == 1
+    assert by_name["bad_config_faults"] == 1
     assert by_name["unpacked_rel_rms_err"] > 0.1
     assert by_name["stream_checksum_error"] == 0
 
@@ -341,11 +343,12 @@ def test_watchdog_stops_a_stuck_run(build):
 def test_kvstream_tiles_and_prefetch_agree(build):
     name, out = build
     values = []
-    for tile, pf in (("1", "0"), ("16", "4")):
+    for tile, pf in (("0.5", "0"), ("16", "4")):
         proc = run(out / "kvstream", "--tokens", "777", "--heads", "3", "--head-dim", "64",
                    "--tile-kib", tile, "--prefetch-kib", pf, "--steps", "3", "--cpus", TWO)
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "kvstream", name)
         values.append({m["name"]: m["value"] for m in metrics})
-        assert meta["tile_tokens"] == int(tile) * 1024 // 128
+        assert meta["tile_tokens"] == int(float(tile) * 1024) // 128
+        assert all(m["tile_kib"] == float(tile) for m in metrics)
     assert all(v["rel_rms_err"] < 1e-5 for v in values)

@@ -1,8 +1,10 @@
 /* Test-only software emulation of the AMX tile instructions the kernels use (ldtilecfg,
  * tilerelease, tilezero, tileloadd, tilestored, tdpbf16ps), following the pseudo-code in the
  * Intel SDM / intrinsics guide: 8 tiles of up to 16 rows x 64 bytes, shapes from the loaded
- * palette-1 configuration, bf16 products accumulated in fp32 pair by pair. Shape mismatches
- * (what would fault on hardware) abort, so a wrong tile config fails the test.
+ * palette-1 configuration, bf16 products accumulated in fp32 pair by pair (a bf16 x bf16
+ * product is exact in fp32, so FMA contraction cannot change a result). Shape mismatches and
+ * invalid configs (reserved bytes set, rows/colsb half zero: what would fault on hardware)
+ * abort, so a wrong tile config fails the test.
  * Included instead of <immintrin.h>'s tile intrinsics when SL_AMX_EMULATE is defined. */
 #ifndef SL_AMX_EMU_H
 #define SL_AMX_EMU_H
@@ -43,11 +45,15 @@ static inline void sl_emu_loadconfig(const void* cfgp)
         return; /* palette 0 = init state */
     if (cfg[0] != 1)
         sl_emu_fault("palette other than 1", -1);
+    /* bytes 2-15, 32-47 (colsb of tiles 8-15) and 56-63 (their rows) are reserved, must be 0 */
+    for (int i = 2; i < 64; i++)
+        if (((i < 16) || (i >= 32 && i < 48) || i >= 56) && cfg[i])
+            sl_emu_fault("reserved byte of the tile config is not zero", -1);
     for (int t = 0; t < 8; t++) {
         uint16_t colsb;
         memcpy(&colsb, cfg + 16 + 2 * t, sizeof(colsb));
         const uint8_t rows = cfg[48 + t];
-        if (rows > 16 || colsb > 64 || (colsb % 4))
+        if (rows > 16 || colsb > 64 || (colsb % 4) || (rows == 0) != (colsb == 0))
             sl_emu_fault("bad shape in config", t);
         sl_emu.rows[t] = rows;
         sl_emu.colsb[t] = colsb;

@@ -1,9 +1,11 @@
 /* Test-only: runs the AMX kernels (gemv/amx.c, ladder/amx.c, compiled against amx_emu.h) and
  * checks that packing + tile loops give the FP32 reference's answer. JSON lines like the
  * benchmarks; exit 1 when any case fails. Also proves the checks can fail: a wrong tile shape
- * must fault in the emulator, and unpacked (row-major) weights must miss the reference. */
+ * or an invalid config must fault in the emulator, and unpacked (row-major) weights must miss
+ * the reference. Compiled with -DSL_AMX_EMULATE like the kernels it tests. */
 #include "../gemv/gemv.h"
 #include "../ladder/kernels.h"
+#include "amx_tiles.h"
 #include "sl.h"
 
 #include <math.h>
@@ -40,17 +42,12 @@ static void gemv_case(int rows, int cols, int batch, int packed, double* rel_rms
     gemv_amx_release();
     double* ref = malloc(sizeof(double) * (size_t)batch * rows);
     gemv_reference(ref, rows, cols, batch);
-    double err2 = 0, ref2 = 0, dot = 0, out2 = 0;
+    sl_match match = { 0 };
     for (int b = 0; b < batch; b++)
-        for (int r = 0; r < rows; r++) {
-            const double want = ref[(size_t)b * rows + r], got = y[(size_t)b * ldy + r];
-            err2 += (got - want) * (got - want);
-            ref2 += want * want;
-            dot += got * want;
-            out2 += got * got;
-        }
-    *rel_rms = sqrt(err2 / ref2);
-    *cosine = dot / sqrt(ref2 * out2);
+        for (int r = 0; r < rows; r++)
+            sl_match_add(&match, y[(size_t)b * ldy + r], ref[(size_t)b * rows + r]);
+    *rel_rms = sl_match_rel_rms(&match);
+    *cosine = sl_match_cosine(&match);
     free(ref);
     free(y);
     free(x);
@@ -68,24 +65,41 @@ static void emit(const char* name, double v, const char* unit, const char* kerne
     sl_json_end();
 }
 
-/* a tile op on shapes the config does not allow must fault (abort) in a child process */
-static int wrong_shape_faults(void)
+/* runs fn in a child: true when it aborts (the emulator's fault) */
+static int faults(void (*fn)(void))
 {
     fflush(stdout);
     const pid_t pid = fork();
     if (pid == 0) {
         freopen("/dev/null", "w", stderr);
-        uint16_t w[16 * 64] __attribute__((aligned(64))) = { 0 };
-        uint16_t x[4 * 64] __attribute__((aligned(64))) = { 0 };
-        float y[16 * 32] __attribute__((aligned(64)));
-        gemv_amx_config(4); /* configured for batch 4 ... */
-        gemv_amx_config_rows_override(16); /* ... then A made 16 rows, C left at 4 */
-        gemv_amx_bf16(w, 1, 32, x, 4, y, 32);
+        fn();
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
+}
+
+/* a tile op on shapes the config does not allow */
+static void wrong_shape(void)
+{
+    uint16_t w[16 * 64] __attribute__((aligned(64))) = { 0 };
+    uint16_t x[4 * 64] __attribute__((aligned(64))) = { 0 };
+    float y[16 * 32] __attribute__((aligned(64)));
+    gemv_amx_config(4); /* configured for batch 4 ... */
+    gemv_amx_config_rows_override(16); /* ... then A made 16 rows, C left at 4 */
+    gemv_amx_bf16(w, 1, 32, x, 4, y, 32);
+}
+
+/* a config with a reserved byte set (#GP on hardware) */
+static void reserved_byte(void)
+{
+    sl_tilecfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette_id = 1;
+    sl_tile_shape(&cfg, 0, 16, 64);
+    cfg.reserved[3] = 1;
+    _tile_loadconfig(&cfg);
 }
 
 int main(void)
@@ -122,11 +136,13 @@ int main(void)
         fprintf(stderr, "amx_emu_test: row-major weights matched the reference (check is blind)\n");
         failures++;
     }
-    const int faults = wrong_shape_faults();
-    sl_metric_begin("wrong_shape_faults", faults, "bool");
+    const int shape_faults = faults(wrong_shape), config_faults = faults(reserved_byte);
+    sl_metric_begin("wrong_shape_faults", shape_faults, "bool");
     sl_json_end();
-    if (!faults) {
-        fprintf(stderr, "amx_emu_test: a wrong tile shape did not fault in the emulator\n");
+    sl_metric_begin("bad_config_faults", config_faults, "bool");
+    sl_json_end();
+    if (!shape_faults || !config_faults) {
+        fprintf(stderr, "amx_emu_test: a wrong tile shape or config did not fault\n");
         failures++;
     }
 

@@ -70,9 +70,9 @@ size_t sl_parse_size(const char* flag, const char* text)
         sl_usage_error("%s: expected a size like 4096, 16K, 1M or 2G, got '%s'", flag, text);
     const double bytes = v * mult;
     if (bytes < 1)
-        sl_usage_error("%s: size must be at least 1 byte, got '%s'", flag, text);
+        sl_usage_error("%s: must be at least 1, got '%s'", flag, text); /* bytes or tokens */
     if (bytes > (double)(1ULL << 46))
-        sl_usage_error("%s: size '%s' is larger than 64 TiB", flag, text);
+        sl_usage_error("%s: '%s' is larger than 64Ti", flag, text);
     return (size_t)bytes;
 }
 

@@ -182,7 +182,12 @@ const sl_features* sl_cpu_features(void)
         __cpuid_count(7, 1, a, b, c, d);
         f.avx512bf16 = a & (1u << 5);
     }
-    if (__get_cpuid_max(0x80000000, NULL) >= 0x80000004) {
+    const unsigned max_ext = __get_cpuid_max(0x80000000, NULL);
+    if (max_ext >= 0x80000007) {
+        __cpuid(0x80000007, a, b, c, d);
+        f.invariant_tsc = d & (1u << 8);
+    }
+    if (max_ext >= 0x80000004) {
         unsigned* w = (unsigned*)f.brand;
         for (unsigned i = 0; i < 3; i++)
             __cpuid(0x80000002 + i, w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);

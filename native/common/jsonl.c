@@ -113,6 +113,8 @@ void sl_meta_begin(const sl_cpus* cpus)
     sl_json_str("cpus", list);
     sl_json_int("threads", cpus->n);
     sl_json_num("tsc_ghz", sl_tsc_ghz());
+    /* false: per-core times and cross-core spans from the TSC are not trustworthy */
+    sl_json_bool("tsc_invariant", sl_cpu_features()->invariant_tsc);
 }
 
 void sl_metric_begin(const char* name, double value, const char* unit)

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define SL_VERSION "0.1.0"
 #define SL_CACHE_LINE 64
@@ -25,13 +26,30 @@ enum { SL_EXIT_OK = 0, SL_EXIT_CHECK = 1, SL_EXIT_USAGE = 2, SL_EXIT_UNSUPPORTED
 #define SL_DPBF16_BCAST(acc, w, xpair) \
     __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const uint32_t*)(xpair)))
 
+/* ---- bf16 (the one conversion every kernel's data and reference share) ---- */
+static inline float sl_bf16_to_f32(uint16_t h)
+{
+    const uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+/* round to nearest even (finite inputs: the generated test data) */
+static inline uint16_t sl_f32_to_bf16(float f)
+{
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof(bits));
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
 /* ---- errors and CLI (cli.c) ---- */
 extern const char* sl_prog;
 _Noreturn void sl_usage_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void sl_unsupported(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void sl_check_failed(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 _Noreturn void sl_fatal(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-/* "4096", "16K", "1M", "1MiB", "2G" -> bytes; 0 or junk is a usage error naming the flag. */
+/* "4096", "16K", "1M", "1MiB", "2G" -> a count (bytes, or kvstream's tokens) with binary
+ * multipliers; 0 or junk is a usage error naming the flag. */
 size_t sl_parse_size(const char* flag, const char* text);
 long sl_parse_long(const char* flag, const char* text, long min, long max);
 double sl_parse_double(const char* flag, const char* text, double min, double max);
@@ -56,6 +74,7 @@ void sl_pin_self(int cpu); /* exits 1 when the kernel refuses */
 /* ---- CPUID (cpu.c) ---- */
 typedef struct {
     bool avx2, avx512f, avx512bw, avx512bf16, amx_tile, amx_bf16, os_avx512, os_amx;
+    bool invariant_tsc; /* CPUID.80000007H:EDX[8]: TSC rate is constant and synchronised */
     char brand[64];
 } sl_features;
 const sl_features* sl_cpu_features(void);
@@ -100,7 +119,8 @@ void sl_json_int(const char* key, long long value);
 void sl_json_num(const char* key, double value);
 void sl_json_bool(const char* key, bool value);
 void sl_json_end(void);
-/* meta record head: type, binary, version, compiler, flags, cpus, tsc_ghz; caller adds the
+/* meta record head: type, binary, version, compiler, flags, cpus, tsc_ghz, tsc_invariant;
+ * caller adds the
  * rest (page_size ...) then sl_json_end(). */
 void sl_meta_begin(const sl_cpus* cpus);
 /* metric record head: type, name, value, unit; caller adds dims then sl_json_end(). */
@@ -110,6 +130,17 @@ void sl_metric_begin(const char* name, double value, const char* unit);
 int sl_cmp_double(const void* a, const void* b);
 /* q in [0,1], linear interpolation like numpy; sorts v in place */
 double sl_quantile(double* v, int n, double q);
+/* An output compared element by element with its reference: relative RMS error and cosine. */
+typedef struct {
+    double err2, ref2, dot, out2;
+} sl_match;
+void sl_match_add(sl_match* m, double got, double want);
+double sl_match_rel_rms(const sl_match* m);
+double sl_match_cosine(const sl_match* m);
+/* Per step, us from the earliest worker start to the latest worker end. t0/t1 hold `steps`
+ * TSC stamps per worker, worker-major (t0[i * steps + s]), so each worker writes only its own
+ * lines while timed. */
+void sl_step_spans_us(const uint64_t* t0, const uint64_t* t1, int workers, int steps, double* us);
 
 /* ---- barriers ---- */
 typedef struct {

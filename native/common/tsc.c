@@ -1,4 +1,5 @@
-/* TSC timing calibrated against CLOCK_MONOTONIC (invariant TSC assumed, checked via CPUID). */
+/* TSC timing calibrated against CLOCK_MONOTONIC. Spans across cores assume an invariant,
+ * synchronised TSC; CPUID's answer is reported as tsc_invariant in every meta record. */
 #include "sl.h"
 
 #include <time.h>

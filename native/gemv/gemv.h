@@ -15,7 +15,6 @@
 /* deterministic test matrix and activations, values already rounded to bf16 */
 uint16_t gemv_weight(int row, int col);
 uint16_t gemv_input(int b, int col);
-float bf16_to_f32(uint16_t h);
 
 /* pack rows [row0, row0 + 16*nblocks) of the generated W; rows >= rows_total are zero */
 void pack_bf16_vnni(uint16_t* out, int row0, int nblocks, int rows_total, int cols);

@@ -3,7 +3,6 @@
 #include "sl.h"
 
 #include <getopt.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +38,7 @@ typedef struct {
     sl_buf w;
     size_t page_size;
     double thp_fraction;
-    uint64_t* t0;
+    uint64_t* t0; /* this worker's part of g.t0 */
     uint64_t* t1;
 } worker;
 
@@ -48,6 +47,7 @@ static struct {
     sl_page_mode page;
     sl_cpus cpus;
     worker* w;
+    uint64_t *t0, *t1; /* steps TSC stamps per worker, worker-major */
     uint16_t* x16;
     float* x32;
     float* y;
@@ -168,6 +168,8 @@ int main(int argc, char** argv)
     g.nblocks = (g.rows + 15) / 16;
     g.ldy = g.nblocks * 16;
     g.w = calloc((size_t)n, sizeof(*g.w));
+    g.t0 = calloc((size_t)n * g.steps, sizeof(uint64_t));
+    g.t1 = calloc((size_t)n * g.steps, sizeof(uint64_t));
     int max_rows = 0;
     for (int i = 0, blk = 0; i < n; i++) {
         worker* w = &g.w[i];
@@ -178,8 +180,8 @@ int main(int argc, char** argv)
         int real = g.rows - w->row0;
         real = real < 0 ? 0 : real > w->nblocks * 16 ? w->nblocks * 16 : real;
         max_rows = real > max_rows ? real : max_rows;
-        w->t0 = calloc((size_t)g.steps, sizeof(uint64_t));
-        w->t1 = calloc((size_t)g.steps, sizeof(uint64_t));
+        w->t0 = g.t0 + (size_t)i * g.steps;
+        w->t1 = g.t1 + (size_t)i * g.steps;
     }
     const double rows_max_over_mean = max_rows / ((double)g.rows / n);
     g.x16 = aligned_alloc(64, (size_t)g.batch * g.cols * 2 + 64);
@@ -187,7 +189,7 @@ int main(int argc, char** argv)
     for (int b = 0; b < g.batch; b++)
         for (int k = 0; k < g.cols; k++) {
             g.x16[(size_t)b * g.cols + k] = gemv_input(b, k);
-            g.x32[(size_t)b * g.cols + k] = bf16_to_f32(gemv_input(b, k));
+            g.x32[(size_t)b * g.cols + k] = sl_bf16_to_f32(gemv_input(b, k));
         }
     g.y = aligned_alloc(64, (size_t)g.batch * g.ldy * 4 + 64);
     memset(g.y, 0xff, (size_t)g.batch * g.ldy * 4); /* NaN until written */
@@ -222,27 +224,14 @@ int main(int argc, char** argv)
     /* numerics: the last step's output against the FP32 reference */
     double* ref = malloc(sizeof(double) * (size_t)g.batch * g.rows);
     gemv_reference(ref, g.rows, g.cols, g.batch);
-    double err2 = 0, ref2 = 0, dot = 0, out2 = 0;
+    sl_match match = { 0 };
     for (int b = 0; b < g.batch; b++)
-        for (int r = 0; r < g.rows; r++) {
-            const double want = ref[(size_t)b * g.rows + r], got = g.y[(size_t)b * g.ldy + r];
-            err2 += (got - want) * (got - want);
-            ref2 += want * want;
-            dot += got * want;
-            out2 += got * got;
-        }
-    const double rel_rms = sqrt(err2 / ref2), cosine = dot / sqrt(ref2 * out2);
+        for (int r = 0; r < g.rows; r++)
+            sl_match_add(&match, g.y[(size_t)b * g.ldy + r], ref[(size_t)b * g.rows + r]);
+    const double rel_rms = sl_match_rel_rms(&match), cosine = sl_match_cosine(&match);
 
-    const double ghz = sl_tsc_ghz();
     double* step_us = malloc(sizeof(double) * (size_t)g.steps);
-    for (int s = 0; s < g.steps; s++) {
-        uint64_t first = UINT64_MAX, last = 0;
-        for (int i = 0; i < n; i++) {
-            first = g.w[i].t0[s] < first ? g.w[i].t0[s] : first;
-            last = g.w[i].t1[s] > last ? g.w[i].t1[s] : last;
-        }
-        step_us[s] = (double)(last - first) / ghz * 1e-3;
-    }
+    sl_step_spans_us(g.t0, g.t1, n, g.steps, step_us);
     const double p50 = sl_quantile(step_us, g.steps, 0.5), p99 = sl_quantile(step_us, g.steps, 0.99);
     metric("step_p50", p50, "us");
     metric("step_p99", p99, "us");

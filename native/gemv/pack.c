@@ -1,7 +1,6 @@
 /* Test data, packing into the 16-row block layouts, and the FP32 reference. */
 #include "gemv.h"
-
-#include <string.h>
+#include "sl.h"
 
 static uint32_t mix(uint32_t a, uint32_t b)
 {
@@ -12,31 +11,16 @@ static uint32_t mix(uint32_t a, uint32_t b)
     return h;
 }
 
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    bits += 0x7fff + ((bits >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(bits >> 16);
-}
-
-float bf16_to_f32(uint16_t h)
-{
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
 uint16_t gemv_weight(int row, int col)
 {
-    return f32_to_bf16((float)mix((uint32_t)row, (uint32_t)col) * (2.0f / 4294967296.0f) - 1.0f);
+    return sl_f32_to_bf16((float)mix((uint32_t)row, (uint32_t)col) * (2.0f / 4294967296.0f) - 1.0f);
 }
 
 uint16_t gemv_input(int b, int col)
 {
-    return f32_to_bf16((float)mix(0x51ed27u + (uint32_t)b, (uint32_t)col) * (2.0f / 4294967296.0f)
-                       - 1.0f);
+    return sl_f32_to_bf16((float)mix(0x51ed27u + (uint32_t)b, (uint32_t)col)
+                              * (2.0f / 4294967296.0f)
+                          - 1.0f);
 }
 
 void pack_bf16_vnni(uint16_t* out, int row0, int nblocks, int rows_total, int cols)
@@ -60,7 +44,7 @@ void pack_fp32(float* out, int row0, int nblocks, int rows_total, int cols)
             float* line = out + ((size_t)blk * cols + k) * 16;
             for (int r = 0; r < GEMV_BLOCK_ROWS; r++) {
                 const int row = row0 + blk * GEMV_BLOCK_ROWS + r;
-                line[r] = row < rows_total ? bf16_to_f32(gemv_weight(row, k)) : 0.0f;
+                line[r] = row < rows_total ? sl_bf16_to_f32(gemv_weight(row, k)) : 0.0f;
             }
         }
 }
@@ -71,7 +55,7 @@ void gemv_reference(double* y, int rows, int cols, int batch)
         for (int r = 0; r < rows; r++) {
             double s = 0;
             for (int k = 0; k < cols; k++)
-                s += (double)bf16_to_f32(gemv_weight(r, k)) * bf16_to_f32(gemv_input(b, k));
+                s += (double)sl_bf16_to_f32(gemv_weight(r, k)) * sl_bf16_to_f32(gemv_input(b, k));
             y[(size_t)b * rows + r] = s;
         }
 }

@@ -36,7 +36,7 @@ typedef struct {
     pthread_t thread;
     sl_buf kv; /* K then V, heads x (hi-lo) x D bf16 each */
     size_t page_size;
-    uint64_t *t0, *t1;
+    uint64_t *t0, *t1; /* this worker's part of g.t0, g.t1 */
 } worker;
 
 static struct {
@@ -45,6 +45,7 @@ static struct {
     sl_page_mode page;
     sl_cpus cpus;
     worker* w;
+    uint64_t *t0, *t1; /* steps TSC stamps per worker, worker-major */
     float* q; /* heads x D */
     float* part; /* workers x heads x (D + 2): acc..., max, sum */
     float* out; /* heads x D */
@@ -59,18 +60,7 @@ static uint16_t kv_value(int which, int h, int t, int d)
     x ^= x >> 15;
     x *= 0x2c1b3c6du;
     x ^= x >> 12;
-    const float f = (float)x * (2.0f / 4294967296.0f) - 1.0f;
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof(bits));
-    return (uint16_t)((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
-}
-
-static double bf16d(uint16_t h)
-{
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
+    return sl_f32_to_bf16((float)x * (2.0f / 4294967296.0f) - 1.0f);
 }
 
 SL_TARGET_AVX512 static inline __m512 load_bf16x16(const uint16_t* p)
@@ -202,7 +192,7 @@ static void metric(const char* name, double v, const char* unit)
     sl_json_int("tokens", g.tokens);
     sl_json_int("heads", g.heads);
     sl_json_int("head_dim", g.dim);
-    sl_json_int("tile_kib", (long long)g.tile_tokens * g.dim * 2 / 1024);
+    sl_json_num("tile_kib", g.tile_tokens * g.dim * 2 / 1024.0);
     sl_json_int("prefetch_kib", (long long)(g.prefetch / 1024));
     sl_json_int("workers", g.n);
     sl_json_end();
@@ -270,17 +260,19 @@ int main(int argc, char** argv)
 
     g.n = g.cpus.n;
     g.w = calloc((size_t)g.n, sizeof(*g.w));
+    g.t0 = calloc((size_t)g.n * g.steps, sizeof(uint64_t));
+    g.t1 = calloc((size_t)g.n * g.steps, sizeof(uint64_t));
     for (int i = 0; i < g.n; i++) {
         g.w[i].cpu = g.cpus.cpu[i];
         g.w[i].lo = (int)((long long)g.tokens * i / g.n);
         g.w[i].hi = (int)((long long)g.tokens * (i + 1) / g.n);
-        g.w[i].t0 = calloc((size_t)g.steps, sizeof(uint64_t));
-        g.w[i].t1 = calloc((size_t)g.steps, sizeof(uint64_t));
+        g.w[i].t0 = g.t0 + (size_t)i * g.steps;
+        g.w[i].t1 = g.t1 + (size_t)i * g.steps;
     }
     g.q = malloc(sizeof(float) * (size_t)g.heads * g.dim);
     for (int h = 0; h < g.heads; h++)
         for (int d = 0; d < g.dim; d++)
-            g.q[(size_t)h * g.dim + d] = (float)bf16d(kv_value(2, h, 0, d)) * 2.0f;
+            g.q[(size_t)h * g.dim + d] = sl_bf16_to_f32(kv_value(2, h, 0, d)) * 2.0f;
     g.part = aligned_alloc(64, sizeof(float) * ((size_t)g.n * g.heads * (g.dim + 2) + 16));
     g.out = aligned_alloc(64, sizeof(float) * ((size_t)g.heads * g.dim + 16));
     pthread_barrier_init(&g.phase, NULL, (unsigned)g.n + 1);
@@ -309,7 +301,7 @@ int main(int argc, char** argv)
         pthread_join(g.w[i].thread, NULL);
 
     /* reference: plain softmax in double over all tokens */
-    double err2 = 0, ref2 = 0, dot = 0, out2 = 0;
+    sl_match match = { 0 };
     double* sc = malloc(sizeof(double) * (size_t)g.tokens);
     double* o = malloc(sizeof(double) * (size_t)g.dim);
     const double scale = 1.0 / sqrt((double)g.dim);
@@ -318,7 +310,7 @@ int main(int argc, char** argv)
         for (int t = 0; t < g.tokens; t++) {
             double s = 0;
             for (int d = 0; d < g.dim; d++)
-                s += (double)g.q[(size_t)h * g.dim + d] * bf16d(kv_value(0, h, t, d));
+                s += (double)g.q[(size_t)h * g.dim + d] * sl_bf16_to_f32(kv_value(0, h, t, d));
             sc[t] = s * scale;
             m = sc[t] > m ? sc[t] : m;
         }
@@ -328,27 +320,14 @@ int main(int argc, char** argv)
             const double p = exp(sc[t] - m);
             l += p;
             for (int d = 0; d < g.dim; d++)
-                o[d] += p * bf16d(kv_value(1, h, t, d));
+                o[d] += p * sl_bf16_to_f32(kv_value(1, h, t, d));
         }
-        for (int d = 0; d < g.dim; d++) {
-            const double want = o[d] / l, got = g.out[(size_t)h * g.dim + d];
-            err2 += (got - want) * (got - want);
-            ref2 += want * want;
-            dot += got * want;
-            out2 += got * got;
-        }
+        for (int d = 0; d < g.dim; d++)
+            sl_match_add(&match, g.out[(size_t)h * g.dim + d], o[d] / l);
     }
-    const double rel_rms = sqrt(err2 / ref2), cosine = dot / sqrt(ref2 * out2);
-    const double ghz = sl_tsc_ghz();
+    const double rel_rms = sl_match_rel_rms(&match), cosine = sl_match_cosine(&match);
     double* us = malloc(sizeof(double) * (size_t)g.steps);
-    for (int s = 0; s < g.steps; s++) {
-        uint64_t first = UINT64_MAX, last = 0;
-        for (int i = 0; i < g.n; i++) {
-            first = g.w[i].t0[s] < first ? g.w[i].t0[s] : first;
-            last = g.w[i].t1[s] > last ? g.w[i].t1[s] : last;
-        }
-        us[s] = (double)(last - first) / ghz * 1e-3;
-    }
+    sl_step_spans_us(g.t0, g.t1, g.n, g.steps, us);
     const double p50 = sl_quantile(us, g.steps, 0.5);
     metric("kv_bw", kv_bytes / (p50 * 1e3), "GB/s");
     metric("step_p50", p50, "us");

@@ -3,7 +3,6 @@
 #include "sl.h"
 
 #include <immintrin.h>
-#include <string.h>
 
 const kernel_info kernel_table[K_COUNT] = {
     [K_AVX512_READ] = { "avx512-read", 256, 0.0, "avx512" },
@@ -37,14 +36,6 @@ void fill_buffer(kernel_id k, void* buf, size_t bytes)
 /* the x pairs the GEMV stream broadcasts, cycling every 64 lines */
 static float x_pair(size_t line, int half) { return ((line + (size_t)half) % 3) - 1.0f; }
 
-static float bf16f(uint16_t h)
-{
-    const uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
 double expected_full_sum(const void* buf, size_t bytes)
 {
     const uint64_t* q = buf;
@@ -72,7 +63,7 @@ double expected_checksum(kernel_id k, const void* buf, size_t bytes, uint64_t pa
             const uint16_t* w = h + line * 32;
             const float x0 = x_pair(line % 64, 0), x1 = x_pair(line % 64, 1);
             for (int lane = 0; lane < 16; lane++)
-                s += bf16f(w[2 * lane]) * x0 + bf16f(w[2 * lane + 1]) * x1;
+                s += sl_bf16_to_f32(w[2 * lane]) * x0 + sl_bf16_to_f32(w[2 * lane + 1]) * x1;
         }
         return s * (double)passes;
     }
@@ -85,16 +76,16 @@ double expected_checksum(kernel_id k, const void* buf, size_t bytes, uint64_t pa
         for (int m = 0; m < 16; m++)
             for (int kp = 0; kp < 16; kp++)
                 for (int n = 0; n < 16; n++)
-                    s += bf16f(a[m][2 * kp]) * bf16f(b[kp * 32 + 2 * n])
-                        + bf16f(a[m][2 * kp + 1]) * bf16f(b[kp * 32 + 2 * n + 1]);
+                    s += sl_bf16_to_f32(a[m][2 * kp]) * sl_bf16_to_f32(b[kp * 32 + 2 * n])
+                        + sl_bf16_to_f32(a[m][2 * kp + 1]) * sl_bf16_to_f32(b[kp * 32 + 2 * n + 1]);
     }
     return s * (double)passes;
 }
 
 /* The timed loop is likwid load_avx512's: 4 independent 64 B loads per 256 B that nothing
- * consumes. Any consumer (even one add per 256 B) costs ~15-20% from L3 on Zen 4 (103-105 vs
- * 121-127 GB/s measured here), so the loads sit in asm volatile (never elided) and only the last
- * block of each pass is folded into the checksum; verify_avx512_read checks every word. */
+ * consumes. Any consumer (even one add per 256 B) cost ~15-20% from L3 on this EPYC VM (103-105
+ * vs 121-127 GB/s), so the loads sit in asm volatile (never elided) and only the last block of
+ * each pass is folded into the checksum; verify_avx512_read checks every word. */
 SL_TARGET_AVX512 double run_avx512_read(const void* buf, size_t bytes, uint64_t passes)
 {
     __m512i acc = _mm512_setzero_si512();
@@ -160,13 +151,9 @@ SL_TARGET_AVX512BF16 double run_avx512_bf16_gemv(const void* buf, size_t bytes, 
 {
     /* batch-1 GEMV over VNNI-packed weights: one broadcast x pair per 64 B line */
     _Alignas(64) uint32_t xb[64]; /* bf16 pair (x0 low, x1 high) per line */
-    for (int i = 0; i < 64; i++) {
-        float f0 = x_pair((size_t)i, 0), f1 = x_pair((size_t)i, 1);
-        uint32_t b0, b1;
-        memcpy(&b0, &f0, sizeof(b0));
-        memcpy(&b1, &f1, sizeof(b1));
-        xb[i] = (b0 >> 16) | (b1 & 0xffff0000u); /* small integers: truncation is exact */
-    }
+    for (int i = 0; i < 64; i++)
+        xb[i] = sl_f32_to_bf16(x_pair((size_t)i, 0))
+            | (uint32_t)sl_f32_to_bf16(x_pair((size_t)i, 1)) << 16;
     const size_t lines = bytes / 64;
     double total = 0;
     for (uint64_t p = 0; p < passes; p++) {
