@@ -1,5 +1,7 @@
-"""Per-run overhead of the executors, and the store's insert rate, measured in one run.
+"""The orchestrator's speed, measured in one run: plan expansion, per-run executor overhead,
+store inserts.
 
+- plan: expanding 10,000 run points (bench/plan_expansion.py; target < 1 s);
 - local: ``LocalExecutor.run(binary)`` against ``subprocess.run(binary)`` of the same binary,
   both waiting for it and capturing its output (target < 20 ms per run);
 - SSH: ``SshExecutor.run(binary)`` on an sshd host in a network namespace of this machine,
@@ -38,6 +40,20 @@ def timed(fn, runs: int) -> list[float]:
     return out
 
 
+def paired(direct, other, runs: int) -> tuple[list[float], list[float]]:
+    """Time ``direct`` and ``other`` alternately, so that load from other work on this shared
+    machine lands on both alike; the overhead is the median of the per-pair differences."""
+    a, b = [], []
+    for _ in range(runs):
+        a += timed(direct, 1)
+        b += timed(other, 1)
+    return a, b
+
+
+def overhead(base: list[float], other: list[float]) -> float:
+    return statistics.median(o - d for d, o in zip(base, other, strict=True))
+
+
 def ms(values: list[float]) -> str:
     values = sorted(values)
     p90 = values[int(0.9 * (len(values) - 1))]
@@ -51,6 +67,12 @@ def main() -> None:
     parser.add_argument("--points", type=int, default=30, help="points for the runner figure")
     args = parser.parse_args()
 
+    from bench.plan_expansion import expansion_figures
+
+    worst = max(expansion_figures(repeat=3), key=lambda f: f["median"])
+    print(f"plan expansion: {worst['points']:,} points in {worst['median']:.3f} s (median of 3, "
+          f"{worst['label']}; target < 1 s)")  # fmt: skip
+
     from socketlab.execute.local import LocalExecutor
 
     built = sorted((REPO / "native" / "build").glob("*/ladder"))
@@ -61,19 +83,17 @@ def main() -> None:
         subprocess.run(argv, capture_output=True, check=False)
 
     direct()
-    base = timed(direct, args.runs)
-    print(f"direct subprocess.run: {ms(base)}")
-
     with tempfile.TemporaryDirectory() as tmp:
         local = LocalExecutor("bench-local", workroot=tmp)
         local.connect()
         local.run(argv)
-        loc = timed(lambda: local.run(argv, timeout=60), args.runs)
-        pinned = timed(lambda: local.run(argv, timeout=60, cpus="0"), args.runs)
+        base, loc = paired(direct, lambda: local.run(argv, timeout=60), args.runs)
+        base_p, pinned = paired(direct, lambda: local.run(argv, timeout=60, cpus="0"), args.runs)
         local.close()
-    over = statistics.median(loc) - statistics.median(base)
-    print(f"local executor: {ms(loc)}; overhead {over * 1e3:.2f} ms per run (target < 20 ms); "
-          f"pinned (taskset): {ms(pinned)}")  # fmt: skip
+    print(f"direct subprocess.run: {ms(base)}")
+    print(f"local executor: {ms(loc)}; overhead {overhead(base, loc) * 1e3:.2f} ms per run "
+          f"(target < 20 ms); pinned (taskset): {ms(pinned)}, overhead "
+          f"{overhead(base_p, pinned) * 1e3:.2f} ms")  # fmt: skip
 
     from tests.support.netns import netns_available, ssh_hosts
 
@@ -92,15 +112,14 @@ def main() -> None:
             ex.lock({"campaign": "bench"})
             ex.run(argv)
             transport = ex._conn.client.get_transport()
-            remote = timed(lambda: ex.run(argv, timeout=60), args.runs)
+            base_r, remote = paired(direct, lambda: ex.run(argv, timeout=60), args.runs)
             assert ex._conn.client.get_transport() is transport  # one connection throughout
             t0 = time.perf_counter()
             ex.call(["true"])
             call_s = time.perf_counter() - t0
             ex.close()
-        over = statistics.median(remote) - statistics.median(base)
         print(f"ssh executor (connection + agent reused): {ms(remote)}; overhead "
-              f"{over * 1e3:.2f} ms per run (target < 60 ms); one helper call "
+              f"{overhead(base_r, remote) * 1e3:.2f} ms per run (target < 60 ms); one helper call "
               f"{call_s * 1e3:.1f} ms")  # fmt: skip
 
     runner_figure(args.points)

@@ -116,8 +116,10 @@ def test_estimate_comes_from_past_runs(inventory, tmp_path):
     text = orchestrate(*args, "--repetitions", "5", env=env)
     assert text.returncode == 0, text.stderr
     assert "estimated time: 0m 20s (from 3 past runs; 0 runs unknown)" in text.stdout
-    doc = json.loads(orchestrate(*args, "--json", env=env).stdout)
+    doc = json.loads(orchestrate(*args, "--json", "--results", str(results)).stdout)
     assert doc["estimate"]["seconds"] == 4.0 and doc["estimate"]["past_runs"] == 3
+    empty = json.loads(orchestrate(*args, "--json", "--results", str(tmp_path / "none")).stdout)
+    assert empty["estimate"] is None
 
 
 @pytest.mark.netns

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -88,7 +89,12 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
     manifest = manifests[0]
     assert manifest["compiler"] and manifest["source_hash"] and not manifest["cached"]
     assert list(manifest["binaries"]) == ["build/cc/ladder"]
-    assert len(manifest["binaries"]["build/cc/ladder"]) == 64
+    built = tmp_path / "work" / "localhost" / "builds" / manifest["build_hash"] / "build/cc/ladder"
+    assert manifest["binaries"]["build/cc/ladder"] == hashlib.sha256(built.read_bytes()).hexdigest()
+    # the flags in the manifest are those the binary was compiled with (its meta record)
+    ladder_run = next(r for r in first.values() if r.experiment == "ladder")
+    meta = json.loads((Path(ladder_run.raw_dir) / "meta.json").read_text())
+    assert manifest["cflags"] and manifest["cflags"] == meta[0]["flags"]
 
     # shell metacharacters: one literal argv element, nothing created or removed
     evil_run = next(r for r in first.values() if r.params.get("word") == evil)
@@ -278,3 +284,63 @@ def test_a_second_orchestrator_leaves_a_busy_host_alone(tmp_path, capsys):
     assert "localhost: error: localhost: host is busy" in err and "someone-else" in err
     assert runs(tmp_path / "results", "local-busy") == {}
     assert orchestrate("run", spec, "--results", tmp_path / "results", "--plain") == 0
+
+
+def test_json_progress_lines_on_stdout(tmp_path, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-json",
+        "experiments": [{"name": "e", "command": [PY, "-c", "0", "{{ n }}"],
+                         "sweep": {"matrix": {"n": [1, 2]}}}],
+    })  # fmt: skip
+    capsys.readouterr()
+    assert orchestrate("run", spec, "--results", tmp_path / "results", "--json") == 0
+    out = capsys.readouterr().out
+    events = [json.loads(line) for line in out.splitlines()]  # nothing else on stdout
+    assert [e["event"] for e in events if e["event"] != "message"] == [
+        "start", "point", "done", "point", "done", "finish"]  # fmt: skip
+    assert events[0]["total"] == 2 and events[0]["already_done"] == 0
+    done = [e for e in events if e["event"] == "done"]
+    assert [d["progress"] for d in done] == ["1/2", "2/2"] and done[-1]["eta_s"] == 0
+    assert {d["status"] for d in done} == {"ok"} and done[0]["point"] == "e[n=1]#rep0"
+    assert events[-1]["statuses"] == {"ok": 2}
+
+
+def test_rich_progress_shows_labels_literally(capsys):
+    from socketlab.execute.progress import RichReporter
+
+    reporter = RichReporter()
+    reporter.start("c", 2, 1, 0)
+    reporter.point_started("h", "e[size=16K]#rep0")
+    reporter.point_done("h", "e[size=16K]#rep0", "failed", "exit code 3 [x]", 0.1)
+    reporter.point_done("h", "e[size=1M]#rep0", "ok", "", 0.1)
+    reporter.finish({"statuses": {"failed": 1, "ok": 1}})
+    err = capsys.readouterr().err
+    # rich markup would swallow "[size=16K]" and "[x]" if the labels were not escaped
+    assert "h: e[size=16K]#rep0 failed exit code 3 [x]" in err
+    assert "done: failed 1, ok 1" in err and reporter.done == 2
+
+
+def test_warmups_run_first_and_are_never_stored(tmp_path):
+    calls = tmp_path / "calls"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "local-warm",
+        "defaults": {"warmup": 1, "repetitions": 2, "collectors": ["proc_peakmem"]},
+        "experiments": [{
+            "name": "e", "sweep": {"matrix": {"n": [1, 2]}},
+            "command": [PY, "-c", "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')",
+                        str(calls), "{{ n }}"],
+        }],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    # sequential order: each point's warm-up right before its two measured runs
+    assert calls.read_text().split() == ["1", "1", "1", "2", "2", "2"]
+    stored = runs(results, "local-warm")
+    assert sorted((r.params["n"], r.repetition) for r in stored.values()) == [
+        (1, 0), (1, 1), (2, 0), (2, 1)]  # fmt: skip
+    # a third repetition: one warm-up again before it, per point; the done runs stay
+    assert orchestrate("run", spec, "--results", results, "--plain", "--repetitions", "3") == 0
+    assert calls.read_text().split()[6:] == ["1", "1", "2", "2"]
+    assert len(runs(results, "local-warm")) == 6
+    # nothing of any run (warm-ups included) is left in the host's work folder
+    assert list((tmp_path / "work" / "localhost" / "runs").iterdir()) == []

@@ -3,6 +3,7 @@ host that goes away mid-campaign."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import subprocess
@@ -84,9 +85,10 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
         assert {"proc_peakmem.jsonl", "proc_noise.jsonl"} <= set(r.extra["collectors"])
         assert (raw / "collectors" / "proc_noise.jsonl").stat().st_size > 0
         assert r.fingerprint_before and r.fingerprint_after and r.spec_sha256
-        if r.experiment == "ladder":
-            assert r.build["binaries"]["build/cc/ladder"] and r.build["compiler"]
-            assert r.build["build_hash"] in r.build.get("make", "") or r.build["source_hash"]
+        if r.experiment == "ladder":  # the manifest names the binary the host built and ran
+            built = tmp_path / "work" / r.host / "builds" / r.build["build_hash"] / "build/cc/ladder"
+            sha = hashlib.sha256(built.read_bytes()).hexdigest()
+            assert r.build["binaries"]["build/cc/ladder"] == sha and r.build["compiler"]
         else:
             literal = json.loads((raw / "stdout").read_text().splitlines()[0])
             assert literal == [r.params["word"]]

@@ -208,9 +208,18 @@ def test_host_profile_ignores_volatile_facts(tmp_path):
     moved = json.loads(json.dumps(host))
     for irq in moved["topology"]["irqs"]:
         irq["effective"] = "5"
+    # knobs are state that the before/after fingerprint watches, not identity
+    moved["topology"].update(thp="never", numa_balancing=1 - (host["topology"]["numa_balancing"] or 0),
+                             workqueue_cpumask="1", hugepages_2m={"0": 64})  # fmt: skip
+    moved["topology"]["cpufreq"]["governors"] = {"powersave": moved["topology"]["cpu_online"]}
+    assert moved["topology"] != host["topology"]
     other = dict(host, isolation_applied=True)
-    profiles = [expand_points(spec, {"h": h}).profile_hash("h") for h in (host, moved, other)]
+    rebuilt = json.loads(json.dumps(host))
+    rebuilt["topology"]["cores"] += 1  # different hardware: a different profile
+    hosts = (host, moved, other, rebuilt)
+    profiles = [expand_points(spec, {"h": h}).profile_hash("h") for h in hosts]
     assert profiles[0] == profiles[1] != profiles[2]
+    assert profiles[3] not in (profiles[0], profiles[2])
     assert profiles[0] == host_profile_hash(expand_points(spec, {"h": host}).host_profiles["h"])
 
 

@@ -211,3 +211,20 @@ def test_the_example_in_docs_loads(tmp_path):
     spec = load_spec(write(tmp_path, example))
     assert [e.name for e in spec.experiments] == ["stage", "sysbench-cpu"]
     assert spec.hosts == "bench"
+
+
+def test_collector_names_are_the_scripts_with_the_start_stop_contract():
+    import subprocess
+    import sys
+
+    from socketlab.paths import COLLECTORS
+    from socketlab.spec.load import collector_names
+
+    names = collector_names()
+    assert {"proc_peakmem", "proc_noise"} <= set(names)
+    assert not {"host_facts", "dma_latency_hold", "_collector", "_runwrap"} & set(names)
+    for name in names:  # each one really takes start/stop --out
+        for command in ("start", "stop"):
+            proc = subprocess.run([sys.executable, "-I", "-S", str(COLLECTORS / f"{name}.py"),
+                                   command, "--help"], capture_output=True, text=True, timeout=60)  # fmt: skip
+            assert proc.returncode == 0 and "--out" in proc.stdout, (name, command, proc.stderr)

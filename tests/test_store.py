@@ -32,11 +32,17 @@ def test_store_is_wal_and_holds_run_and_metrics(tmp_path):
 
 def test_a_failing_metric_rolls_back_the_whole_run(tmp_path):
     with Store(tmp_path / "s.sqlite") as store:
-        bad = Metric("bw", "not a number", "GB/s")  # float() fails inside the transaction
+        bad = Metric("bw", "not a number", "GB/s")  # float() fails before the transaction
         with pytest.raises(ValueError):
             store.add_run(record("k1"), [Metric("ok", 1.0, "s"), bad])
         assert store.status_of("k1") is None
+        # unit NULL violates NOT NULL in the metric insert: after the run row is written
+        with pytest.raises(sqlite3.IntegrityError):
+            store.add_run(record("k1"), [Metric("ok", 1.0, "s"), Metric("bw", 2.0, None)])
+        assert store.status_of("k1") is None
         assert store.metric_count() == 0
+        store.add_run(record("k1"), [Metric("ok", 1.0, "s")])  # the store is usable after it
+        assert store.status_of("k1") == "ok" and store.metric_count() == 1
 
 
 def test_rerun_replaces_the_attempt_and_its_metrics(tmp_path):

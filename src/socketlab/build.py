@@ -97,15 +97,21 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     executor.send_tree(_source_files(job.root), root, scratch)
     code, ncpu = executor.call(["nproc"])
     jobs = ncpu.strip() if code == 0 and ncpu.strip().isdigit() else "1"
-    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target]
-    if job.flags:
-        make.append(f"CFLAGS={job.flags}")
+    cflags_arg = [f"CFLAGS={job.flags}"] if job.flags else []
+    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target, *cflags_arg]
     started = time.time()
     code, output = executor.call(make, timeout=1800)
     if code != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
         raise HostError(f"{executor.name}: build '{job.name}' failed (make exit {code}): {tail}")
     compiler = executor.call(["cc", "--version"])[1].strip().splitlines()
+    # The flags the compile really used (the Makefile's CFLAGS unless `flags` replaced them):
+    # make prints its own variable. No shell: the argv reaches the host as is.
+    probe = ["make", "-s", "--no-print-directory", "-C", job.remote_dir(executor), "--eval",
+             "_socketlab_cflags: ; @echo $(CFLAGS)", "_socketlab_cflags", *cflags_arg]  # fmt: skip
+    code, printed = executor.call(probe, timeout=60)
+    lines = printed.strip().splitlines()
+    cflags = lines[-1].strip() if code == 0 and lines else None
     code, listing = executor.call(
         ["find", root, "-type", "f", "-perm", "-u+x", "-newermt", f"@{int(started) - 1}",
          "-exec", "sha256sum", "{}", "+"]  # fmt: skip
@@ -119,7 +125,8 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
         "name": job.name,
         "source": job.source,
         "target": job.target,
-        "flags": job.flags,
+        "flags": job.flags,  #: as the spec gave them ("" = the Makefile's)
+        "cflags": cflags,  #: as make used them; None when make could not say
         "source_hash": job.source_hash,
         "build_hash": job.build_hash,
         "compiler": compiler[0] if compiler else "unknown",

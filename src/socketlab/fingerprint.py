@@ -22,9 +22,6 @@ DRIFT_KNOBS = (
     "thp_defrag", "numa_balancing", "governor", "irq_affinity", "irq_default_affinity",
     "workqueue_cpumask", "nr_hugepages",
 )  # fmt: skip
-#: Knobs that identify the host for run keys (together with its inventory name): a change
-#: here means results are not comparable, so points run again instead of being skipped.
-PROFILE_KNOBS = ("model", "online", "kernel", "isolated", "nohz_full", "smt")
 UNSUPPORTED = "unsupported"
 
 
@@ -131,13 +128,6 @@ def drift(before: dict, after: dict) -> list[str]:
         if before.get(knob) != after.get(knob):
             changes.append(f"{knob}: {before.get(knob)} -> {after.get(knob)}")
     return changes
-
-
-def profile_hash(name: str, fingerprint: dict) -> str:
-    """Host profile hash: the inventory name plus the knobs that make results comparable."""
-    data = {"name": name, **{k: fingerprint.get(k) for k in PROFILE_KNOBS}}
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def main(argv: list[str] | None = None) -> int:

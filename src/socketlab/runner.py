@@ -280,7 +280,8 @@ class Runner:
             if code != 0:
                 notes.setdefault("collector_errors", {})[name] = text.strip()[-300:]
         after = self._fingerprint(ex)
-        if point.warmup:
+        if point.warmup:  # nothing is kept of a warm-up, on the host either
+            ex.call(["rm", "-rf", remote])
             self.reporter.point_done(point.host, label, "warmup", "", time.monotonic() - t0)
             return
         raw = self.results_dir / "runs" / key

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from socketlab import paths
 from socketlab.errors import StoreError
@@ -29,11 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from socketlab.store import Store, store_path
+    from socketlab.store import Store, existing_store_path
 
-    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
-    if not path.exists():
-        raise StoreError(f"{path}: no results for campaign '{args.campaign}'")
+    path = existing_store_path(args.campaign, args.results)
     with Store(path, create=False) as store:
         frame = store.metrics_frame(args.campaign, all_statuses=not args.ok_only)
     out = args.output or str(path.parent / f"metrics.{args.format}")

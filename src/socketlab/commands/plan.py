@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--profile", metavar="NAME", help="apply the spec's profiles.NAME overrides, as run does"
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument(
+        "--results", metavar="DIR", help="results folder whose past runs give the estimate "
+        "(default: results/, or $SOCKETLAB_RESULTS)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
 
 
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         for name, exc in errors.items()
         for exp in spec.experiments
     )
-    estimate = estimate_seconds(plan)
+    estimate = estimate_seconds(plan, getattr(args, "results", None))
     if args.json:
         json.dump(plan_document(plan, estimate), sys.stdout, indent=1, default=str)
         print()
@@ -123,7 +127,7 @@ def _duration(seconds: float) -> str:
     return f"{hours}h {minutes:02d}m {sec:02d}s" if hours else f"{minutes}m {sec:02d}s"
 
 
-def estimate_seconds(plan: Plan) -> dict[str, Any] | None:
+def estimate_seconds(plan: Plan, results: str | None = None) -> dict[str, Any] | None:
     """Median past duration per (experiment, host), else per experiment, summed over the plan.
 
     Reads results/<campaign>/store.sqlite through socketlab.store when it exists; None when
@@ -132,7 +136,7 @@ def estimate_seconds(plan: Plan) -> dict[str, Any] | None:
     """
     from socketlab.store import Store, store_path
 
-    path = store_path(plan.spec.campaign)
+    path = store_path(plan.spec.campaign, results)
     if not path.exists():
         return None
     durations: dict[tuple[str, str | None], list[float]] = {}

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 
 from socketlab import paths
-from socketlab.errors import StoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,11 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from socketlab.report.tables import render_tables
-    from socketlab.store import Store, store_path
+    from socketlab.store import Store, existing_store_path
 
-    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
-    if not path.exists():
-        raise StoreError(f"{path}: no results for campaign '{args.campaign}'")
+    path = existing_store_path(args.campaign, args.results)
     with Store(path, create=False) as store:
         frame = store.metrics_frame(args.campaign)
         counts = Counter(r.status for r in store.runs(args.campaign))

@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 
 from socketlab import paths
-from socketlab.errors import StoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from socketlab.store import Store, store_path
+    from socketlab.store import Store, existing_store_path
 
     root = Path(args.results or paths.RESULTS)
     if not args.campaign:
@@ -36,10 +35,7 @@ def run(args: argparse.Namespace) -> int:
                 counts = Counter(r.status for r in store.runs())
             print(f"{path.parent.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
         return 0
-    path = store_path(args.campaign, root)
-    if not path.exists():
-        raise StoreError(f"{path}: no results for campaign '{args.campaign}' "
-                         f"(run `orchestrate run SPEC` first)")  # fmt: skip
+    path = existing_store_path(args.campaign, root)
     with Store(path, create=False) as store:
         runs = store.runs(args.campaign)
     table: dict[tuple[str, str], Counter] = {}

@@ -20,9 +20,15 @@ from socketlab.spec.model import Experiment, Requirements, Spec
 from socketlab.spec.points import RunPoint
 from socketlab.spec.render import base_context
 
-#: Topology facts that change while a host runs (IRQ placement, daemon pids): kept out of the
-#: host profile so they don't change run keys. The before/after fingerprint watches them.
-VOLATILE_FACTS = ("irqs", "irqbalance")
+#: Topology facts that are host state, not identity: IRQ placement and daemon pids change while
+#: a host runs; THP, NUMA balancing, hugepages, the workqueue mask and cpufreq governors are
+#: knobs that an operator (or playbooks/isolate.yml) sets. They stay out of the host profile, so
+#: flipping one doesn't change every run key (a resume would run the whole campaign again). The
+#: fingerprint taken before and after each run (socketlab.fingerprint) records them on the run
+#: and marks it invalid when one changes during it; whether the isolation plan is applied is
+#: part of the profile (``isolation_applied``).
+VOLATILE_FACTS = ("irqs", "irqbalance", "thp", "numa_balancing", "hugepages_2m",
+                  "workqueue_cpumask")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class Plan:
 
 def host_profile(entry: dict[str, Any]) -> dict[str, Any]:
     topology = {k: v for k, v in (entry.get("topology") or {}).items() if k not in VOLATILE_FACTS}
+    if isinstance(topology.get("cpufreq"), dict):  # the driver is the host's; governors are set
+        topology["cpufreq"] = {k: v for k, v in topology["cpufreq"].items() if k != "governors"}
     return {
         "topology": topology,
         "isolation": entry.get("isolation"),

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from socketlab.errors import SpecError
-from socketlab.paths import SCHEMAS
+from socketlab.paths import COLLECTORS, NATIVE, SCHEMAS
 from socketlab.spec import kinds
 from socketlab.spec.model import (
     CONTEXT_NAMES,
@@ -45,6 +45,20 @@ SETTINGS = (
 DEFAULTS = {"timeout_s": 600.0, "repetitions": 1, "warmup": 0, "order": "sequential", "seed": 0}
 REGEX_PARSER_VERSION = "1"
 JSONL_PARSER_VERSION = "1"
+
+
+@lru_cache(maxsize=1)
+def collector_names() -> tuple[str, ...]:
+    """Names a spec's `collectors` may list: collectors/<name>.py that speak the start/stop
+    ``--out DIR`` contract (docs/architecture.md). Helpers (``_*.py``) and host tools that
+    don't (host_facts.py, dma_latency_hold.py) are not collectors."""
+    def speaks_contract(text: str) -> bool:  # the shared machinery, or its own --out parser
+        return bool(re.search(r"^(from|import) _collector\b", text, re.M)) or '"--out"' in text
+
+    return tuple(
+        p.stem for p in sorted(COLLECTORS.glob("*.py"))
+        if not p.name.startswith("_") and speaks_contract(p.read_text(errors="replace"))
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=1)
@@ -286,6 +300,9 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
             raise ctx.error(
                 f"builds.{name}.source", "expected a directory inside native/ (relative, no '..')"
             )
+        if not any((NATIVE / source / f).is_file() for f in ("GNUmakefile", "makefile", "Makefile")):
+            raise ctx.error(f"builds.{name}.source", f"native/{source.as_posix()} is not a "
+                            "directory with a Makefile (expected one inside native/)")  # fmt: skip
     hosts = data.get("hosts") or {"pattern": "localhost"}
     spec = Spec(
         path=path,
@@ -385,6 +402,12 @@ def _experiment(
     parsers = _parsers(ctx, origins.get("metrics", f"{base}.metrics"), metrics)
     sanity = _sanity(ctx, origins.get("sanity", f"{base}.sanity"), settings.get("sanity") or {})
     _check_required_metrics(ctx, origins.get("sanity", ""), sanity, parsers)
+    collectors = tuple(settings.get("collectors", ()))
+    known = collector_names()
+    for i, name in enumerate(collectors):
+        if name not in known:
+            hint = suggest(name, known) or f"; collectors: {', '.join(known)}"
+            raise ctx.error(f"{origins['collectors']}[{i}]", f"unknown collector '{name}'{hint}")
     requires = _requirements(
         [("requires", data.get("requires")), ("defaults", defaults.get("requires")),
          (base, body.get("requires"))]
@@ -407,7 +430,7 @@ def _experiment(
         seed=int(settings.get("seed", DEFAULTS["seed"])),
         sanity=sanity,
         parsers=parsers,
-        collectors=tuple(settings.get("collectors", ())),
+        collectors=collectors,
         requires=requires,
         extra=extra,
         origins=origins,

@@ -98,8 +98,17 @@ _JSON_FIELDS = ("params", "argv", "build", "fingerprint_before", "fingerprint_af
 _COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
 
-def store_path(campaign: str, results: Path | None = None) -> Path:
+def store_path(campaign: str, results: Path | str | None = None) -> Path:
     return Path(results or paths.RESULTS) / campaign / "store.sqlite"
+
+
+def existing_store_path(campaign: str, results: Path | str | None = None) -> Path:
+    """The campaign's store file; StoreError (a user error) when the campaign never ran."""
+    path = store_path(campaign, results)
+    if not path.exists():
+        raise StoreError(f"{path}: no results for campaign '{campaign}' "
+                         f"(run `orchestrate run SPEC` first)")  # fmt: skip
+    return path
 
 
 class Store:
