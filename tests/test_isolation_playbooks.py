@@ -122,7 +122,7 @@ class Runner:
 
 
 @pytest.fixture
-def runner(tmp_path):
+def runner(tmp_path, kernel_knobs_lock):
     """A Runner whose teardown restores anything a failed test left applied, whichever host
     wrote the state file: they all share this kernel and filesystem, so localhost can restore
     an SSH test host's record too."""
@@ -133,7 +133,7 @@ def runner(tmp_path):
 
 
 @pytest.fixture
-def flipped_vm_knobs():
+def flipped_vm_knobs(kernel_knobs_lock):
     """THP=always and numa_balancing=1 for the test, so isolation has them to change and
     restore has them to put back; the machine's own values come back afterwards."""
     original = {p: _read(p) for p in (THP, NUMA_BALANCING) if p.exists()}

@@ -247,7 +247,7 @@ THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
 
 
 @pytest.mark.root
-def test_drift_during_a_run_marks_it_invalid(tmp_path):
+def test_drift_during_a_run_marks_it_invalid(tmp_path, kernel_knobs_lock):
     """The command changes a host knob (THP defrag); the test restores it afterwards."""
     if os.geteuid() != 0 or not THP_DEFRAG.exists() or not os.access(THP_DEFRAG, os.W_OK):
         pytest.skip("needs root and a writable transparent_hugepage/defrag")
