@@ -1,0 +1,237 @@
+"""`orchestrate cpuset`: which CPUs each job gets on a host's isolated cores (docs/cpuset.md).
+
+Jobs are NAME=CPUS, given as separate words or comma-separated ("A=32,B=80"). By default a job
+takes whole cores (all SMT threads); --threads NAME gives it first threads only (the siblings
+stay for runtime host threads). The CPUs come from the isolation plan's workers (and their
+siblings), never from housekeeping.
+
+The host is this machine (the localhost inventory) unless --inventory/--limit names others, or
+--topology gives a host_facts.py snapshot (JSON) or a recorded sysfs tree.
+
+Exit status: 0 when every job was placed; 1 when a job was placed but its --hugepages are short
+on a node it runs on; 2 for bad input or a job that does not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from socketlab.errors import HostError, PlanError, SocketlabError
+from socketlab.facts import gather_all
+from socketlab.inventory import load_inventory
+from socketlab.plan.cpuset import DECREASING, ORDERS, POLICIES, CpusetPlan, plan_jobs
+from socketlab.plan.isolation import plan_isolation
+from socketlab.topology import Topology, read_topology, topology_from_snapshot
+
+_JOB = re.compile(r"^([A-Za-z0-9_.:-]+)=(\d+)$")
+PIN_HEAD = 8  #: pin-order entries shown in the table
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "cpuset",
+        help="plan locality-aware CPU sets for jobs on the isolated cores",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("jobs", nargs="+", metavar="NAME=CPUS", help="jobs and their CPU counts")
+    p.add_argument(
+        "--policy",
+        default="pack",
+        metavar="|".join(POLICIES),
+        help="pack: kubelet best fit (default); isolate: also keep jobs in separate domains",
+    )
+    p.add_argument(
+        "--order",
+        default=DECREASING,
+        metavar="|".join(ORDERS),
+        help="place the biggest job first (default), or in the order given",
+    )
+    p.add_argument(
+        "--distributed",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="spread this job evenly over NUMA nodes (KEP-2902); repeatable",
+    )
+    p.add_argument(
+        "--threads",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="give this job first threads only, not whole cores; repeatable",
+    )
+    p.add_argument(
+        "--hugepages",
+        action="append",
+        default=[],
+        metavar="NAME=PAGES",
+        help="2 MiB pages the job needs on each NUMA node it runs on; repeatable",
+    )
+    p.add_argument(
+        "--housekeeping",
+        type=int,
+        default=2,
+        metavar="H",
+        help="housekeeping physical cores per NUMA node (default 2)",
+    )
+    p.add_argument(
+        "--prefer-irq-cores",
+        action="store_true",
+        help="pick housekeeping cores that already serve the node's device IRQs",
+    )
+    p.add_argument("--inventory", "-i", metavar="FILE", help="Ansible inventory")
+    p.add_argument("--limit", "-l", metavar="PATTERN", help="Ansible host pattern")
+    p.add_argument(
+        "--topology",
+        metavar="FILE|DIR",
+        help="plan for a recorded host: a host_facts.py JSON snapshot or a sysfs tree",
+    )
+    p.add_argument("--timeout", type=float, default=60, help="seconds per host (default 60)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(func=run)
+
+
+def parse_jobs(words: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """NAME=CPUS words plus the per-job options, as plan_jobs job mappings."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for word in words:
+        for item in word.split(","):
+            m = _JOB.match(item.strip())
+            if not m:
+                raise PlanError(f"job {item.strip()!r}: expected NAME=CPUS, e.g. A=32")
+            name = m.group(1)
+            if name in jobs:
+                raise PlanError(f"job {name!r}: given twice; expected each job once")
+            jobs[name] = {"name": name, "cpus": int(m.group(2))}
+
+    def known(name: str, option: str) -> dict[str, Any]:
+        if name not in jobs:
+            raise PlanError(f"{option} {name}: no such job; expected one of {', '.join(jobs)}")
+        return jobs[name]
+
+    for name in args.distributed:
+        known(name, "--distributed")["distributed"] = True
+    for name in args.threads:
+        known(name, "--threads")["whole_cores"] = False
+    for item in args.hugepages:
+        m = _JOB.match(item.strip())
+        if not m:
+            raise PlanError(f"--hugepages {item}: expected NAME=PAGES, e.g. A=512")
+        known(m.group(1), "--hugepages")["hugepages_per_node"] = int(m.group(2))
+    return list(jobs.values())
+
+
+def load_topology_file(path: str) -> Topology:
+    p = Path(path)
+    if p.is_dir():
+        return read_topology(p)
+    if not p.is_file():
+        raise HostError(
+            f"{path}: --topology: no such file; expected a host_facts.py snapshot (JSON) or a "
+            "recorded sysfs tree"
+        )
+    try:
+        snapshot = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise HostError(f"{path}: --topology: not a JSON snapshot ({exc})") from None
+    return topology_from_snapshot(snapshot)
+
+
+def topologies(args: argparse.Namespace) -> list[tuple[str, Topology]]:
+    if args.topology:
+        if args.inventory or args.limit:
+            raise PlanError("--topology: can't be combined with --inventory/--limit; pick one")
+        topology = load_topology_file(args.topology)
+        return [(topology.source, topology)]
+    hosts = load_inventory(args.inventory, args.limit)
+    gathered = gather_all(hosts, timeout=args.timeout)
+    out = []
+    for host in hosts:
+        facts = gathered[host.name]
+        if isinstance(facts, SocketlabError):
+            raise facts
+        out.append((host.name, topology_from_snapshot(facts["snapshot"])))
+    return out
+
+
+def _pins(pins: list[int]) -> str:
+    head = ",".join(str(c) for c in pins[:PIN_HEAD])
+    return head + (f",... ({len(pins)})" if len(pins) > PIN_HEAD else "")
+
+
+def _hugepages(hp: dict[str, Any] | None) -> str:
+    if hp is None:
+        return "-"
+    verdict = {True: "ok", False: "SHORT", None: "unknown"}[hp["feasible"]]
+    avail = ", ".join(f"n{n}: {v['available']}" for n, v in hp["nodes"].items())
+    return f"{hp['per_node']}/node {verdict} ({avail})"
+
+
+def _table(name: str, plan: dict[str, Any]):
+    from rich.table import Table
+
+    table = Table(
+        title=f"{name}: policy {plan['policy']}, order {plan['order']}",
+        caption=f"allocatable {plan['universe']}; left {plan['free'] or 'none'}",
+        title_justify="left",
+        caption_justify="left",
+        expand=False,
+    )
+    for column in ("job", "cpus", "cpulist", "nodes", "shares nodes with", "pin order"):
+        table.add_column(column, overflow="fold")
+    show_hp = any(j["hugepages"] is not None for j in plan["jobs"])
+    if show_hp:
+        table.add_column("hugepages", overflow="fold")
+    for j in plan["jobs"]:
+        kind = ("" if j["whole_cores"] else " threads") + (" dist" if j["distributed"] else "")
+        row = [
+            j["name"] + kind,
+            str(j["count"]),
+            j["cpulist"],
+            j["mems"],
+            ", ".join(j["shares_nodes_with"]) or "-",
+            _pins(j["pin_order"]),
+        ]
+        if show_hp:
+            row.append(_hugepages(j["hugepages"]))
+        table.add_row(*row)
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.policy not in POLICIES:
+        raise PlanError(f"--policy: expected one of {', '.join(POLICIES)}, got {args.policy!r}")
+    if args.order not in ORDERS:
+        raise PlanError(f"--order: expected one of {', '.join(ORDERS)}, got {args.order!r}")
+    jobs = parse_jobs(args.jobs, args)
+    report = []
+    for name, topology in topologies(args):
+        isolation = plan_isolation(topology, args.housekeeping, args.prefer_irq_cores)
+        try:
+            plan: CpusetPlan = plan_jobs(jobs, topology, isolation, args.policy, order=args.order)
+        except PlanError as exc:
+            if name == topology.source:
+                raise
+            raise PlanError(f"{name}: {exc}") from None
+        report.append({"name": name, "isolation": isolation.facts(), "cpuset": plan.facts()})
+    short = any(
+        j["hugepages"] is not None and j["hugepages"]["feasible"] is False
+        for entry in report
+        for j in entry["cpuset"]["jobs"]
+    )
+    if args.json:
+        json.dump({"hosts": report}, sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+
+        console = Console(width=max(120, Console().width), soft_wrap=False)
+        for entry in report:
+            console.print(_table(entry["name"], entry["cpuset"]))
+    return 1 if short else 0
