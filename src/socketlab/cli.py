@@ -17,8 +17,15 @@ from socketlab import __version__, commands
 from socketlab.errors import SocketlabError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; users get the one line that names the mistake."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="orchestrate",
         description="Run declarative experiments on isolated CPU sockets and compare them "
         "with published values.",
