@@ -31,6 +31,8 @@ run $avx512 $B/ladder --kernel avx512-read --size 16K --seconds 0.02 --reps 2 $T
 run $avx2 $B/ladder --kernel avx2-read --size 64K --seconds 0.02 --reps 1 --page thp $T
 run $bf16 $B/ladder --kernel avx512-bf16-gemv --size 256K --seconds 0.02 --reps 1 $T
 run $amx_rc $B/ladder --kernel amx-bf16-stream --size 64K --seconds 0.02 --reps 1 $T
+run $bf16 $B/ladder --kernel avx512-bf16-compute --seconds 0.02 --reps 2 $T
+run $amx_rc $B/ladder --kernel amx-bf16-compute --seconds 0.02 --reps 1 $T
 for k in avx512-bf16 avx512-fp32; do
     want=$bf16
     [ $k = avx512-fp32 ] && want=$avx512
@@ -39,14 +41,18 @@ for k in avx512-bf16 avx512-fp32; do
     done
 done
 run $amx_rc $B/gemv --kernel amx-bf16 --rows 72 --cols 256 --batch 4 --steps 20 --warmup 2 $T
+# the layer partition is arithmetic only: it runs on every host, AMX or not
+run 0 $B/gemv --kernel amx-bf16 --layer 2048x1536,256x1536,1536x2048 --workers 90
 run $avx512 $B/kvstream --tokens 300 --heads 2 --head-dim 64 --tile-kib 2 --steps 5 --warmup 1 $T
 # exchange needs two CPUs; use the first two online ones
 cpus=$(awk -F'[-,]' '{print $1 "," ($2 == "" ? $1 : $2)}' /sys/devices/system/cpu/online)
 case $cpus in
 *,*) if [ "${cpus%,*}" != "${cpus#*,}" ]; then
-        for m in diss fid; do
+        for m in diss fid fid-cld hier; do
             run 0 $B/exchange --mode $m --cpus $cpus --iters 200 --warmup 20 $T
         done
+        run 0 $B/exchange --mode hier --cpus $cpus --groups "${cpus%,*}/${cpus#*,}" --iters 200 --warmup 20 $T
+        run $(rc_for waitpkg) $B/exchange --mode hier-umwait --cpus $cpus --iters 200 --warmup 20 $T
         run $avx512 $B/exchange --mode rep --cpus $cpus --iters 200 --warmup 20 $T
         run 0 $B/exchange --mode pingpong --cpus $cpus --iters 20 --warmup 2 --roundtrips 20 $T
      fi ;;

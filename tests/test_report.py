@@ -147,8 +147,17 @@ def test_not_run_reasons_from_the_results_folder(tmp_path):
     (campaign_dir / "hosts").mkdir()
     (campaign_dir / "hosts" / "vm.json").write_text(json.dumps(
         {"topology": topology_facts("this-machine"), "isolation": None}))
+    # the campaign as it was before it ran hierarchical exchanges: a cell with no point
+    spec = (REPO / "experiments" / "campaign-oct.yaml").read_text()
+    old = spec
+    spec = spec.replace(", rep, hier]", ", rep]")
+    spec = spec.replace("      exclude:\n        - {scope: [one-node, two-nodes], mode: hier}\n", "")
+    spec = spec.replace("          exclude: [{scope: one-node, mode: hier}]\n", "")
+    assert spec.count("hier]") == 0 and spec != old
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "campaign-oct.yaml").write_text(spec)
     (campaign_dir / "last-run.json").write_text(json.dumps(
-        {"spec": str(REPO / "experiments" / "campaign-oct.yaml"), "profile": "quick"}))
+        {"spec": str(tmp_path / "spec" / "campaign-oct.yaml"), "profile": "quick"}))
     rep = build_report(CAMPAIGN, results=tmp_path)
     verdict = {r.cell.id: r.verdict for r in rep.rows}
     assert verdict["clocks/avx512-bf16-gemv/busy_mhz_mean"] == (

@@ -27,9 +27,13 @@ TOPO = REPO / "tests" / "fixtures" / "topology"
 #: metrics each native binary prints (its --help), plus what collectors add
 NATIVE_METRICS = {
     "ladder": {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50",
-               "bw_per_core_max", "gflops_total"},
+               "bw_per_core_max", "gflops_total", "tflops_total", "tflops_per_core_mean",
+               "tflops_per_core_min", "tflops_per_core_p50", "tflops_per_core_max",
+               "core_clock_mean", "core_clock_min"},
     "exchange": {"latency_p50", "latency_p99", "latency_min"},
-    "gemv": {"step_p50", "step_p99", "weight_bw", "tflops", "rows_max_over_mean"},
+    "gemv": {"step_p50", "step_p99", "weight_bw", "tflops", "rows_max_over_mean",
+             "layer_bytes_max_over_mean", "layer_bytes_per_worker_max",
+             "layer_bytes_per_worker_mean"},
     "kvstream": {"kv_bw", "step_p50", "step_p99"},
     "sleep": set(),
 }
@@ -67,9 +71,8 @@ def test_every_measured_published_cell_has_a_campaign_point():
         dims = set(cell.join) - set(exp.sweep.names)
         assert dims <= {"interrupt"}, f"{cell.id}: join keys {dims} are not parameters"
         points = sweep_points(exp.sweep)
-        if cell.conditions.get("mode") not in ("fid-cld", "hier", "hier-umwait"):
-            assert any(all(str(p[k]) == str(v) for k, v in params.items()) for p in points), \
-                f"{cell.id}: no point with {params}"
+        assert any(all(str(p[k]) == str(v) for k, v in params.items()) for p in points), \
+            f"{cell.id}: no point with {params}"
         checked += 1
     assert checked > 100
 
@@ -77,10 +80,14 @@ def test_every_measured_published_cell_has_a_campaign_point():
 def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     spec, plan = _plan("this-machine", "quick")
     skipped = {s.experiment: s.reason for s in plan.skipped}
-    assert set(skipped) == {"ladder-amx", "clocks-amx", "gemv-batch-amx"}
-    assert all("lacks CPU flags amx_bf16" in r for r in skipped.values())
+    amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx"}
+    assert set(skipped) == amx | {"exchange-umwait"}
+    assert all("lacks CPU flags amx_bf16" in skipped[e] for e in amx)
+    assert "lacks CPU flags waitpkg" in skipped["exchange-umwait"]
     counts = {e: c["runs"] for e, c in plan.counts()["this-machine"].items()}
-    assert sum(counts.values()) <= 60  # the quick profile stays small
+    # the quick profile stays small; tile-balance's runs are arithmetic (milliseconds each)
+    assert sum(c for e, c in counts.items() if e != "tile-balance") <= 60
+    assert counts["tile-balance"] == 6
     ladder = [p for p in plan.points if p.experiment == "ladder"]
     assert all("--seconds" in p.argv and p.argv[p.argv.index("--seconds") + 1] == "0.2"
                for p in ladder)

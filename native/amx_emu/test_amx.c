@@ -160,6 +160,18 @@ int main(void)
         fprintf(stderr, "amx_emu_test: amx-bf16-stream checksum %.17g, expected %.17g\n", got, want);
         failures++;
     }
+    /* ladder's amx-bf16-compute: resident tiles only, C tiles against their closed form */
+    const double got_c = run_amx_bf16_compute(buf, bytes, 2);
+    const double want_c = expected_checksum(K_AMX_BF16_COMPUTE, buf, bytes, 2);
+    sl_metric_begin("compute_checksum_error", fabs(got_c - want_c), "abs");
+    sl_json_str("kernel", "amx-bf16-compute");
+    sl_json_num("expected", want_c);
+    sl_json_end();
+    if (got_c != want_c || want_c <= 0) {
+        fprintf(stderr, "amx_emu_test: amx-bf16-compute checksum %.17g, closed form %.17g\n", got_c,
+                want_c);
+        failures++;
+    }
     free(buf);
     if (failures)
         sl_check_failed("%d AMX emulation case(s) failed", failures);

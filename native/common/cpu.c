@@ -179,6 +179,8 @@ const sl_features* sl_cpu_features(void)
         f.avx512bw = b & (1u << 30);
         f.amx_bf16 = d & (1u << 22);
         f.amx_tile = d & (1u << 24);
+        f.waitpkg = c & (1u << 5);
+        f.cldemote = c & (1u << 25);
         __cpuid_count(7, 1, a, b, c, d);
         f.avx512bf16 = a & (1u << 5);
     }
@@ -202,6 +204,13 @@ bool sl_have_avx2(const char** why)
     if (!f->avx2)
         *why = "CPU lacks AVX2";
     return f->avx2;
+}
+
+bool sl_have_waitpkg(const char** why)
+{
+    if (!sl_cpu_features()->waitpkg)
+        *why = "no waitpkg (CPUID.7.0:ECX[5], UMONITOR/UMWAIT)";
+    return sl_cpu_features()->waitpkg;
 }
 
 bool sl_have_avx512(const char** why)

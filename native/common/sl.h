@@ -75,6 +75,8 @@ void sl_pin_self(int cpu); /* exits 1 when the kernel refuses */
 typedef struct {
     bool avx2, avx512f, avx512bw, avx512bf16, amx_tile, amx_bf16, os_avx512, os_amx;
     bool invariant_tsc; /* CPUID.80000007H:EDX[8]: TSC rate is constant and synchronised */
+    bool cldemote; /* CPUID.7.0:ECX[25]; without it CLDEMOTE executes as a NOP */
+    bool waitpkg; /* CPUID.7.0:ECX[5]: UMONITOR / UMWAIT / TPAUSE */
     char brand[64];
 } sl_features;
 const sl_features* sl_cpu_features(void);
@@ -82,6 +84,7 @@ const sl_features* sl_cpu_features(void);
 bool sl_have_avx512(const char** why);
 bool sl_have_avx512bf16(const char** why);
 bool sl_have_avx2(const char** why);
+bool sl_have_waitpkg(const char** why);
 /* CPUID says AMX-TILE+BF16 and the kernel grants XTILEDATA via arch_prctl */
 bool sl_have_amx(const char** why);
 

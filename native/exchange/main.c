@@ -17,10 +17,17 @@ static const char usage[] =
     "                            dissemination barrier, then everyone reads the whole vector;\n"
     "                  fid:      flag-in-data: each 64 B line carries 56 B payload + an 8 B step\n"
     "                            tag; readers poll every line's tag, no barrier;\n"
+    "                  fid-cld:  fid, and each written line is CLDEMOTEd after its tag store\n"
+    "                            (a NOP where CPUID lacks CLDEMOTE; meta says which)\n"
     "                  rep:      per-NUMA-node replicas written with non-temporal stores, a\n"
     "                            dissemination barrier, readers read their node's replica\n"
+    "                  hier:     shared vector, hierarchical barrier: gather to each group's\n"
+    "                            leader, dissemination among leaders, release per group\n"
+    "                  hier-umwait: hier, waiting with UMONITOR/UMWAIT (needs waitpkg)\n"
     "  --cpus LIST     participants in kernel cpulist syntax (0-3,8)\n"
     "  --pairs LIST    pingpong only: A:B,C:D (default: every pair of --cpus)\n"
+    "  --groups G      hier modes: cpulists separated by '/', e.g. 0-31/32-63 (default: the\n"
+    "                  NUMA node of each CPU from sysfs); the first CPU of a group leads it\n"
     "  --bytes V       vector bytes for diss/fid/rep (default 2560)\n"
     "  --iters N       timed samples (default 20000 exchanges; 300 pingpong samples)\n"
     "  --warmup N      untimed first (default 2000 exchanges; 10 pingpong samples)\n"
@@ -32,12 +39,16 @@ static const char usage[] =
     "last participant finishing one exchange to the last finishing the next. Every reader checks\n"
     "the vector it read. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
 
-enum { M_PINGPONG, M_DISS, M_FID, M_REP };
-static const char* const mode_names[] = { "pingpong", "diss", "fid", "rep", NULL };
+enum { M_PINGPONG, M_DISS, M_FID, M_REP, M_FID_CLD, M_HIER, M_HIER_UMWAIT };
+static const char* const mode_names[] = { "pingpong", "diss", "fid", "rep", "fid-cld", "hier",
+                                          "hier-umwait", NULL };
 
 typedef struct {
     _Alignas(SL_PAD) volatile uint64_t v;
 } padded;
+
+static inline bool is_fid(int mode) { return mode == M_FID || mode == M_FID_CLD; }
+static inline bool is_hier(int mode) { return mode == M_HIER || mode == M_HIER_UMWAIT; }
 
 static struct {
     int mode, iters, warmup, roundtrips, n, rounds;
@@ -48,6 +59,12 @@ static struct {
     uint64_t** rep[2]; /* rep: replica per node per parity */
     int nnodes, node_of[SL_MAX_CPUS];
     padded* flags; /* dissemination: rounds x n */
+    /* hier: groups of participants; group_of[i], leader = first member, members per group */
+    int ngroups, group_of[SL_MAX_CPUS], group_size[SL_MAX_CPUS], leader_of_group[SL_MAX_CPUS];
+    int lrounds; /* dissemination rounds among the leaders */
+    padded* arrive; /* per participant: episode it arrived at (its leader gathers these) */
+    padded* release; /* per group: episode its leader released */
+    padded* lflags; /* leaders' dissemination: lrounds x ngroups */
     uint64_t** ends; /* per participant, per iteration */
     int bad; /* a reader saw a wrong vector */
     /* pingpong */
@@ -98,6 +115,10 @@ static void emit(const char* name, double v, int src, int dst)
         sl_json_int("src", src);
         sl_json_int("dst", dst);
     }
+    if (is_hier(g.mode))
+        sl_json_int("groups", g.ngroups);
+    if (g.mode == M_FID_CLD)
+        sl_json_bool("cldemote", sl_cpu_features()->cldemote);
     sl_json_end();
 }
 
@@ -134,6 +155,53 @@ static void diss_barrier(int me, uint64_t episode)
     }
 }
 
+
+/* CLDEMOTE: hint to move the line from this core's caches to a shared level. The encoding is a
+ * NOP on CPUs without it (architectural hint space), so the mode runs everywhere. */
+static inline void cldemote(const void* p) { __asm__ volatile("cldemote %0" ::"m"(*(const char*)p)); }
+
+/* wait until *p >= want: pause-spin, or UMONITOR/UMWAIT (C0.1, the faster wake-up) with a
+ * deadline so a missed wake-up costs at most ~10k TSC cycles */
+__attribute__((target("waitpkg"))) static void wait_umwait(volatile uint64_t* p, uint64_t want)
+{
+    while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < want) {
+        _umonitor((void*)p);
+        if (__atomic_load_n(p, __ATOMIC_ACQUIRE) >= want)
+            break;
+        _umwait(1, sl_rdtsc() + 10000);
+    }
+}
+
+static inline void wait_at_least(volatile uint64_t* p, uint64_t want)
+{
+    if (g.mode == M_HIER_UMWAIT) {
+        wait_umwait(p, want);
+        return;
+    }
+    while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < want)
+        _mm_pause();
+}
+
+/* gather to the group leader, dissemination among leaders, release to the group */
+static void hier_barrier(int me, uint64_t episode)
+{
+    const int grp = g.group_of[me];
+    if (g.leader_of_group[grp] != me) {
+        __atomic_store_n(&g.arrive[me].v, episode, __ATOMIC_RELEASE);
+        wait_at_least(&g.release[grp].v, episode);
+        return;
+    }
+    for (int i = 0; i < g.n; i++)
+        if (i != me && g.group_of[i] == grp)
+            wait_at_least(&g.arrive[i].v, episode);
+    for (int r = 0; r < g.lrounds; r++) {
+        const int to = (grp + (1 << r)) % g.ngroups;
+        __atomic_store_n(&g.lflags[r * g.ngroups + to].v, episode, __ATOMIC_RELEASE);
+        wait_at_least(&g.lflags[r * g.ngroups + grp].v, episode);
+    }
+    __atomic_store_n(&g.release[grp].v, episode, __ATOMIC_RELEASE);
+}
+
 /* rep mode: my slice into one replica with non-temporal stores (sfence by the caller) */
 SL_TARGET_AVX512 static void write_slice_nt(uint64_t* v, size_t lo, size_t hi, uint64_t it)
 {
@@ -151,7 +219,7 @@ static void* a2a_main(void* arg)
     const size_t lo = g.lines * me / g.n, hi = g.lines * (me + 1) / g.n;
     const int node = g.node_of[me];
     /* payload words per line: 8, or 7 + tag in fid mode */
-    const size_t pw = g.mode == M_FID ? 7 : 8;
+    const size_t pw = is_fid(g.mode) ? 7 : 8;
     const size_t words = g.lines * pw;
     const uint64_t base_sum = words * (words - 1) / 2;
     pthread_barrier_wait(&g.phase);
@@ -169,17 +237,21 @@ static void* a2a_main(void* arg)
             for (size_t l = lo; l < hi; l++) {
                 for (size_t w = 0; w < pw; w++)
                     v[l * 8 + w] = word_value(it, l * pw + w);
-                if (g.mode == M_FID)
+                if (is_fid(g.mode))
                     __atomic_store_n(&v[l * 8 + 7], it, __ATOMIC_RELEASE);
+                if (g.mode == M_FID_CLD)
+                    cldemote(&v[l * 8]);
             }
         }
-        if (g.mode != M_FID)
+        if (is_hier(g.mode))
+            hier_barrier(me, it);
+        else if (!is_fid(g.mode))
             diss_barrier(me, it);
         /* read the whole vector and check it */
         const uint64_t* v = g.mode == M_REP ? g.rep[par][node] : g.vec[par];
         uint64_t sum = 0;
         for (size_t l = 0; l < g.lines; l++) {
-            if (g.mode == M_FID)
+            if (is_fid(g.mode))
                 while (__atomic_load_n(&v[l * 8 + 7], __ATOMIC_ACQUIRE) != it)
                     _mm_pause();
             for (size_t w = 0; w < pw; w++)
@@ -199,15 +271,71 @@ static void* alloc_lines(size_t lines)
     return p;
 }
 
-static void run_all_to_all(void)
+static const char* groups_arg;
+
+/* groups from --groups ("0-31/32-63", each a cpulist of participants), else one per NUMA node
+ * (node_of); the first participant of a group in --cpus order leads it */
+static void setup_groups(void)
+{
+    for (int i = 0; i < g.n; i++)
+        g.group_of[i] = -1;
+    g.ngroups = 0;
+    if (groups_arg) {
+        char* copy = strdup(groups_arg);
+        for (char *save = NULL, *tok = strtok_r(copy, "/", &save); tok;
+             tok = strtok_r(NULL, "/", &save)) {
+            sl_cpus part;
+            sl_parse_cpus("--groups", tok, &part);
+            for (int k = 0; k < part.n; k++) {
+                int idx = -1;
+                for (int i = 0; i < g.n; i++)
+                    idx = g.cpus.cpu[i] == part.cpu[k] ? i : idx;
+                if (idx < 0)
+                    sl_usage_error("--groups '%s': cpu %d is not in --cpus", groups_arg,
+                                   part.cpu[k]);
+                if (g.group_of[idx] >= 0)
+                    sl_usage_error("--groups '%s': cpu %d is in two groups", groups_arg,
+                                   part.cpu[k]);
+                g.group_of[idx] = g.ngroups;
+            }
+            g.ngroups++;
+        }
+        free(copy);
+        for (int i = 0; i < g.n; i++)
+            if (g.group_of[i] < 0)
+                sl_usage_error("--groups '%s': cpu %d of --cpus is in no group", groups_arg,
+                               g.cpus.cpu[i]);
+    } else {
+        for (int i = 0; i < g.n; i++)
+            g.group_of[i] = g.node_of[i];
+        g.ngroups = g.nnodes;
+    }
+    for (int grp = 0; grp < g.ngroups; grp++) {
+        g.group_size[grp] = 0;
+        g.leader_of_group[grp] = -1;
+    }
+    for (int i = 0; i < g.n; i++) {
+        const int grp = g.group_of[i];
+        if (g.leader_of_group[grp] < 0)
+            g.leader_of_group[grp] = i;
+        g.group_size[grp]++;
+    }
+    g.lrounds = 0;
+    while ((1 << g.lrounds) < g.ngroups)
+        g.lrounds++;
+    g.arrive = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)g.n);
+    g.release = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)g.ngroups);
+    g.lflags = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)(g.lrounds + 1) * g.ngroups);
+    memset(g.arrive, 0, sizeof(padded) * (size_t)g.n);
+    memset(g.release, 0, sizeof(padded) * (size_t)g.ngroups);
+    memset(g.lflags, 0, sizeof(padded) * (size_t)(g.lrounds + 1) * g.ngroups);
+}
+
+/* participants' NUMA nodes (rep replicas, hier's default groups) and the hier groups; before
+ * any output, so a bad --groups is a usage error with nothing on stdout */
+static void setup_nodes(void)
 {
     g.n = g.cpus.n;
-    g.rounds = 0;
-    while ((1 << g.rounds) < g.n)
-        g.rounds++;
-    g.lines = g.mode == M_FID ? (g.bytes + 55) / 56 : (g.bytes + 63) / 64;
-    g.flags = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
-    memset(g.flags, 0, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
     int node_ids[SL_MAX_CPUS];
     g.nnodes = 0;
     for (int i = 0; i < g.n; i++) {
@@ -221,6 +349,19 @@ static void run_all_to_all(void)
         }
         g.node_of[i] = idx;
     }
+    if (is_hier(g.mode))
+        setup_groups();
+}
+
+static void run_all_to_all(void)
+{
+    g.n = g.cpus.n;
+    g.rounds = 0;
+    while ((1 << g.rounds) < g.n)
+        g.rounds++;
+    g.lines = is_fid(g.mode) ? (g.bytes + 55) / 56 : (g.bytes + 63) / 64;
+    g.flags = aligned_alloc(SL_PAD, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
+    memset(g.flags, 0, sizeof(padded) * (size_t)(g.rounds + 1) * g.n);
     for (int par = 0; par < 2; par++) {
         g.vec[par] = alloc_lines(g.lines);
         g.rep[par] = calloc((size_t)g.nnodes, sizeof(uint64_t*));
@@ -270,6 +411,7 @@ int main(int argc, char** argv)
     static const struct option opts[] = {
         { "mode", required_argument, 0, 'm' }, { "cpus", required_argument, 0, 'c' },
         { "pairs", required_argument, 0, 'P' }, { "bytes", required_argument, 0, 'b' },
+        { "groups", required_argument, 0, 'g' },
         { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
         { "roundtrips", required_argument, 0, 'k' }, { "timeout", required_argument, 0, 'T' },
         { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
@@ -281,6 +423,7 @@ int main(int argc, char** argv)
         case 'm': mode_arg = optarg; break;
         case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); have_cpus = true; break;
         case 'P': pairs_arg = optarg; break;
+        case 'g': groups_arg = optarg; break;
         case 'b': g.bytes = sl_parse_size("--bytes", optarg); break;
         case 'i': iters = (int)sl_parse_long("--iters", optarg, 1, 100000000); break;
         case 'w': warmup = (int)sl_parse_long("--warmup", optarg, 1, 100000000); break;
@@ -297,6 +440,8 @@ int main(int argc, char** argv)
     g.mode = sl_parse_choice("--mode", mode_arg, mode_names);
     if (pairs_arg && g.mode != M_PINGPONG)
         sl_usage_error("--pairs only applies to --mode pingpong");
+    if (groups_arg && !is_hier(g.mode))
+        sl_usage_error("--groups only applies to --mode hier and hier-umwait");
     if (g.bytes > (64u << 20))
         sl_usage_error("--bytes %zu: at most 64M", g.bytes);
 
@@ -358,8 +503,11 @@ int main(int argc, char** argv)
         const char* why = "";
         if (g.mode == M_REP && !sl_have_avx512(&why))
             sl_unsupported("--mode rep uses AVX-512 non-temporal stores: %s", why);
+        if (g.mode == M_HIER_UMWAIT && !sl_have_waitpkg(&why))
+            sl_unsupported("--mode hier-umwait: %s", why);
         g.iters = iters > 0 ? iters : 20000;
         g.warmup = warmup > 0 ? warmup : 2000;
+        setup_nodes();
     }
     sl_watchdog(timeout);
     sl_tsc_ghz();
@@ -373,6 +521,11 @@ int main(int argc, char** argv)
     } else {
         sl_json_int("bytes", (long long)g.bytes);
     }
+    /* CPUID: fid-cld's CLDEMOTE is a NOP without it; hier-umwait needs waitpkg */
+    sl_json_bool("cldemote_supported", sl_cpu_features()->cldemote);
+    sl_json_bool("waitpkg_supported", sl_cpu_features()->waitpkg);
+    if (is_hier(g.mode))
+        sl_json_str("groups", groups_arg ? groups_arg : "numa-nodes");
     sl_json_int("page_size", 4096);
     sl_json_end();
     if (g.mode == M_PINGPONG) {

@@ -24,10 +24,18 @@ static const char usage[] =
     "  --min-cosine X      fail when cosine similarity vs FP32 is below X (default 0.9999)\n"
     "  --page MODE         4k | thp | hugetlb for the weight slices (default thp)\n"
     "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+    "  --layer SHAPES      no GEMV run: split every matrix of a layer (RxC,RxC,... in rows x\n"
+    "                      cols) over the workers in row units and report the layer's weight\n"
+    "                      bytes per worker, max / mean (what tile granularity costs a stage)\n"
+    "  --row-unit U        --layer's rows per unit (default 16 for amx-bf16 tiles, 4 for the\n"
+    "                      AVX-512 kernels, as the campaign's real-layer stage split them)\n"
+    "  --workers N         --layer over N workers (default: the number of --cpus)\n"
     "  --help              this text\n"
     "Output: JSON lines; meta, then step_p50, step_p99 (us; a step = earliest worker start to\n"
     "latest worker end), weight_bw (GB/s at p50), tflops (TFLOP/s at p50), rows_max_over_mean,\n"
-    "rel_rms_err, cosine. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
+    "rel_rms_err, cosine. With --layer: layer_bytes_max_over_mean (ratio),\n"
+    "layer_bytes_per_worker_max and _mean (B). Exit: 0 ok, 1 check failed, 2 usage error,\n"
+    "3 unsupported here.\n";
 
 enum { K_BF16, K_FP32, K_AMX };
 static const char* const kernel_names[] = { "avx512-bf16", "avx512-fp32", "amx-bf16", NULL };
@@ -108,10 +116,79 @@ static void metric(const char* name, double v, const char* unit)
     sl_json_end();
 }
 
+/* --layer: every matrix of the stage split over `workers` in `unit`-row pieces by the rule
+ * the GEMV run uses (the first units % workers workers get one more); bf16 weights. Pure
+ * arithmetic: no memory touched, so it runs on any host. */
+static int layer_balance(const char* shapes, int unit, int workers)
+{
+    enum { MAX_MATRICES = 64 };
+    long rows[MAX_MATRICES], cols[MAX_MATRICES];
+    int m = 0;
+    for (const char* p = shapes; *p;) {
+        char* end;
+        const long r = strtol(p, &end, 10);
+        long c = 0;
+        if (end != p && (*end == 'x' || *end == 'X')) {
+            p = end + 1;
+            c = strtol(p, &end, 10);
+        }
+        if (end == p || r < 1 || c < 1 || r > (1 << 24) || c > (1 << 24) || (*end && *end != ','))
+            sl_usage_error("--layer '%s': expected ROWSxCOLS[,ROWSxCOLS...] like 2048x1536,256x1536",
+                           shapes);
+        if (m == MAX_MATRICES)
+            sl_usage_error("--layer '%s': at most %d matrices", shapes, MAX_MATRICES);
+        rows[m] = r;
+        cols[m++] = c;
+        p = *end ? end + 1 : end;
+    }
+    double* bytes = calloc((size_t)workers, sizeof(double));
+    double total = 0;
+    for (int k = 0; k < m; k++) {
+        const long units = (rows[k] + unit - 1) / unit;
+        total += 2.0 * rows[k] * cols[k];
+        for (long w = 0, row0 = 0; w < workers; w++) {
+            const long mine = units / workers + (w < units % workers);
+            long real = rows[k] - row0;
+            real = real < 0 ? 0 : real > mine * unit ? mine * unit : real;
+            bytes[w] += 2.0 * real * cols[k];
+            row0 += mine * unit;
+        }
+    }
+    double max = 0;
+    for (int w = 0; w < workers; w++)
+        max = bytes[w] > max ? bytes[w] : max;
+    const double mean = total / workers;
+    sl_meta_begin(&g.cpus);
+    sl_json_str("kernel", kernel_names[g.kernel]);
+    sl_json_str("layer", shapes);
+    sl_json_int("matrices", m);
+    sl_json_int("row_unit", unit);
+    sl_json_int("workers", workers);
+    sl_json_int("layer_bytes", (long long)total);
+    sl_json_int("page_size", 4096); /* nothing allocated: the contract's field, nominal */
+    sl_json_end();
+    const char* names[3] = { "layer_bytes_max_over_mean", "layer_bytes_per_worker_max",
+                             "layer_bytes_per_worker_mean" };
+    const double values[3] = { max / mean, max, mean };
+    for (int i = 0; i < 3; i++) {
+        sl_metric_begin(names[i], values[i], i ? "B" : "ratio");
+        sl_json_str("kernel", kernel_names[g.kernel]);
+        sl_json_int("row_unit", unit);
+        sl_json_int("workers", workers);
+        sl_json_int("matrices", m);
+        sl_json_int("max_bytes", (long long)max); /* exact, where the value prints 6 digits */
+        sl_json_end();
+    }
+    free(bytes);
+    return 0;
+}
+
 int main(int argc, char** argv)
 {
     sl_prog = "gemv";
     const char* kernel_arg = NULL;
+    const char* layer_arg = NULL;
+    int row_unit = 0, layer_workers = 0;
     g.rows = 1536;
     g.cols = 2560;
     g.batch = 1;
@@ -127,7 +204,9 @@ int main(int argc, char** argv)
         { "cpus", required_argument, 0, 'C' }, { "steps", required_argument, 0, 's' },
         { "warmup", required_argument, 0, 'w' }, { "max-rel-rms", required_argument, 0, 'e' },
         { "min-cosine", required_argument, 0, 'o' }, { "page", required_argument, 0, 'p' },
-        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
+        { "timeout", required_argument, 0, 'T' }, { "layer", required_argument, 0, 'L' },
+        { "row-unit", required_argument, 0, 'U' }, { "workers", required_argument, 0, 'N' },
+        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
     };
     opterr = 0;
     int c;
@@ -144,6 +223,9 @@ int main(int argc, char** argv)
         case 'o': min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1); break;
         case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
         case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'L': layer_arg = optarg; break;
+        case 'U': row_unit = (int)sl_parse_long("--row-unit", optarg, 1, 4096); break;
+        case 'N': layer_workers = (int)sl_parse_long("--workers", optarg, 1, 1 << 20); break;
         case 'h': fputs(usage, stdout); return 0;
         default: sl_bad_option(argv, optind, optopt, c == ':');
         }
@@ -153,6 +235,11 @@ int main(int argc, char** argv)
     if (!kernel_arg)
         sl_usage_error("--kernel is required (see --help)");
     g.kernel = sl_parse_choice("--kernel", kernel_arg, kernel_names);
+    if (!layer_arg && (row_unit || layer_workers))
+        sl_usage_error("--row-unit and --workers only apply with --layer");
+    if (layer_arg)
+        return layer_balance(layer_arg, row_unit ? row_unit : g.kernel == K_AMX ? 16 : 4,
+                             layer_workers ? layer_workers : g.cpus.n);
     if (g.cols % 32)
         sl_usage_error("--cols %d: must be a multiple of 32 (one AMX tile row of bf16)", g.cols);
     const char* why = "";

@@ -5,12 +5,18 @@
 #include <immintrin.h>
 
 const kernel_info kernel_table[K_COUNT] = {
-    [K_AVX512_READ] = { "avx512-read", 256, 0.0, "avx512" },
-    [K_AVX2_READ] = { "avx2-read", 256, 0.0, "avx2" },
+    [K_AVX512_READ] = { "avx512-read", 256, 0.0, "avx512", 0, 0 },
+    [K_AVX2_READ] = { "avx2-read", 256, 0.0, "avx2", 0, 0 },
     /* 32 bf16 weights per 64 B line, 2 flops each */
-    [K_AVX512_BF16_GEMV] = { "avx512-bf16-gemv", 256, 1.0, "avx512bf16" },
+    [K_AVX512_BF16_GEMV] = { "avx512-bf16-gemv", 256, 1.0, "avx512bf16", 0, 0 },
     /* per 1 KiB B tile: 16 x 16 x 32 MACs = 16384 flops */
-    [K_AMX_BF16_STREAM] = { "amx-bf16-stream", 4096, 16.0, "amx-bf16" },
+    [K_AMX_BF16_STREAM] = { "amx-bf16-stream", 4096, 16.0, "amx-bf16", 0, 0 },
+    /* 64 flops per zmm VDPBF16PS (16 lanes x 2 bf16 pairs x multiply-add) */
+    [K_AVX512_BF16_COMPUTE] = { "avx512-bf16-compute", 64, 0.0, "avx512bf16",
+                                64.0 * LADDER_DP_ACCS * LADDER_DP_ITERS, 64 },
+    /* 16 x 16 x 32 multiply-adds = 16384 flops per TDPBF16PS */
+    [K_AMX_BF16_COMPUTE] = { "amx-bf16-compute", 64, 0.0, "amx-bf16",
+                             16384.0 * 4 * LADDER_TDP_ITERS, 1 },
 };
 
 static uint16_t bf16_small_int(uint64_t i)
@@ -55,6 +61,17 @@ double expected_checksum(kernel_id k, const void* buf, size_t bytes, uint64_t pa
             s += q[i];
         /* kernels fold the 64-bit sum to its low 48 bits so the double is exact */
         return (double)((s * passes) & ((1ull << 48) - 1));
+    }
+    if (k == K_AVX512_BF16_COMPUTE) {
+        /* accumulator i starts at i and gains 1*3 + 2*1 = 5 per lane per instruction */
+        const double lane = LADDER_DP_ACCS * (LADDER_DP_ACCS - 1) / 2.0
+            + LADDER_DP_ACCS * 5.0 * LADDER_DP_ITERS;
+        return 16.0 * lane * (double)passes;
+    }
+    if (k == K_AMX_BF16_COMPUTE) {
+        /* per element and instruction: 32 pairs of A (1 or 2) x B (1/8 or 1/4): C4..C7 gain
+         * 4, 8, 8, 16; 256 elements per tile */
+        return 256.0 * (4 + 8 + 8 + 16) * LADDER_TDP_ITERS * (double)passes;
     }
     const uint16_t* h = buf;
     if (k == K_AVX512_BF16_GEMV) {
@@ -169,4 +186,56 @@ SL_TARGET_AVX512BF16 double run_avx512_bf16_gemv(const void* buf, size_t bytes, 
         total += (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
     return total;
+}
+
+/* zmm += VDPBF16PS(zmm, zmm): registers only, no memory operand */
+#define DP(acc) __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+
+SL_TARGET_AVX512BF16 double run_avx512_bf16_compute(const void* buf, size_t bytes, uint64_t passes)
+{
+    /* a = bf16 pairs (1, 2), b = (3, 1): every lane gains 5 per instruction, exactly */
+    const __m512i a = _mm512_set1_epi32((int)(0x3f80u | 0x4000u << 16));
+    const __m512i b = _mm512_set1_epi32((int)(0x4040u | 0x3f80u << 16));
+    double total = 0;
+    for (uint64_t p = 0; p < passes; p++) {
+        /* 16 independent chains: enough to cover VDPBF16PS latency on both FMA ports */
+        __m512 c0 = _mm512_set1_ps(0), c1 = _mm512_set1_ps(1), c2 = _mm512_set1_ps(2),
+               c3 = _mm512_set1_ps(3), c4 = _mm512_set1_ps(4), c5 = _mm512_set1_ps(5),
+               c6 = _mm512_set1_ps(6), c7 = _mm512_set1_ps(7), c8 = _mm512_set1_ps(8),
+               c9 = _mm512_set1_ps(9), c10 = _mm512_set1_ps(10), c11 = _mm512_set1_ps(11),
+               c12 = _mm512_set1_ps(12), c13 = _mm512_set1_ps(13), c14 = _mm512_set1_ps(14),
+               c15 = _mm512_set1_ps(15);
+        for (int it = 0; it < LADDER_DP_ITERS; it++) {
+            DP(c0); DP(c1); DP(c2); DP(c3); DP(c4); DP(c5); DP(c6); DP(c7);
+            DP(c8); DP(c9); DP(c10); DP(c11); DP(c12); DP(c13); DP(c14); DP(c15);
+        }
+        const __m512 s0 = _mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3));
+        const __m512 s1 = _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7));
+        const __m512 s2 = _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11));
+        const __m512 s3 = _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15));
+        /* integers below 2^24 throughout: every sum is exact */
+        total += (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    }
+    return total;
+}
+
+double measure_core_ghz(void)
+{
+    const double tsc = sl_tsc_ghz();
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        uint64_t x = 1, n = 1u << 15; /* 8 IMULs an iteration: 262,144 x 3 cycles */
+        const uint64_t one = 1, t0 = sl_rdtsc();
+        __asm__ volatile("1:\n\t"
+                         "imul %2, %0\n\timul %2, %0\n\timul %2, %0\n\timul %2, %0\n\t"
+                         "imul %2, %0\n\timul %2, %0\n\timul %2, %0\n\timul %2, %0\n\t"
+                         "dec %1\n\tjnz 1b"
+                         : "+r"(x), "+r"(n)
+                         : "r"(one)
+                         : "cc");
+        const uint64_t t1 = sl_rdtsc();
+        const double ghz = 3.0 * 8 * (1u << 15) / ((double)(t1 - t0) / tsc);
+        best = ghz > best ? ghz : best;
+    }
+    return best;
 }

@@ -13,9 +13,11 @@
 static const char usage[] =
     "usage: ladder --kernel K --size BYTES --cpus LIST [options]\n"
     "Per-core streaming read bandwidth; one pinned thread per listed CPU, all at once.\n"
-    "  --kernel K      avx512-read | avx2-read | avx512-bf16-gemv | amx-bf16-stream\n"
+    "  --kernel K      avx512-read | avx2-read | avx512-bf16-gemv | amx-bf16-stream |\n"
+    "                  avx512-bf16-compute | amx-bf16-compute (registers / resident tiles only)\n"
     "  --size BYTES    working set per core (4096, 16K, 1M, 2G); rounded down to the kernel's\n"
-    "                  block (256 B, 256 B, 256 B, 4 KiB)\n"
+    "                  block (256 B, 256 B, 256 B, 4 KiB); optional for the compute kernels,\n"
+    "                  which read no memory (default 4096, allocated and reported only)\n"
     "  --cpus LIST     CPUs in kernel cpulist syntax (0-3,8); default: CPU 0\n"
     "  --seconds S     timed seconds per repetition (default 1)\n"
     "  --reps R        repetitions (default 3); each is preceded by one untimed pass\n"
@@ -24,7 +26,9 @@ static const char usage[] =
     "  --help          this text\n"
     "Output: JSON lines; one meta record, then per repetition bw_total, bw_per_core_mean,\n"
     "bw_per_core_min (dim cpu), bw_per_core_p50, bw_per_core_max in GB/s (1e9 B/s), plus\n"
-    "gflops_total for the bf16 kernels, and stat=best/median summaries of bw_total.\n"
+    "gflops_total for the bf16 kernels, and stat=best/median summaries of bw_total. Compute\n"
+    "kernels report tflops_total, tflops_per_core_mean/min (dim cpu)/p50/max in TFLOP/s and\n"
+    "core_clock_mean/min in MHz (a dependent IMUL chain right after each timed loop).\n"
     "Exit: 0 ok, 1 self-check failed, 2 usage error, 3 unsupported on this CPU.\n";
 
 typedef struct {
@@ -37,6 +41,7 @@ typedef struct {
     double checksum;
     uint64_t checksum_48; /* read kernels: exact sum of the chunk checksums mod 2^48 */
     double verify; /* avx512-read: full-buffer sum from the warm pass */
+    double clock_ghz; /* compute kernels: core clock measured right after the timed loop */
 } worker;
 
 static struct {
@@ -57,8 +62,20 @@ static double run_kernel(const void* buf, size_t bytes, uint64_t passes)
     case K_AVX512_READ: return run_avx512_read(buf, bytes, passes);
     case K_AVX2_READ: return run_avx2_read(buf, bytes, passes);
     case K_AVX512_BF16_GEMV: return run_avx512_bf16_gemv(buf, bytes, passes);
+    case K_AVX512_BF16_COMPUTE: return run_avx512_bf16_compute(buf, bytes, passes);
+    case K_AMX_BF16_COMPUTE: return run_amx_bf16_compute(buf, bytes, passes);
     default: return run_amx_bf16_stream(buf, bytes, passes);
     }
+}
+
+static bool is_compute(void) { return kernel_table[g.kernel].flops_per_pass > 0; }
+
+/* passes per timing check: about every 1 MiB streamed, or the compute kernel's own count */
+static uint64_t chunk_passes(void)
+{
+    if (is_compute())
+        return kernel_table[g.kernel].chunk;
+    return g.size >= (1u << 20) ? 1 : (1u << 20) / g.size;
 }
 
 static void* worker_main(void* arg)
@@ -71,7 +88,7 @@ static void* worker_main(void* arg)
     w->page_size = sl_page_size_obtained(&w->buf, &w->thp_fraction);
     const double ghz = sl_tsc_ghz();
     /* passes per timing check so that a check happens about every 1 MiB streamed */
-    const uint64_t chunk = g.size >= (1u << 20) ? 1 : (1u << 20) / g.size;
+    const uint64_t chunk = chunk_passes();
     const uint64_t budget = (uint64_t)(g.seconds * ghz * 1e9);
     pthread_barrier_wait(&g.phase);
     for (int rep = 0; rep < g.reps; rep++) {
@@ -97,6 +114,8 @@ static void* worker_main(void* arg)
         w->passes = passes;
         w->checksum = sum;
         w->checksum_48 = sum_48 & ((1ull << 48) - 1);
+        if (is_compute()) /* while the clock still runs at the kernel's load */
+            w->clock_ghz = measure_core_ghz();
         pthread_barrier_wait(&g.phase);
     }
     return NULL;
@@ -105,7 +124,7 @@ static void* worker_main(void* arg)
 static void check_worker(const worker* w)
 {
     /* sum over chunks of the per-chunk checksum; read kernels wrap at 2^48 per chunk */
-    const uint64_t chunks = w->passes / (g.size >= (1u << 20) ? 1 : (1u << 20) / g.size);
+    const uint64_t chunks = w->passes / chunk_passes();
     const uint64_t per_chunk = w->passes / chunks;
     const double one = expected_checksum(g.kernel, w->buf.base, g.size, per_chunk);
     if (g.kernel == K_AVX512_READ && w->verify != expected_full_sum(w->buf.base, g.size))
@@ -120,6 +139,14 @@ static void check_worker(const worker* w)
                             (unsigned long long)w->checksum_48, (unsigned long long)want);
         return;
     }
+    if (is_compute()) {
+        /* every accumulator is an integer below 2^24 and every sum exact: equal or wrong */
+        if (w->checksum != one * (double)chunks)
+            sl_check_failed("ladder %s on cpu %d: accumulators sum to %.17g, closed form %.17g",
+                            kernel_table[g.kernel].name, w->cpu, w->checksum,
+                            one * (double)chunks);
+        return;
+    }
     /* bf16 kernels: exact small-integer products summed in fp32, so only the double total
      * across chunks rounds */
     const double want = one * (double)chunks;
@@ -127,6 +154,12 @@ static void check_worker(const worker* w)
     if (!(fabs(w->checksum - want) <= tol))
         sl_check_failed("ladder %s on cpu %d: checksum %.17g, expected %.17g",
                         kernel_table[g.kernel].name, w->cpu, w->checksum, want);
+}
+
+static const char* compute_meta_statistic(void)
+{
+    return is_compute() ? "per rep: flops / (latest end - earliest start); best and median"
+                        : "per rep: bytes / (latest end - earliest start); best and median";
 }
 
 static void dims(int rep)
@@ -181,9 +214,11 @@ int main(int argc, char** argv)
         sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
     if (!kernel_arg)
         sl_usage_error("--kernel is required (see --help)");
+    g.kernel = (kernel_id)sl_parse_choice("--kernel", kernel_arg, kernel_names);
+    if (!size_arg && is_compute())
+        size_arg = "4096";
     if (!size_arg)
         sl_usage_error("--size is required (see --help)");
-    g.kernel = (kernel_id)sl_parse_choice("--kernel", kernel_arg, kernel_names);
     const size_t block = kernel_table[g.kernel].block;
     g.size = sl_parse_size("--size", size_arg) / block * block;
     if (g.size == 0)
@@ -193,6 +228,7 @@ int main(int argc, char** argv)
     const bool ok = g.kernel == K_AVX512_READ ? sl_have_avx512(&why)
         : g.kernel == K_AVX2_READ             ? sl_have_avx2(&why)
         : g.kernel == K_AVX512_BF16_GEMV      ? sl_have_avx512bf16(&why)
+        : g.kernel == K_AVX512_BF16_COMPUTE   ? sl_have_avx512bf16(&why)
                                               : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_table[g.kernel].name, why);
@@ -223,48 +259,59 @@ int main(int argc, char** argv)
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
     sl_json_num("thp_fraction", thp_min);
-    sl_json_str("statistic", "per rep: bytes / (latest end - earliest start); best and median");
+    sl_json_str("statistic", compute_meta_statistic());
     sl_json_end();
 
     double* totals = calloc((size_t)g.reps, sizeof(double));
     double* per = calloc((size_t)n, sizeof(double));
     const double ghz = sl_tsc_ghz();
+    /* streams: bytes per pass -> GB/s; compute: flops per pass / 1000 -> TFLOP/s */
+    const bool compute = is_compute();
+    const double per_pass = compute ? kernel_table[g.kernel].flops_per_pass / 1e3 : (double)g.size;
+    const char* unit = compute ? "TFLOP/s" : "GB/s";
+    const char* n_total = compute ? "tflops_total" : "bw_total";
+    const char* n_mean = compute ? "tflops_per_core_mean" : "bw_per_core_mean";
+    const char* n_min = compute ? "tflops_per_core_min" : "bw_per_core_min";
+    const char* n_p50 = compute ? "tflops_per_core_p50" : "bw_per_core_p50";
+    const char* n_max = compute ? "tflops_per_core_max" : "bw_per_core_max";
     for (int rep = 0; rep < g.reps; rep++) {
         pthread_barrier_wait(&g.phase);
         pthread_barrier_wait(&g.phase);
         uint64_t first = UINT64_MAX, last = 0;
-        double bytes = 0, mean = 0;
+        double amount = 0, mean = 0, clock_mean = 0, clock_min = 1e30;
         int min_i = 0;
         for (int i = 0; i < n; i++) {
             const worker* w = &g.w[i];
             check_worker(w);
             first = w->t0 < first ? w->t0 : first;
             last = w->t1 > last ? w->t1 : last;
-            const double b = (double)w->passes * (double)g.size;
-            bytes += b;
-            per[i] = b / ((double)(w->t1 - w->t0) / ghz); /* bytes per ns = GB/s */
+            const double b = (double)w->passes * per_pass;
+            amount += b;
+            per[i] = b / ((double)(w->t1 - w->t0) / ghz); /* per ns: GB/s or TFLOP/s */
             mean += per[i] / n;
             min_i = per[i] < per[min_i] ? i : min_i;
+            clock_mean += w->clock_ghz * 1e3 / n;
+            clock_min = w->clock_ghz * 1e3 < clock_min ? w->clock_ghz * 1e3 : clock_min;
         }
-        const double total = bytes / ((double)(last - first) / ghz);
+        const double total = amount / ((double)(last - first) / ghz);
         totals[rep] = total;
         const double min_v = per[min_i];
         const int min_cpu = g.w[min_i].cpu;
-        sl_metric_begin("bw_total", total, "GB/s");
+        sl_metric_begin(n_total, total, unit);
         dims(rep);
         sl_json_end();
-        sl_metric_begin("bw_per_core_mean", mean, "GB/s");
+        sl_metric_begin(n_mean, mean, unit);
         dims(rep);
         sl_json_end();
-        sl_metric_begin("bw_per_core_min", min_v, "GB/s");
+        sl_metric_begin(n_min, min_v, unit);
         dims(rep);
         sl_json_int("cpu", min_cpu);
         sl_json_end();
         const double max_v = sl_quantile(per, n, 1.0); /* sorts per */
-        sl_metric_begin("bw_per_core_p50", sl_quantile(per, n, 0.5), "GB/s");
+        sl_metric_begin(n_p50, sl_quantile(per, n, 0.5), unit);
         dims(rep);
         sl_json_end();
-        sl_metric_begin("bw_per_core_max", max_v, "GB/s");
+        sl_metric_begin(n_max, max_v, unit);
         dims(rep);
         sl_json_end();
         if (kernel_table[g.kernel].flops_per_byte > 0) {
@@ -272,15 +319,27 @@ int main(int argc, char** argv)
             dims(rep);
             sl_json_end();
         }
+        if (compute) {
+            /* the core clock (not the TSC's reference clock), from 3-cycle IMUL chains run
+             * right after each thread's timed loop */
+            sl_metric_begin("core_clock_mean", clock_mean, "MHz");
+            dims(rep);
+            sl_json_str("method", "imul-chain-after-loop");
+            sl_json_end();
+            sl_metric_begin("core_clock_min", clock_min, "MHz");
+            dims(rep);
+            sl_json_str("method", "imul-chain-after-loop");
+            sl_json_end();
+        }
     }
     for (int i = 0; i < n; i++)
         pthread_join(g.w[i].thread, NULL);
     const double best = sl_quantile(totals, g.reps, 1.0), median = sl_quantile(totals, g.reps, 0.5);
-    sl_metric_begin("bw_total", best, "GB/s");
+    sl_metric_begin(n_total, best, unit);
     dims(-1);
     sl_json_str("stat", "best");
     sl_json_end();
-    sl_metric_begin("bw_total", median, "GB/s");
+    sl_metric_begin(n_total, median, unit);
     dims(-1);
     sl_json_str("stat", "median");
     sl_json_end();
