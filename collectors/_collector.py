@@ -1,4 +1,4 @@
-"""Shared start/stop machinery for collectors (stdlib only; copied to hosts with them).
+"""Shared machinery for collectors and the host tools beside them (stdlib only; shipped with them).
 
 The contract (docs/architecture.md): ``<name>.py start|stop --out DIR [--cpus LIST]``.
 ``start`` leaves a daemon that appends JSON lines (each with ``ts`` and ``source``) to
@@ -10,7 +10,12 @@ clears a run's folder before running it again), so one whose orchestrator died d
 forever.
 
 A collector module provides ``NAME``, ``unsupported(args) -> str | None`` and
-``loop(ctx)``, and calls ``run(sys.argv[1:], NAME, loop, unsupported)``.
+``loop(ctx)``, and calls ``run(sys.argv[1:], NAME, loop, unsupported)``; ``extend`` adds
+options and subcommands of its own (proc_noise's one-shot ``sample``).
+
+Whoever ships a collector ships this file beside it: the orchestrator copies the whole
+collectors/ folder, the isolation roles copy the script they run together with this file.
+The process helpers (pidfile, detach, stop by PID) also serve dma_latency_hold.py.
 """
 
 from __future__ import annotations
@@ -20,21 +25,132 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
 
+# ---------------------------------------------------------------- CPU lists
+# One of three copies, each forced by where it runs: socketlab.cpulist (the controller's, the
+# full kernel syntax), this one (stdlib scripts on a target host, which cannot import the
+# socketlab package) and playbooks/module_utils/socketlab_isolation.py (Ansible modules, which
+# only carry ansible.module_utils into AnsiballZ). They agree on all the kernel prints.
 def parse_cpulist(text: str) -> list[int]:
-    """'0-2,5' -> [0, 1, 2, 5]. Stdlib copy of socketlab.cpulist (collectors can't import it)."""
+    """'0-2,5' -> [0, 1, 2, 5]; ValueError for a backwards range or a non-number."""
     cpus: set[int] = set()
     for part in (text or "").replace(" ", "").split(","):
         if not part:
             continue
         lo, _, hi = part.partition("-")
+        if int(hi or lo) < int(lo):
+            raise ValueError(f"bad CPU range {part!r}")
         cpus.update(range(int(lo), int(hi or lo) + 1))
     return sorted(cpus)
 
 
+def format_cpulist(cpus) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    out, run = [], []
+    for cpu in sorted(set(cpus)):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [cpu]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+# ---------------------------------------------------------------- our own processes
+def read_pid(pidfile: str) -> int | None:
+    try:
+        with open(pidfile) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def is_ours(pid: int, prog: str) -> bool:
+    """True while PID runs the script ``prog`` (an exited or unreaped PID is not ours)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return prog.encode() in fh.read()
+    except OSError:
+        return False
+
+
+def write_pidfile(pidfile: str) -> None:
+    """Write this process's PID atomically, so a reader never sees a half-written file."""
+    with open(f"{pidfile}.tmp", "w") as fh:
+        fh.write(f"{os.getpid()}\n")
+    os.replace(f"{pidfile}.tmp", pidfile)
+
+
+def detach(workdir: str | None = None) -> tuple[str | None, int | None]:
+    """Double-fork a daemon in its own session with stdio on /dev/null.
+
+    In the caller returns ``(text, None)`` once the daemon passed ``text`` to ``ready()`` (or
+    ``""`` when it died first); in the daemon returns ``(None, fd)`` for ``ready(fd, text)``.
+    """
+    read_end, write_end = os.pipe()
+    if os.fork() > 0:
+        os.close(write_end)
+        with os.fdopen(read_end) as ready_pipe:
+            return ready_pipe.read().strip(), None
+    os.close(read_end)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    if workdir:
+        os.chdir(workdir)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    return None, write_end
+
+
+def ready(fd: int, text: str) -> None:
+    """Tell the process that called detach() that the daemon is up (its PID) or why not."""
+    os.write(fd, text.encode())
+    os.close(fd)
+
+
+def stop_pid(pid: int, prog: str, timeout: float = 10.0) -> bool:
+    """SIGTERM our own PID (checked by the caller) and wait until it no longer runs ``prog``."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and is_ours(pid, prog):
+        time.sleep(0.05)
+    return not is_ours(pid, prog)
+
+
+def start_child(argv: list[str]) -> subprocess.Popen:
+    """A tool the daemon runs (perf, turbostat): no stdin, stdout dropped, stderr kept."""
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+
+
+def end_children(children: list[subprocess.Popen], timeout: float = 10.0) -> list[str]:
+    """SIGINT our own children by their PIDs (perf and turbostat print their totals and exit),
+    kill any still there after ``timeout``; returns each one's last 300 characters of stderr."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+    tails = []
+    for child in children:
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
+        tails.append(err[-300:])
+    return tails
+
+
+# ---------------------------------------------------------------- the collector daemon
 class Context:
     """What a collector's loop sees: its settings, a stop flag and a record writer."""
 
@@ -49,6 +165,7 @@ class Context:
         self.stopping = False
 
     def write(self, record: dict) -> None:
+        """One JSON line: ``ts`` (now, unless the record brings its own), ``source``, record."""
         self._log.write(json.dumps({"ts": round(time.time(), 6), "source": self.name, **record}))
         self._log.write("\n")
 
@@ -70,44 +187,30 @@ def _pidfile(out: str, name: str) -> str:
     return os.path.join(out, f"{name}.pid")
 
 
-def _is_ours(pid: int, name: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return f"{name}.py".encode() in fh.read()
-    except OSError:
-        return False
-
-
 def _start(name: str, args: argparse.Namespace, loop, unsupported) -> int:
     os.makedirs(args.out, exist_ok=True)
     log_path = os.path.join(args.out, f"{name}.jsonl")
     pidfile = _pidfile(args.out, name)
+    pid = read_pid(pidfile) if os.path.exists(pidfile) else None
+    if pid and is_ours(pid, f"{name}.py"):
+        print(f"{name}: already running as PID {pid} ({pidfile})", file=sys.stderr)
+        return 1
+    with contextlib.suppress(OSError):
+        os.unlink(pidfile)  # stale: its daemon is gone
     reason = unsupported(args)
     if reason:
         with open(log_path, "a") as log:
             log.write(json.dumps({"ts": time.time(), "source": name, "unsupported": reason}) + "\n")
         print(json.dumps({"source": name, "unsupported": reason}))
         return 0
-    read_end, write_end = os.pipe()
-    if os.fork() > 0:  # parent: return once the daemon has written its pidfile
-        os.close(write_end)
-        with os.fdopen(read_end) as ready:
-            pid = ready.read().strip()
-        if not pid:
+    text, ready_fd = detach()
+    if ready_fd is None:  # the caller: the daemon has written its pidfile, or died
+        if not text:
             print(f"{name}: daemon failed to start", file=sys.stderr)
             return 1
-        print(json.dumps({"source": name, "pid": int(pid), "pidfile": pidfile}))
+        print(json.dumps({"source": name, "pid": int(text), "pidfile": pidfile}))
         return 0
-    os.close(read_end)
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    with open(f"{pidfile}.tmp", "w") as fh:
-        fh.write(f"{os.getpid()}\n")
-    os.replace(f"{pidfile}.tmp", pidfile)
+    write_pidfile(pidfile)
     code = 0
     with open(log_path, "a", buffering=1) as log:
         ctx = Context(name, args, log)
@@ -116,8 +219,7 @@ def _start(name: str, args: argparse.Namespace, loop, unsupported) -> int:
             ctx.stopping = True
 
         signal.signal(signal.SIGTERM, on_term)
-        os.write(write_end, str(os.getpid()).encode())
-        os.close(write_end)
+        ready(ready_fd, str(os.getpid()))
         try:
             loop(ctx)
         except Exception as exc:  # noqa: BLE001 - recorded, never a silent death
@@ -130,32 +232,32 @@ def _start(name: str, args: argparse.Namespace, loop, unsupported) -> int:
 
 def _stop(name: str, args: argparse.Namespace) -> int:
     pidfile = _pidfile(args.out, name)
-    try:
-        with open(pidfile) as fh:
-            pid = int(fh.read().strip())
-    except (OSError, ValueError):
+    pid = read_pid(pidfile)
+    if pid is None:
         print(json.dumps({"source": name, "stopped": None, "reason": f"no pidfile {pidfile}"}))
         return 0
-    if not _is_ours(pid, name):
+    if not is_ours(pid, f"{name}.py"):
         with contextlib.suppress(OSError):
             os.unlink(pidfile)
         print(json.dumps({"source": name, "stopped": None, "reason": f"PID {pid} is not ours"}))
         return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _is_ours(pid, name):
-        time.sleep(0.01)
-    if _is_ours(pid, name):
+    if not stop_pid(pid, f"{name}.py"):
         print(f"{name}: PID {pid} did not stop within 10 s", file=sys.stderr)
         return 1
+    with contextlib.suppress(OSError):
+        os.unlink(pidfile)  # the daemon removes it itself; this covers one that was killed
     print(json.dumps({"source": name, "stopped": pid}))
     return 0
 
 
 def run(argv: list[str], name: str, loop, unsupported, doc: str = "",
-        interval: float = 1.0) -> int:  # fmt: skip
+        interval: float = 1.0, extend=None) -> int:  # fmt: skip
+    """The command line of collector ``name``; ``extend(parser, subparsers)`` may add options
+    and subcommands (each sets ``func(args) -> int``)."""
     parser = argparse.ArgumentParser(prog=f"{name}.py", description=doc.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    if extend:
+        extend(parser, sub)
     p = sub.add_parser("start", help="start sampling in the background")
     p.add_argument("--out", required=True, help="directory for the JSON lines and pidfile")
     p.add_argument("--cpus", default="", help="CPU list to record (default: all)")
@@ -165,6 +267,16 @@ def run(argv: list[str], name: str, loop, unsupported, doc: str = "",
     p = sub.add_parser("stop", help="stop the daemon started with the same --out")
     p.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    if args.command == "start":
-        return _start(name, args, loop, unsupported)
-    return _stop(name, args)
+    for key in ("seconds", "interval", "max_seconds"):
+        if getattr(args, key, 1) <= 0:
+            parser.error(f"--{key.replace('_', '-')} must be positive")
+    try:
+        if args.command == "start":
+            parse_cpulist(args.cpus)  # a bad list is a usage error here, not a dead daemon
+            return _start(name, args, loop, unsupported)
+        if args.command == "stop":
+            return _stop(name, args)
+        return args.func(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 2

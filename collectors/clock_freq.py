@@ -25,7 +25,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -152,21 +151,13 @@ def _loop_turbostat(ctx, cpus: list[int]) -> None:
             f"{ctx.interval:g}", "--show", TURBOSTAT_SHOW, "--out", out]
     if ctx.cpus:
         argv[1:1] = ["--cpu", ",".join(str(c) for c in cpus)]
-    child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+    child = _collector.start_child(argv)
     ctx.write({"mode": "turbostat", "pid": child.pid, "file": "turbostat.txt", "argv": argv})
     while ctx.sleep(0.2):
         if child.poll() is not None:
             break
-    if child.poll() is None:
-        child.send_signal(signal.SIGINT)  # our own child, by its PID
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
-    ctx.write({"mode": "turbostat", "exit": child.returncode, "stderr": err[-300:]})
+    (err,) = _collector.end_children([child])
+    ctx.write({"mode": "turbostat", "exit": child.returncode, "stderr": err})
 
 
 def _loop_cpufreq(ctx, cpus: list[int]) -> None:

@@ -26,26 +26,20 @@ import os
 import signal
 import struct
 import sys
-import time
+
+# Shipped next to this file (roles/dma_latency_holder installs both): pidfile, detach, stop.
+# No __pycache__ beside them: restore removes the files isolation added and then their folder.
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _collector import detach, read_pid, ready, stop_pid, write_pidfile  # noqa: E402
+from _collector import is_ours as _is_ours_prog  # noqa: E402
 
 PROG = "dma_latency_hold.py"
 DEVICE = "/dev/cpu_dma_latency"
 
 
-def _read_pid(pidfile: str) -> int | None:
-    try:
-        with open(pidfile) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _is_ours(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return PROG.encode() in f.read()
-    except OSError:
-        return False
+    return _is_ours_prog(pid, PROG)
 
 
 def _holds(pid: int, device: str) -> bool:
@@ -61,7 +55,7 @@ def _holds(pid: int, device: str) -> bool:
 
 
 def status(pidfile: str, device: str = DEVICE) -> dict:
-    pid = _read_pid(pidfile)
+    pid = read_pid(pidfile)
     running = bool(pid) and _is_ours(pid)
     result = {"running": running, "pid": pid if running else None, "pidfile": pidfile}
     result["holds"] = running and _holds(pid, device)
@@ -100,54 +94,35 @@ def _hold(device: str, value: int, on_ready=None) -> None:
         os.close(fd)
 
 
-def _write_pidfile(pidfile: str) -> None:
-    tmp = f"{pidfile}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(tmp, pidfile)
-
-
 def cmd_start(args) -> int:
     reason = _unsupported(args.device)
     if reason:
         print(json.dumps({"unsupported": reason}))
         return 3
-    pid = _read_pid(args.pidfile)
+    pid = read_pid(args.pidfile)
     if pid and _is_ours(pid):
         print(json.dumps({"started": False, "pid": pid, "reason": "already running"}))
         return 0
     os.makedirs(os.path.dirname(os.path.abspath(args.pidfile)), exist_ok=True)
-    read_end, write_end = os.pipe()
-    if os.fork() > 0:
-        os.close(write_end)
-        with os.fdopen(read_end) as ready:
-            text = ready.read().strip()
+    text, ready_fd = detach(workdir="/")
+    if ready_fd is None:  # the caller: the holder holds the request, or says why not
         if not text.isdigit():
             print(f"{PROG}: holder failed to start: {text or 'no reason given'}", file=sys.stderr)
             return 1
         print(json.dumps({"started": True, "pid": int(text), "pidfile": args.pidfile}))
         return 0
-    os.close(read_end)
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
-    os.chdir("/")
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
 
-    def ready():
-        _write_pidfile(args.pidfile)
-        os.write(write_end, str(os.getpid()).encode())
-        os.close(write_end)
+    def on_hold():
+        write_pidfile(args.pidfile)
+        ready(ready_fd, str(os.getpid()))
 
     try:
-        _hold(args.device, args.value, ready)
+        _hold(args.device, args.value, on_hold)
     except OSError as exc:
         with contextlib.suppress(OSError):
-            os.write(write_end, f"{args.device}: {exc.strerror}".encode())
+            ready(ready_fd, f"{args.device}: {exc.strerror}")
     finally:
-        if _read_pid(args.pidfile) == os.getpid():
+        if read_pid(args.pidfile) == os.getpid():
             with contextlib.suppress(OSError):
                 os.unlink(args.pidfile)
     os._exit(0)
@@ -158,24 +133,20 @@ def cmd_run(args) -> int:
     if reason:
         print(json.dumps({"unsupported": reason}))
         return 3
-    _hold(args.device, args.value, lambda: _write_pidfile(args.pidfile) if args.pidfile else None)
-    if args.pidfile and _read_pid(args.pidfile) == os.getpid():
+    _hold(args.device, args.value, lambda: write_pidfile(args.pidfile) if args.pidfile else None)
+    if args.pidfile and read_pid(args.pidfile) == os.getpid():
         os.unlink(args.pidfile)
     return 0
 
 
 def cmd_stop(args) -> int:
-    pid = _read_pid(args.pidfile)
+    pid = read_pid(args.pidfile)
     if not pid or not _is_ours(pid):
         with contextlib.suppress(OSError):
             os.unlink(args.pidfile)
         print(json.dumps({"stopped": None, "reason": "not running"}))
         return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _is_ours(pid):
-        time.sleep(0.05)
-    if _is_ours(pid):
+    if not stop_pid(pid, PROG):
         print(f"{PROG}: PID {pid} did not stop within 10 s", file=sys.stderr)
         return 1
     with contextlib.suppress(OSError):

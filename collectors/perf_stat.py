@@ -25,7 +25,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -110,8 +109,7 @@ def _start(perf: str, events: str, out: str, interval: float, cpus: str | None):
     argv = [perf, "stat", "-x,", "-I", str(max(int(interval * 1000), 10)), "-e", events,
             "-o", out]
     argv += ["-C", cpus] if cpus else ["-a"]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE), argv
+    return _collector.start_child(argv), argv
 
 
 def loop(ctx) -> None:
@@ -135,17 +133,8 @@ def loop(ctx) -> None:
     while ctx.sleep(0.2):
         if all(c.poll() is not None for c in children):
             break
-    for child in children:
-        if child.poll() is None:
-            child.send_signal(signal.SIGINT)  # our own child, by its PID: perf prints and exits
-    for child in children:
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        err = child.stderr.read().decode(errors="replace").strip() if child.stderr else ""
-        ctx.write({"pid": child.pid, "exit": child.returncode, "stderr": err[-300:]})
+    for child, err in zip(children, _collector.end_children(children), strict=True):
+        ctx.write({"pid": child.pid, "exit": child.returncode, "stderr": err})
 
 
 if __name__ == "__main__":

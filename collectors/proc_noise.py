@@ -30,49 +30,21 @@ Many kernels lack ``/proc/schedstat`` (CONFIG_SCHEDSTATS), so it is not used.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
-import signal
 import sys
 import time
+
+sys.dont_write_bytecode = True  # verify.yml runs it from a folder it removes again
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _collector  # noqa: E402 - shipped next to this file
+from _collector import format_cpulist, parse_cpulist  # noqa: E402
 
 NAME = "proc_noise"
 METRICS = ("device_irqs_per_s", "local_timer_irqs_per_s", "other_irqs_per_s", "ctx_switches_per_s")
 # Rows of /proc/interrupts that are counters of errors, not interrupts, and have one column.
 _SINGLE_COLUMN_ROWS = {"ERR", "MIS"}
-
-
-# ---------------------------------------------------------------- cpu lists
-def parse_cpulist(text: str) -> list[int]:
-    """'0-2,5' -> [0, 1, 2, 5]. Stdlib copy of socketlab.cpulist (collectors can't import it)."""
-    cpus: set[int] = set()
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            if int(hi) < int(lo):
-                raise ValueError(f"bad CPU range {part!r}")
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
-    return sorted(cpus)
-
-
-def format_cpulist(cpus) -> str:
-    out, run = [], []
-    for cpu in sorted(set(cpus)):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [cpu]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(out)
 
 
 # ---------------------------------------------------------------- reading procfs
@@ -233,161 +205,45 @@ def cmd_sample(args) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- collector daemon
-def _pidfile(out: str) -> str:
-    return os.path.join(out, f"{NAME}.pid")
-
-
-def _is_ours(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f"{NAME}.py".encode() in f.read()
-    except OSError:
-        return False
-
-
-def _daemon_loop(
-    out: str, cpus: list[int] | None, interval: float, proc: str, max_seconds: float
-) -> None:
-    """Sample every ``interval`` s until SIGTERM, ``max_seconds``, or ``out`` is removed (the
-    orchestrator clears a run's folder before a rerun), so a daemon whose orchestrator died
-    does not sample forever (same rule as collectors/_collector.py)."""
-    stopping = False
-    stop_at = time.monotonic() + max_seconds
-
-    def on_term(signum, frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_term)
-    path = os.path.join(out, f"{NAME}.jsonl")
-    with open(path, "a", buffering=1) as log:
-        previous = take_sample(proc)
-        while True:
-            deadline = time.monotonic() + interval
-            while not stopping and time.monotonic() < deadline:
-                time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
-                if time.monotonic() >= stop_at or not os.path.isdir(out):
-                    stopping = True
-            if not os.path.isdir(out):
-                return  # nowhere to write: the run's folder is gone
-            current = take_sample(proc)
-            ts = time.time()
-            dt = current["t"] - previous["t"]
-            for cpu, row in rates(previous, current, cpus).items():
-                record = {
-                    "ts": round(ts, 3),
-                    "source": NAME,
-                    "cpu": cpu,
-                    "interval_s": round(dt, 3),
-                }
-                record.update({k: round(v, 2) for k, v in row.items()})
-                log.write(json.dumps(record) + "\n")
-            previous = current
-            if stopping:
-                return
-
-
-def cmd_start(args) -> int:
-    os.makedirs(args.out, exist_ok=True)
-    pidfile = _pidfile(args.out)
-    if os.path.exists(pidfile):
-        with open(pidfile) as f:
-            pid = int(f.read().strip() or 0)
-        if pid and _is_ours(pid):
-            print(f"{NAME}: already running as PID {pid} ({pidfile})", file=sys.stderr)
-            return 1
-        os.unlink(pidfile)
+# ---------------------------------------------------------------- collector (_collector.py)
+def unsupported(args) -> str | None:
     interrupts = os.path.join(args.proc, "interrupts")
-    if not os.path.exists(interrupts):
-        with open(os.path.join(args.out, f"{NAME}.jsonl"), "a") as log:
-            record = {"ts": round(time.time(), 3), "source": NAME}
-            record["unsupported"] = f"{interrupts} does not exist"
-            log.write(json.dumps(record) + "\n")
-        return 0
-    cpus = parse_cpulist(args.cpus) if args.cpus else None
-    read_end, write_end = os.pipe()
-    if os.fork() > 0:  # parent: wait until the daemon has written its pidfile
-        os.close(write_end)
-        with os.fdopen(read_end) as ready:
-            pid = ready.read().strip()
-        if not pid:
-            print(f"{NAME}: daemon failed to start", file=sys.stderr)
-            return 1
-        print(json.dumps({"source": NAME, "pid": int(pid), "pidfile": pidfile}))
-        return 0
-    os.close(read_end)
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    tmp = f"{pidfile}.tmp"
-    with open(tmp, "w") as f:
-        f.write(f"{os.getpid()}\n")
-    os.replace(tmp, pidfile)
-    os.write(write_end, str(os.getpid()).encode())
-    os.close(write_end)
-    try:
-        _daemon_loop(args.out, cpus, args.interval, args.proc, args.max_seconds)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(pidfile)
-    os._exit(0)
+    return None if os.path.exists(interrupts) else f"{interrupts} does not exist"
 
 
-def cmd_stop(args) -> int:
-    pidfile = _pidfile(args.out)
-    try:
-        with open(pidfile) as f:
-            pid = int(f.read().strip())
-    except (OSError, ValueError):
-        print(json.dumps({"source": NAME, "stopped": None, "reason": f"no pidfile {pidfile}"}))
-        return 0
-    if not _is_ours(pid):
-        os.unlink(pidfile)
-        print(json.dumps({"source": NAME, "stopped": None, "reason": f"PID {pid} is not ours"}))
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _is_ours(pid):
-        time.sleep(0.05)
-    if _is_ours(pid):
-        print(f"{NAME}: PID {pid} did not stop within 10 s", file=sys.stderr)
-        return 1
-    with contextlib.suppress(OSError):
-        os.unlink(pidfile)
-    print(json.dumps({"source": NAME, "stopped": pid}))
-    return 0
+def loop(ctx: _collector.Context) -> None:
+    """One record per CPU per interval, and a last one when told to stop; nothing once the
+    run's folder is gone (the orchestrator removed it)."""
+    proc = ctx.args.proc
+    previous = take_sample(proc)
+    while True:
+        stopping = not ctx.sleep(ctx.interval)
+        if not os.path.isdir(ctx.out):
+            return  # nowhere to write: the run's folder is gone
+        current = take_sample(proc)
+        ts = round(time.time(), 3)  # one timestamp for all CPUs of an interval
+        dt = current["t"] - previous["t"]
+        for cpu, row in rates(previous, current, ctx.cpus).items():
+            record = {"ts": ts, "cpu": cpu, "interval_s": round(dt, 3)}
+            record.update({k: round(v, 2) for k, v in row.items()})
+            ctx.write(record)
+        previous = current
+        if stopping:
+            return
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=NAME, description=__doc__.split("\n\n")[0])
+def extend(parser, sub) -> None:
+    """proc_noise's own: ``--proc`` and the one-shot ``sample`` that verify.yml runs."""
     parser.add_argument("--proc", default="/proc", help="procfs root (default /proc)")
-    sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("sample", help="sample once and print a JSON table")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--groups", default="", help="NAME=CPULIST,NAME=CPULIST,...")
     p.set_defaults(func=cmd_sample)
-    p = sub.add_parser("start", help="start the collector daemon")
-    p.add_argument("--out", required=True)
-    p.add_argument("--cpus", default="", help="CPU list to record (default: all)")
-    p.add_argument("--interval", type=float, default=1.0)
-    p.add_argument("--max-seconds", type=float, default=24 * 3600,
-                   help="stop by itself after this long (default 1 day)")  # fmt: skip
-    p.set_defaults(func=cmd_start)
-    p = sub.add_parser("stop", help="stop the collector daemon started with --out DIR")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=cmd_stop)
-    args = parser.parse_args(argv)
-    if min(getattr(args, k, 1) for k in ("seconds", "interval", "max_seconds")) <= 0:
-        parser.error("--seconds, --interval and --max-seconds must be positive")
-    try:
-        return args.func(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return _collector.run(argv, NAME, loop, unsupported, __doc__, extend=extend)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,19 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
 
 from socketlab.cloud.ec2 import lookup_ami
 from socketlab.cloud.plan import DEFAULT_AMI_NAME
-from tests.support.moto import files_containing, loopback_sshd, moto_server, planted_env
+from tests.support.moto import (
+    aws_client,
+    files_containing,
+    loopback_sshd,
+    moto_server,
+    planted_env,
+    run_logged,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -70,23 +76,7 @@ def env(work, moto) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def ec2(moto):
-    return boto3.client(
-        "ec2",
-        endpoint_url=moto.url,
-        region_name=REGION,
-        aws_access_key_id="AKIASOCKETLABTEST0001",
-        aws_secret_access_key=SECRET,
-    )
-
-
-def run(
-    work: Path, env: dict, argv: list[str], timeout: float = 240
-) -> subprocess.CompletedProcess:
-    """Runs a command from the repo root; its output is kept in work/ for the secret grep."""
-    p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    with open(work / "transcript.txt", "a") as fh:
-        fh.write(f"$ {' '.join(argv)}\n{p.stdout}\n{p.stderr}\nrc={p.returncode}\n")
-    return p
+    return aws_client("ec2", moto.url, "AKIASOCKETLABTEST0001", SECRET, REGION)
 
 
 def playbook(work, env, name: str, moto, **extra) -> subprocess.CompletedProcess:
@@ -100,7 +90,7 @@ def playbook(work, env, name: str, moto, **extra) -> subprocess.CompletedProcess
     ]
     for k, v in extra.items():
         argv += ["-e", f"{k}={v}"]
-    return run(work, env, argv)
+    return run_logged(work, env, argv)
 
 
 def teardown(work, env, moto, campaign: str, inventory: str | None = None, **extra):
@@ -111,7 +101,7 @@ def teardown(work, env, moto, campaign: str, inventory: str | None = None, **ext
 
 def orchestrate(work, env, moto, *args: str) -> subprocess.CompletedProcess:
     # The endpoint comes from the environment here, the way a profile swap would give it.
-    return run(
+    return run_logged(
         work,
         {**env, "AWS_ENDPOINT_URL": moto.url, "AWS_REGION": REGION},
         [str(BIN / "orchestrate"), *args],
@@ -201,7 +191,7 @@ def test_provision_inventory_rerun_list_teardown(work, env, moto, sshd, ec2):
         i["PrivateIpAddress"] for i in insts
     )
     assert all(h["ansible_port"] == sshd.port for h in hosts.values())
-    ping = run(
+    ping = run_logged(
         work,
         env,
         [str(BIN / "ansible"), "-i", str(inv_path), "campaign_alpha", "-m", "ansible.builtin.ping"],
@@ -351,7 +341,7 @@ def test_reap_terminates_only_expired(work, env, moto, ec2):
         f"[profile spinifex]\nregion = {REGION}\nendpoint_url = {moto.url}\n"
         "aws_access_key_id = AKIASPINIFEXPROFILE1\naws_secret_access_key = profile-key\n"
     )
-    dry = run(
+    dry = run_logged(
         work,
         {**env, "AWS_CONFIG_FILE": str(config)},
         [str(BIN / "orchestrate"), "cloud", "reap", "--profile", "spinifex"]
@@ -432,7 +422,7 @@ def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):
     # (ansible log, transcripts of stdout/stderr, inventories, results) and moto's own log.
     campaign = "secret"
     v = launch_vars(work, sshd, campaign, count=1)
-    p = run(
+    p = run_logged(
         work,
         env,
         [
@@ -458,7 +448,7 @@ def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):
     # (through its env lookup) leaves it in exactly the log and transcript the scan reads.
     control = work.parent / f"{work.name}-control"
     control.mkdir()
-    shown = run(
+    shown = run_logged(
         control,
         {**env, "ANSIBLE_LOG_PATH": str(control / "ansible.log")},
         [

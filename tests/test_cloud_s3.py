@@ -13,15 +13,20 @@ import sys
 import uuid
 from pathlib import Path
 
-import boto3
 import pytest
 
 from socketlab.cloud.s3store import store_digest
 from socketlab.parse import Metric
 from socketlab.store import RunRecord, Store, store_path
-from tests.support.moto import files_containing, moto_server, objects_containing, planted_env
+from tests.support.moto import (
+    aws_client,
+    files_containing,
+    moto_server,
+    objects_containing,
+    planted_env,
+    run_logged,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 SECRET = f"planted-secret-{uuid.uuid4().hex}"
 BUCKET = "socketlab-results"
@@ -37,13 +42,7 @@ def work(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def moto(work):
     with moto_server(work) as server:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=server.url,
-            region_name="us-east-1",
-            aws_access_key_id="AKIASOCKETLABTEST0002",
-            aws_secret_access_key=SECRET,
-        )
+        s3 = aws_client("s3", server.url, "AKIASOCKETLABTEST0002", SECRET)
         s3.create_bucket(Bucket=BUCKET)
         yield server, s3
 
@@ -61,17 +60,7 @@ def env(work, moto) -> dict[str, str]:
 
 
 def orchestrate(work: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
-    p = subprocess.run(
-        [str(BIN / "orchestrate"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    with open(work / "transcript.txt", "a") as fh:
-        fh.write(f"$ orchestrate {' '.join(args)}\n{p.stdout}\n{p.stderr}\nrc={p.returncode}\n")
-    return p
+    return run_logged(work, env, [str(BIN / "orchestrate"), *args], timeout=120)
 
 
 def make_store(

@@ -199,7 +199,7 @@ def _wait_gone(pid: int, timeout: float = 10) -> bool:
     """True once PID no longer runs proc_noise.py (an unreaped zombie has an empty cmdline)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not noise._is_ours(pid):
+        if not noise._collector.is_ours(pid, "proc_noise.py"):
             return True
         time.sleep(0.05)
     return False
@@ -220,5 +220,5 @@ def test_collector_stops_by_itself_when_its_folder_goes_or_time_is_up(tmp_path):
         assert (timed / "proc_noise.jsonl").read_text().count("\n") >= 1
     finally:
         for pid in pids:
-            if noise._is_ours(pid):
+            if noise._collector.is_ours(pid, "proc_noise.py"):
                 os.kill(pid, signal.SIGTERM)

@@ -175,3 +175,24 @@ def test_perf_csv_uncounted_events_are_noted_once():
     totals, _, last, missing = read_csv(text)
     assert totals == {"instructions": 35801.0} and last == 2.0
     assert missing == ["cycles <not supported>"]
+
+
+def test_shared_daemon_rules_hold_for_every_collector(tmp_path):
+    """collectors/_collector.py: one daemon per --out, usage errors before any daemon starts."""
+    out = tmp_path / "c"
+    started = _run("proc_peakmem", "start", "--out", str(out), "--interval", "0.2")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["pid"]
+    try:
+        again = _run("proc_peakmem", "start", "--out", str(out))
+        assert again.returncode == 1 and f"already running as PID {pid}" in again.stderr
+    finally:
+        stopped = _run("proc_peakmem", "stop", "--out", str(out))
+    assert json.loads(stopped.stdout) == {"source": "proc_peakmem", "stopped": pid}
+    assert not (out / "proc_peakmem.pid").exists()
+    for args, message in ((["--interval", "0"], "--interval must be positive"),
+                          (["--max-seconds", "-1"], "--max-seconds must be positive"),
+                          (["--cpus", "3-1"], "bad CPU range '3-1'")):  # fmt: skip
+        bad = _run("proc_peakmem", "start", "--out", str(tmp_path / "bad"), *args)
+        assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
+        assert not (tmp_path / "bad" / "proc_peakmem.pid").exists()

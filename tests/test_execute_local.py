@@ -13,6 +13,8 @@ import pytest
 
 from socketlab.execute import HostBusy
 from socketlab.execute.local import LocalExecutor
+from tests.support.procs import alive, wait_for
+from tests.support.shell import bait_untouched, shell_bait
 
 PY = sys.executable
 
@@ -25,24 +27,13 @@ def executor(tmp_path):
     ex.close()
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def test_metacharacters_reach_the_program_as_one_literal_argument(executor, tmp_path):
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep} `id` | cat > {tmp_path}/out &"
+    keep, evil = shell_bait(tmp_path)
     code = "import json, sys; print(json.dumps(sys.argv[1:]))"
     result = executor.run([PY, "-c", code, evil, "*"], timeout=30, cwd=str(tmp_path))
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == [evil, "*"]
-    assert keep.is_dir()
-    assert not (tmp_path / "pwned").exists() and not (tmp_path / "out").exists()
+    assert bait_untouched(tmp_path, keep)
 
 
 def test_timeout_kills_the_whole_process_group(executor, tmp_path):
@@ -53,10 +44,8 @@ def test_timeout_kills_the_whole_process_group(executor, tmp_path):
     assert time.monotonic() - started < 15
     assert result.timed_out and result.exit_code == -9
     background = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while alive(background) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(background), "the command's background child survived the timeout"
+    # AssertionError if the command's background child survived the timeout
+    wait_for(lambda: not alive(background), 5, f"background child {background} to be gone")
     assert not alive(result.pgid)
 
 

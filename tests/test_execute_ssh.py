@@ -11,6 +11,8 @@ import pytest
 from socketlab.execute import HostBusy, HostUnreachable
 from socketlab.execute.ssh import SshExecutor
 from socketlab.inventory import load_inventory
+from tests.support.procs import alive, wait_for
+from tests.support.shell import bait_untouched, shell_bait
 
 pytestmark = pytest.mark.netns
 
@@ -32,15 +34,6 @@ def executor(hosts, tmp_path_factory):
     ex.close()
 
 
-def alive(pid: int) -> bool:
-    # The namespaces share our PID namespace, so the host's processes are visible here.
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
 def test_runs_reuse_one_connection_and_land_on_the_host(executor, ssh_pool):
     transport = executor._conn.client.get_transport()
     names = {executor.run(["hostname"], timeout=30).stdout.strip() for _ in range(5)}
@@ -49,15 +42,12 @@ def test_runs_reuse_one_connection_and_land_on_the_host(executor, ssh_pool):
 
 
 def test_metacharacters_stay_literal_over_ssh(executor, tmp_path):
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep}; echo `id` > {tmp_path}/out"
+    keep, evil = shell_bait(tmp_path)
     code = "import json, sys; print(json.dumps(sys.argv[1:]))"
     result = executor.run(["/usr/bin/python3", "-c", code, evil, "$HOME", "'"], timeout=30)
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == [evil, "$HOME", "'"]
-    assert keep.is_dir()
-    assert not (tmp_path / "pwned").exists() and not (tmp_path / "out").exists()
+    assert bait_untouched(tmp_path, keep)
 
 
 def test_remote_timeout_kills_the_process_group(executor, tmp_path):
@@ -67,10 +57,7 @@ def test_remote_timeout_kills_the_process_group(executor, tmp_path):
     assert time.monotonic() - started < 15
     assert result.timed_out and result.exit_code == -9
     background = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while alive(background) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not alive(background)
+    wait_for(lambda: not alive(background), 5, f"background child {background} to be gone")
 
 
 def test_env_cwd_and_pinning_over_ssh(executor, tmp_path):

@@ -17,16 +17,9 @@ import yaml
 
 from socketlab.cli import main
 from socketlab.store import Store, store_path
-
-PY = "/usr/bin/python3"
-EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
-        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
-        "'unit': '1'}))")  # fmt: skip
-
-
-def write_spec(path: Path, body: dict) -> Path:
-    path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
-    return path
+from tests.support.campaign import EMIT, PY, ok_count, stored, write_spec
+from tests.support.procs import alive
+from tests.support.shell import bait_untouched, shell_bait
 
 
 def local_inventory(tmp_path: Path) -> Path:
@@ -45,15 +38,8 @@ def orchestrate(*argv: str) -> int:
     return main(argv)
 
 
-def runs(results: Path, campaign: str):
-    with Store(store_path(campaign, results), create=False) as store:
-        return {r.run_key: r for r in store.runs(campaign)}
-
-
 def test_build_run_store_resume_and_report(tmp_path, capsys):
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep}"
+    keep, evil = shell_bait(tmp_path)
     spec = write_spec(tmp_path / "spec.yaml", {
         "campaign": "local-e2e",
         "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
@@ -71,7 +57,7 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
     })  # fmt: skip
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
-    first = runs(results, "local-e2e")
+    first = stored(results, "local-e2e")
     assert len(first) == 6 and {r.status for r in first.values()} == {"ok"}
 
     # provenance on every run: spec hash, host profile, fingerprints, raw files
@@ -99,7 +85,7 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
     # shell metacharacters: one literal argv element, nothing created or removed
     evil_run = next(r for r in first.values() if r.params.get("word") == evil)
     assert json.loads((Path(evil_run.raw_dir) / "stdout").read_text().splitlines()[0]) == [evil]
-    assert keep.is_dir() and not (tmp_path / "pwned").exists()
+    assert bait_untouched(tmp_path, keep)
 
     # metrics: the binary's and the collector's, with parameters and parser versions
     with Store(store_path("local-e2e", results)) as store:
@@ -111,7 +97,7 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
 
     # resume: nothing is run again
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
-    again = runs(results, "local-e2e")
+    again = stored(results, "local-e2e")
     assert {k: (r.started, r.attempts) for k, r in again.items()} == {
         k: (r.started, r.attempts) for k, r in first.items()
     }
@@ -121,11 +107,11 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
     assert orchestrate("run", spec, "--results", results, "--repetitions", "3", "--dry-run") == 0
     out = capsys.readouterr().out
     assert "host localhost: 6 runs to do" in out and "6 runs already stored" in out
-    assert len(runs(results, "local-e2e")) == 6
+    assert len(stored(results, "local-e2e")) == 6
 
     # --repetitions adds runs; the build comes from the host's cache
     assert orchestrate("run", spec, "--results", results, "--repetitions", "3", "--plain") == 0
-    more = runs(results, "local-e2e")
+    more = stored(results, "local-e2e")
     assert len(more) == 12 and set(first) < set(more)
     new = [r for k, r in more.items() if k not in first and r.experiment == "ladder"]
     assert new and all(r.build["cached"] for r in new)
@@ -165,27 +151,20 @@ def test_timeouts_failures_and_rerun_failed(tmp_path, capsys):
     })  # fmt: skip
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 1
-    by_exp = {r.experiment: r for r in runs(results, "local-faults").values()}
+    by_exp = {r.experiment: r for r in stored(results, "local-faults").values()}
     assert by_exp["hang"].status == "timeout" and "killed after 1 s" in by_exp["hang"].reason
     pid = int(bg.read_text())
-    assert not Path(f"/proc/{pid}/cmdline").exists() or _zombie(pid)
+    assert not alive(pid)
     assert by_exp["exit3"].status == "failed" and "exit code 3" in by_exp["exit3"].reason
     assert "required metrics missing: bw" in by_exp["nometric"].reason
     assert "must_not_match" in by_exp["selfcheck"].reason
 
     # a plain rerun skips them; --rerun-failed runs them again (same keys, attempt 2)
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
-    assert {r.attempts for r in runs(results, "local-faults").values()} == {1}
+    assert {r.attempts for r in stored(results, "local-faults").values()} == {1}
     assert orchestrate("run", spec, "--results", results, "--plain", "--rerun-failed") == 1
-    after = runs(results, "local-faults")
+    after = stored(results, "local-faults")
     assert len(after) == 4 and {r.attempts for r in after.values()} == {2}
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] == "Z"
-    except OSError:
-        return True
 
 
 def test_sigkill_mid_campaign_then_resume(tmp_path):
@@ -208,15 +187,9 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
         deadline = time.monotonic() + 120
         done = 0
         while time.monotonic() < deadline and proc.poll() is None:
-            if db.exists():
-                try:
-                    with sqlite3.connect(db) as raw:
-                        sql = "SELECT count(*) FROM runs WHERE status='ok'"
-                        done = raw.execute(sql).fetchone()[0]
-                except sqlite3.OperationalError:  # the schema is being created
-                    done = 0
-                if done >= 3:
-                    break
+            done = ok_count(db)
+            if done >= 3:
+                break
             time.sleep(0.05)
         assert proc.poll() is None, "the campaign ended before we could kill it"
         assert 3 <= done < points
@@ -225,11 +198,11 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    before = runs(results, "local-kill")
+    before = stored(results, "local-kill")
     assert 3 <= len(before) < points and {r.status for r in before.values()} == {"ok"}
 
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
-    after = runs(results, "local-kill")
+    after = stored(results, "local-kill")
     assert len(after) == points  # none missing
     assert {r.status for r in after.values()} == {"ok"}
     for key, r in before.items():  # no completed run redone
@@ -263,7 +236,7 @@ def test_drift_during_a_run_marks_it_invalid(tmp_path, kernel_knobs_lock):
         assert orchestrate("run", spec, "--results", results, "--plain") == 1
     finally:
         THP_DEFRAG.write_text(original)
-    (run,) = runs(results, "local-drift").values()
+    (run,) = stored(results, "local-drift").values()
     assert run.status == "invalid"
     assert f"thp_defrag: {original} -> {other}" in run.reason
 
@@ -282,7 +255,7 @@ def test_a_second_orchestrator_leaves_a_busy_host_alone(tmp_path, capsys):
         holder.unlock()
     err = capsys.readouterr().err
     assert "localhost: error: localhost: host is busy" in err and "someone-else" in err
-    assert runs(tmp_path / "results", "local-busy") == {}
+    assert stored(tmp_path / "results", "local-busy") == {}
     assert orchestrate("run", spec, "--results", tmp_path / "results", "--plain") == 0
 
 
@@ -335,12 +308,12 @@ def test_warmups_run_first_and_are_never_stored(tmp_path):
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
     # sequential order: each point's warm-up right before its two measured runs
     assert calls.read_text().split() == ["1", "1", "1", "2", "2", "2"]
-    stored = runs(results, "local-warm")
-    assert sorted((r.params["n"], r.repetition) for r in stored.values()) == [
+    kept = stored(results, "local-warm")
+    assert sorted((r.params["n"], r.repetition) for r in kept.values()) == [
         (1, 0), (1, 1), (2, 0), (2, 1)]  # fmt: skip
     # a third repetition: one warm-up again before it, per point; the done runs stay
     assert orchestrate("run", spec, "--results", results, "--plain", "--repetitions", "3") == 0
     assert calls.read_text().split()[6:] == ["1", "1", "2", "2"]
-    assert len(runs(results, "local-warm")) == 6
+    assert len(stored(results, "local-warm")) == 6
     # nothing of any run (warm-ups included) is left in the host's work folder
     assert list((tmp_path / "work" / "localhost" / "runs").iterdir()) == []

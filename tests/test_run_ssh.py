@@ -5,28 +5,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from socketlab.cli import main
-from socketlab.store import Store, store_path
+from socketlab.store import store_path
+from tests.support.campaign import EMIT, PY, ok_count, stored, write_spec
+from tests.support.procs import alive, wait_for
+from tests.support.shell import bait_untouched, shell_bait
 
 pytestmark = pytest.mark.netns
-PY = "/usr/bin/python3"
-EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
-        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
-        "'unit': '1'}))")  # fmt: skip
-
-
-def write_spec(path: Path, body: dict) -> Path:
-    path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
-    return path
 
 
 def inventory(pool, tmp_path: Path) -> Path:
@@ -35,15 +26,8 @@ def inventory(pool, tmp_path: Path) -> Path:
     return pool.inventory(tmp_path / "hosts.yml", group="testhosts", extra=extra)
 
 
-def stored(results: Path, campaign: str):
-    with Store(store_path(campaign, results), create=False) as store:
-        return {r.run_key: r for r in store.runs(campaign)}
-
-
 def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
-    keep = tmp_path / "keep"
-    keep.mkdir()
-    evil = f"$(touch {tmp_path}/pwned); rm -rf {keep}"
+    keep, evil = shell_bait(tmp_path)
     spec = write_spec(tmp_path / "spec.yaml", {
         "campaign": "ssh-fanout",
         "hosts": {"group": "testhosts"},
@@ -70,7 +54,7 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     for r in hung.values():  # killed on the host, whole group, by the agent
         assert r.status == "timeout" and "killed after 1 s" in r.reason
         background = int((tmp_path / f"{r.host}.bg").read_text())
-        _wait_for(lambda b=background: not _alive(b), 5, f"PID {background} to be gone")
+        wait_for(lambda b=background: not alive(b), 5, f"PID {background} to be gone")
     assert len(runs) == 8  # (2 ladder reps + 2 argv points) x 2 hosts, each once
     assert {r.host for r in runs.values()} == names
     for host in names:
@@ -92,7 +76,7 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
         else:
             literal = json.loads((raw / "stdout").read_text().splitlines()[0])
             assert literal == [r.params["word"]]
-    assert keep.is_dir() and not (tmp_path / "pwned").exists()
+    assert bait_untouched(tmp_path, keep)
     # each host built in its own work folder: one manifest per host, same source hash
     builds = {r.host: r.build for r in runs.values() if r.experiment == "ladder"}
     assert len({b["source_hash"] for b in builds.values()}) == 1
@@ -100,34 +84,6 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     assert main(argv) == 0
     assert {k: r.attempts for k, r in stored(results, "ssh-fanout").items()} == {
         k: 1 for k in [*runs, *hung]}
-
-
-def _alive(pid: int) -> bool:
-    # The namespaces share our PID namespace: the host's processes are visible here.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _ok_count(db: Path, host: str) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db) as raw:
-            return raw.execute("SELECT count(*) FROM runs WHERE host=? AND status='ok'",
-                               (host,)).fetchone()[0]  # fmt: skip
-    except sqlite3.OperationalError:
-        return 0
 
 
 @pytest.mark.slow
@@ -154,7 +110,7 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
                 str(results), "--inventory", str(inv), "--plain"]  # fmt: skip
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _wait_for(lambda: _ok_count(db, lost.name) >= 2, 90, "two runs on the first host")
+            wait_for(lambda: ok_count(db, lost.name) >= 2, 90, "two runs on the first host")
             # The host vanishes: sshd stops and its link goes down (open sessions die too).
             pool.stop(lost)
             subprocess.run(["ip", "link", "set", veth, "down"], check=True)

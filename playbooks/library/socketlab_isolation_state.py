@@ -54,9 +54,10 @@ options:
     elements: str
     default: []
   holder:
-    description: Where the latency holder keeps its pidfile and script, and its systemd unit
-      name. The script and any folder that does not exist yet (for it, its pidfile and the
-      state file) are recorded, so restore removes what isolation added.
+    description: Where the latency holder keeps its pidfile and script, the helper files installed
+      beside the script (C(helpers), a list of paths), and its systemd unit name. The script,
+      its helpers and any folder that does not exist yet (for it, its pidfile and the state
+      file) are recorded, so restore removes what isolation added.
     type: dict
     default: {}
   plan:
@@ -210,7 +211,7 @@ def snapshot(module, p):
         holder_files = [p["holder"].get("script"), p["holder"].get("pidfile")]
         _record_made(
             state,
-            [p["holder"].get("script")],
+            [p["holder"].get("script"), *p["holder"].get("helpers", [])],
             [os.path.dirname(os.path.abspath(f)) for f in holder_files if f],
         )
         new_processes.append("holder")

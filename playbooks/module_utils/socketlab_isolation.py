@@ -43,6 +43,10 @@ def kind_for(path):
     return "text"
 
 
+# CPU lists: one of three copies, each forced by where it runs: socketlab.cpulist (the
+# controller's), collectors/_collector.py (stdlib scripts on a host, which cannot import the
+# socketlab package) and this one (Ansible modules carry only ansible.module_utils into
+# AnsiballZ). They agree on all the kernel prints.
 def parse_cpulist(text):
     cpus = set()
     for part in text.replace(" ", "").split(","):

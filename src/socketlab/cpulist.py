@@ -1,4 +1,8 @@
-"""CPU lists and CPU masks in the kernel's text formats: the one implementation in the project.
+"""CPU lists and CPU masks in the kernel's text formats: the controller's implementation.
+
+Code that runs on a host can't import this package, so two stdlib copies of parse/format exist,
+one a boundary each: collectors/_collector.py (host scripts) and
+playbooks/module_utils/socketlab_isolation.py (Ansible modules). They follow this one.
 
 - A *cpulist* is what ``/sys/devices/system/node/node0/cpulist`` prints: ``"0-3,8,10-11"``.
   The kernel prints a run of two as a range (``"0-1"``), and so do we.

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
 MOTO_SERVER = Path(sys.executable).with_name("moto_server")
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -155,6 +156,24 @@ def planted_env(work: Path, key_id: str, secret: str, **extra: str) -> dict[str,
         **extra,
     )
     return env
+
+
+def aws_client(service: str, url: str, key_id: str, secret: str, region: str = "us-east-1"):
+    """A boto3 client of the moto server at ``url``, signing with the planted key pair."""
+    import boto3
+
+    return boto3.client(service, endpoint_url=url, region_name=region, aws_access_key_id=key_id,
+                        aws_secret_access_key=secret)  # fmt: skip
+
+
+def run_logged(work: Path, env: dict[str, str], argv: list[str],
+               timeout: float = 240) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run ``argv`` from the repo root; its output is kept in work/transcript.txt too, which the
+    secret scan (files_containing) reads."""
+    p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    with open(work / "transcript.txt", "a") as fh:
+        fh.write(f"$ {' '.join(argv)}\n{p.stdout}\n{p.stderr}\nrc={p.returncode}\n")
+    return p
 
 
 def readable(name: str, data: bytes) -> bytes:

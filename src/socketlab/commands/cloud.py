@@ -48,7 +48,9 @@ def add_target_arguments(p) -> None:
 
 
 def add_transfer_arguments(p, json_help: str) -> None:
-    """--results, the target arguments and --json, shared by push and pull."""
+    """The S3 URL (after any positional the caller added), --results, the target arguments and
+    --json, shared by push and pull."""
+    p.add_argument("url", metavar="s3://BUCKET/PREFIX")
     p.add_argument(
         "--results",
         type=Path,
@@ -66,6 +68,12 @@ def target_from(args, source: str = "orchestrate cloud"):
 def to_stderr(msg: str) -> None:
     """Progress lines go to stderr, so stdout stays the command's result."""
     print(msg, file=sys.stderr)
+
+
+def print_result(args, out: dict, template: str) -> None:
+    """A push or pull result on stdout: one sorted JSON line with --json, else ``template``
+    filled from it (``str.format`` fields name its keys)."""
+    print(json.dumps(out, sort_keys=True) if args.json else template.format(**out))
 
 
 def _price(args) -> float | None:

@@ -10,6 +10,7 @@ import statistics
 import sys
 from typing import Any
 
+from socketlab.commands._options import add_results_argument, add_spec_arguments
 from socketlab.errors import HostError, SocketlabError
 from socketlab.spec.expand import Plan, Skip, expand_points
 from socketlab.spec.hosts import gather_host_facts, select_hosts
@@ -24,22 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "point in run order, counts per host and experiment, skipped experiments with the "
         "reason, and an estimated time when past runs are in the store. Runs nothing.",
     )
-    parser.add_argument("spec", help="experiment spec (YAML)")
-    parser.add_argument("--hosts", metavar="PATTERN", help="host pattern instead of the spec's")
-    parser.add_argument(
-        "--inventory", metavar="FILE", help="Ansible inventory (default: inventory/localhost.yml)"
-    )
-    parser.add_argument(
-        "--repetitions", type=int, metavar="N", help="repetitions per point instead of the spec's"
-    )
-    parser.add_argument(
-        "--profile", metavar="NAME", help="apply the spec's profiles.NAME overrides, as run does"
+    add_spec_arguments(
+        parser,
+        repetitions_help="repetitions per point instead of the spec's",
+        profile_help="apply the spec's profiles.NAME overrides, as run does",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    parser.add_argument(
-        "--results", metavar="DIR", help="results folder whose past runs give the estimate "
-        "(default: results/, or $SOCKETLAB_RESULTS)",
-    )  # fmt: skip
+    add_results_argument(parser, "results folder whose past runs give the estimate "
+                         "(default: results/, or $SOCKETLAB_RESULTS)")  # fmt: skip
     parser.set_defaults(func=run)
 
 

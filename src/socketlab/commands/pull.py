@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from socketlab.cloud import s3store
-from socketlab.commands.cloud import add_transfer_arguments, target_from, to_stderr
+from socketlab.commands.cloud import add_transfer_arguments, print_result, target_from, to_stderr
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("pull", help="merge results pushed to S3 into the local store")
-    p.add_argument("url", metavar="s3://BUCKET/PREFIX")
     p.add_argument("--campaign", help="only this campaign (default: every one under the prefix)")
     add_transfer_arguments(p, "one JSON line per campaign")
     p.set_defaults(func=_pull)
@@ -25,12 +22,9 @@ def _pull(args) -> int:
         log=to_stderr,
     )
     for out in outs:
-        if args.json:
-            print(json.dumps(out, sort_keys=True))
-        else:
-            print(
-                f"{out['campaign']}: {out['added_runs']} runs added "
-                f"({out['added_metrics']} metrics, {out['bundles']} bundles), "
-                f"{out['skipped_runs']} already there; store {out['store']}"
-            )
+        print_result(
+            args, out,
+            "{campaign}: {added_runs} runs added ({added_metrics} metrics, {bundles} bundles), "
+            "{skipped_runs} already there; store {store}",
+        )  # fmt: skip
     return 0

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from socketlab.cloud import s3store
-from socketlab.commands.cloud import add_transfer_arguments, target_from, to_stderr
+from socketlab.commands.cloud import add_transfer_arguments, print_result, target_from, to_stderr
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("push", help="upload a campaign's results to S3 (or compatible)")
     p.add_argument("campaign")
-    p.add_argument("url", metavar="s3://BUCKET/PREFIX")
     add_transfer_arguments(p, "print the summary as JSON")
     p.set_defaults(func=_push)
 
@@ -24,12 +21,9 @@ def _push(args) -> int:
         results=args.results,
         log=to_stderr,
     )
-    if args.json:
-        print(json.dumps(out, sort_keys=True))
-    else:
-        print(
-            f"{out['url']}: {out['runs']} runs, {out['metrics']} metrics "
-            f"(sha256 {out['metrics_sha256'][:16]}...), {out['uploaded_parts']} parts and "
-            f"{out['uploaded_bundles']} bundles uploaded"
-        )
+    print_result(
+        args, out,
+        "{url}: {runs} runs, {metrics} metrics (sha256 {metrics_sha256:.16}...), "
+        "{uploaded_parts} parts and {uploaded_bundles} bundles uploaded",
+    )  # fmt: skip
     return 0

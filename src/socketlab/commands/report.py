@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from socketlab import paths
+from socketlab.commands._options import add_results_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "of runs stored ok.",
     )  # fmt: skip
     parser.add_argument("campaign", help="campaign id")
-    parser.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    add_results_argument(parser)
     parser.add_argument(
         "--format", choices=("md", "html"), default="md",
         help="with a published-values file for the campaign (experiments/published/): print the "

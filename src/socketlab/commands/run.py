@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from socketlab import paths
+from socketlab.commands._options import add_results_argument, add_spec_arguments
 from socketlab.errors import HostError
 
 
@@ -22,28 +23,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "points not yet stored as complete: hosts in parallel, one run at a time per host. "
         "Results go to results/<campaign>/store.sqlite and results/<campaign>/runs/<run key>/.",
     )
-    parser.add_argument("spec", help="experiment spec (YAML)")
-    parser.add_argument("--hosts", metavar="PATTERN", help="host pattern instead of the spec's")
-    parser.add_argument(
-        "--inventory", metavar="FILE", help="Ansible inventory (default: inventory/localhost.yml)"
+    add_spec_arguments(
+        parser,
+        repetitions_help="repetitions per point instead of the spec's (more adds runs; done ones "
+        "are kept)",
+        profile_help="apply the spec's profiles.NAME overrides (e.g. quick: shorter, smaller runs)",
     )
     parser.add_argument(
         "--rerun-failed", action="store_true", help="run failed, timed-out and invalid runs again"
     )
-    parser.add_argument(
-        "--repetitions", type=int, metavar="N",
-        help="repetitions per point instead of the spec's (more adds runs; done ones are kept)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--profile", metavar="NAME",
-        help="apply the spec's profiles.NAME overrides (e.g. quick: shorter, smaller runs)",
-    )  # fmt: skip
     parser.add_argument("--dry-run", action="store_true", help="show what would run; run nothing")
     parser.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
     parser.add_argument("--plain", action="store_true", help="plain log lines even on a TTY")
-    parser.add_argument(
-        "--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})"
-    )
+    add_results_argument(parser)
     parser.set_defaults(func=run)
 
 

@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 from socketlab import paths
+from socketlab.commands._options import add_results_argument
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with its reason.",
     )  # fmt: skip
     parser.add_argument("campaign", nargs="?", help="campaign id (the spec's `campaign`)")
-    parser.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    add_results_argument(parser)
     parser.set_defaults(func=run)
 
 

@@ -52,8 +52,9 @@ def collector_names() -> tuple[str, ...]:
     """Names a spec's `collectors` may list: collectors/<name>.py that speak the start/stop
     ``--out DIR`` contract (docs/architecture.md). Helpers (``_*.py``) and host tools that
     don't (host_facts.py, dma_latency_hold.py) are not collectors."""
-    def speaks_contract(text: str) -> bool:  # the shared machinery, or its own --out parser
-        return bool(re.search(r"^(from|import) _collector\b", text, re.M)) or '"--out"' in text
+    def speaks_contract(text: str) -> bool:  # runs the shared machinery, or its own --out parser
+        # _collector.run, not any import of _collector: dma_latency_hold.py uses its helpers too
+        return bool(re.search(r"\b_collector\.run\(", text)) or '"--out"' in text
 
     return tuple(
         p.stem for p in sorted(COLLECTORS.glob("*.py"))

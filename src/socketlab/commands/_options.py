@@ -1,0 +1,26 @@
+"""Options that several subcommands take alike (private: cli.py registers no command from _*)."""
+
+from __future__ import annotations
+
+import argparse
+
+from socketlab import paths
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser, *, repetitions_help: str,
+                       profile_help: str) -> None:  # fmt: skip
+    """SPEC and how plan and run narrow it: --hosts, --inventory, --repetitions, --profile."""
+    parser.add_argument("spec", help="experiment spec (YAML)")
+    parser.add_argument("--hosts", metavar="PATTERN", help="host pattern instead of the spec's")
+    parser.add_argument(
+        "--inventory", metavar="FILE", help="Ansible inventory (default: inventory/localhost.yml)"
+    )
+    parser.add_argument("--repetitions", type=int, metavar="N", help=repetitions_help)
+    parser.add_argument("--profile", metavar="NAME", help=profile_help)
+
+
+def add_results_argument(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--results DIR: the results folder a command reads or writes."""
+    parser.add_argument(
+        "--results", metavar="DIR", help=help or f"results folder (default {paths.RESULTS})"
+    )

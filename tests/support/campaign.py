@@ -1,0 +1,43 @@
+"""What the `orchestrate run` tests share, on localhost or over SSH: a spec on disk, the runs a
+store holds, and a count of finished runs that can be read while a campaign writes."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import yaml
+
+from socketlab.store import Store, store_path
+
+#: the host's interpreter, as the spec names it (the same path on localhost and netns hosts)
+PY = "/usr/bin/python3"
+#: a program that echoes its argv as JSON and reports one metric x = len(argv)
+EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
+        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
+        "'unit': '1'}))")  # fmt: skip
+
+
+def write_spec(path: Path, body: dict) -> Path:
+    path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
+    return path
+
+
+def stored(results: Path, campaign: str) -> dict:
+    """run key -> RunRecord of every run the campaign's store holds."""
+    with Store(store_path(campaign, results), create=False) as store:
+        return {r.run_key: r for r in store.runs(campaign)}
+
+
+def ok_count(db: Path, host: str | None = None) -> int:
+    """Runs stored ok (on ``host``), read while a campaign writes: 0 until the schema exists."""
+    if not db.exists():
+        return 0
+    sql, args = "SELECT count(*) FROM runs WHERE status='ok'", ()
+    if host is not None:
+        sql, args = sql + " AND host=?", (host,)
+    try:
+        with sqlite3.connect(db) as raw:
+            return raw.execute(sql, args).fetchone()[0]
+    except sqlite3.OperationalError:  # the schema is being created
+        return 0
