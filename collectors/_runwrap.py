@@ -19,6 +19,13 @@ Requests: ``{"op": "run", "argv": [...], "env": {}, "cwd": null, "cpus": [0, 1],
 group), kills that group by its PID at the timeout, and replies with exit code, timed out,
 duration, pgid, stdout and stderr (kept in DIR/stdout and DIR/stderr). ``{"op": "call", ...}``
 is the same for our own helper commands, stdout and stderr merged.
+
+Long-lived processes (a server under test and its samplers) are started with ``{"op":
+"spawn", "argv", "env", "cwd", "cpus", "log"}``: their own session, output to ``log``, reply
+``{"pid"}`` at once. ``{"op": "tree", "pid"}`` replies whether it still runs (or its exit code),
+every PID below it and each thread's Cpus_allowed_list; ``{"op": "stop", "pid", "grace"}``
+signals its group and every descendant by PID, SIGTERM then SIGKILL, and replies with the PIDs
+still alive. Whatever was spawned and not stopped is killed when the agent exits.
 """
 
 from __future__ import annotations
@@ -160,6 +167,132 @@ def run(request: dict, channel: Channel) -> dict:
     }  # fmt: skip
 
 
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, ppid, pgid, start ticks) of a process, or None when it is gone."""
+    try:
+        raw = _read(f"/proc/{pid}/stat")
+    except OSError:
+        return None
+    if not raw:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _below(root: int) -> list[int]:
+    """Live processes below ``root`` by parent links, plus the members of its group."""
+    children: dict[int, list[int]] = {}
+    group = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and (st := _stat(int(name))) is not None and st[0] not in "ZX":
+            children.setdefault(st[1], []).append(int(name))
+            if st[2] == root:
+                group.append(int(name))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return sorted((set(out) | set(group)) - {root})
+
+
+class Spawned:
+    """Processes started by "spawn": kept to poll, signal and reap them by PID."""
+
+    def __init__(self) -> None:
+        self.children: dict[int, subprocess.Popen] = {}
+        self.seen: dict[int, dict[int, int]] = {}  #: root -> {pid: start ticks}
+
+    def spawn(self, request: dict) -> dict:
+        env = dict(os.environ)
+        env.update(request.get("env") or {})
+        cpus = request.get("cpus")
+
+        def pin() -> None:
+            if cpus:
+                os.sched_setaffinity(0, cpus)
+
+        log = request.get("log") or os.devnull
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        with open(log, "ab") as out:
+            try:
+                child = subprocess.Popen(
+                    request["argv"], stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                    cwd=request.get("cwd") or None, env=env, start_new_session=True,
+                    preexec_fn=pin,
+                )  # fmt: skip
+            except (OSError, subprocess.SubprocessError) as exc:
+                return {"error": f"cannot start {request['argv'][0]}: {exc}"}
+        self.children[child.pid] = child
+        self.seen[child.pid] = {}
+        self._remember(child.pid, [child.pid])
+        return {"pid": child.pid}
+
+    def _remember(self, root: int, pids: list[int]) -> None:
+        for pid in pids:
+            if pid not in self.seen[root] and (st := _stat(pid)) is not None:
+                self.seen[root][pid] = st[3]
+
+    def _alive(self, root: int) -> list[int]:
+        out = []
+        for pid, started in self.seen.get(root, {}).items():
+            st = _stat(pid)
+            if st is not None and st[0] not in "ZX" and st[3] == started:
+                out.append(pid)
+        return sorted(out)
+
+    def tree(self, request: dict) -> dict:
+        root = int(request["pid"])
+        child = self.children.get(root)
+        if child is None:
+            return {"error": f"PID {root} was not spawned by this agent"}
+        below = _below(root)
+        self._remember(root, below)
+        affinity = {}
+        for pid in [root, *below]:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                for line in _read(f"/proc/{pid}/task/{tid}/status").splitlines():
+                    if line.startswith("Cpus_allowed_list:"):
+                        affinity[f"{pid}/{tid}"] = line.split(":", 1)[1].strip()
+        return {"exit_code": child.poll(), "pids": below, "affinity": affinity,
+                "seen": sorted(self.seen[root])}  # fmt: skip
+
+    def stop(self, request: dict) -> dict:
+        root = int(request["pid"])
+        child = self.children.get(root)
+        if child is None:
+            return {"error": f"PID {root} was not spawned by this agent"}
+        self._remember(root, _below(root))
+        steps = ((signal.SIGTERM, float(request.get("grace", 10.0))), (signal.SIGKILL, 5.0))
+        for sig, wait_s in steps:
+            targets = self._alive(root)
+            if not targets and child.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(root, sig)  # its own session: group id = its PID
+            for pid in targets:  # descendants that left the group
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                if child.poll() is not None and not self._alive(root):
+                    break
+                time.sleep(0.05)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=5)
+        del self.children[root]
+        return {"exit_code": child.returncode, "left": self._alive(root),
+                "seen": sorted(self.seen.pop(root))}  # fmt: skip
+
+    def stop_all(self) -> None:
+        for root in list(self.children):
+            self.stop({"pid": root, "grace": 2.0})
+
+
 def take_lock(path: str, info: dict):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fh = open(path, "a+")  # noqa: SIM115 - held while we serve
@@ -187,11 +320,15 @@ def serve(args: argparse.Namespace) -> int:
             return 1
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     channel = Channel(args.idle)
+    spawned = Spawned()
+    ops = {"spawn": spawned.spawn, "tree": spawned.tree, "stop": spawned.stop}
     try:
         while True:
             request = channel.request()
             if request.get("op") in ("run", "call"):
                 reply = run(request, channel)
+            elif request.get("op") in ops:
+                reply = ops[request["op"]](request)
             elif request.get("op") == "ping":
                 reply = {"pong": True}
             else:
@@ -201,6 +338,7 @@ def serve(args: argparse.Namespace) -> int:
     except ControllerGone:
         return 0
     finally:
+        spawned.stop_all()  # a vanished orchestrator leaves no server running on the host
         if held is not None:
             held.close()
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Snapshot of the sysfs/procfs values socketlab's host model needs, printed as one JSON object.
 
-    python3 host_facts.py [--root DIR] [--indent N]
+    python3 host_facts.py [--root DIR] [--state-dir DIR] [--indent N]
 
 Stdlib only: this file is copied to (or piped into) target hosts and run with their python3.
 Values are the files' stripped text, or null where a file is missing, so the snapshot stays a
 faithful record; all interpretation happens on the controller (socketlab.topology).
+``isolation_verify`` holds the JSON records playbooks/verify.yml left per inventory host.
 ``--root`` reads a recorded tree instead of the live system (test fixtures).
 
 The tables below are the single list of files read; ``write_tree`` is their inverse and turns a
@@ -58,6 +59,11 @@ NODE_FILES = {
 
 #: per IRQ: files in proc/irq/N
 IRQ_FILES = ("node", "smp_affinity_list", "effective_affinity_list")
+
+#: where playbooks/verify.yml leaves its result per inventory host (verify-<host>.json, beside the
+#: isolation state files; playbooks/vars/isolation.yml). Relative to the root, like the others.
+STATE_DIR = "var/lib/socketlab"
+VERIFY_FILE = re.compile(r"^verify-(.+)\.json$")
 
 #: fields kept from cpu0's block of /proc/cpuinfo
 CPUINFO_FIELDS = (
@@ -138,7 +144,31 @@ def _pids_named(root, comm):
     return pids
 
 
-def snapshot(root="/"):
+def _verify_records(root, state_dir):
+    """Inventory name -> the record verify.yml wrote for it. Keyed by inventory name because
+    hosts in network namespaces share one filesystem; the controller picks its own."""
+    folder = os.path.join(root, state_dir.lstrip("/"))
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        match = VERIFY_FILE.match(name)
+        if not match:
+            continue
+        text = _read(root, os.path.join(state_dir.lstrip("/"), name))
+        try:
+            record = json.loads(text) if text is not None else None
+        except ValueError as exc:
+            record = {"unreadable": f"{os.path.join(folder, name)}: {exc}"}
+        if not isinstance(record, dict):
+            record = {"unreadable": f"{os.path.join(folder, name)}: not a JSON object"}
+        out[match.group(1)] = record
+    return out
+
+
+def snapshot(root="/", state_dir=STATE_DIR):
     snap = {"format": FORMAT, "root": root}
     for key, rel in GLOBAL_FILES.items():
         snap[key] = _read(root, rel)
@@ -161,6 +191,7 @@ def snapshot(root="/"):
     snap["cpuinfo"] = _cpuinfo(root)
     snap["irqs"] = _interrupts(root)
     snap["irqbalance_pids"] = _pids_named(root, "irqbalance")
+    snap["isolation_verify"] = _verify_records(root, state_dir)
     return snap
 
 
@@ -209,17 +240,21 @@ def write_tree(snap, root):
             for f in IRQ_FILES:
                 _write(root, f"proc/irq/{irq['irq']}/{f}", irq.get(f))
         _write(root, "proc/interrupts", "\n".join(lines))
+    for host, record in (snap.get("isolation_verify") or {}).items():
+        _write(root, f"{STATE_DIR}/verify-{host}.json", json.dumps(record, sort_keys=True))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="/", help="read a recorded tree under DIR (default /)")
+    parser.add_argument("--state-dir", default=STATE_DIR,
+                        help=f"where verify.yml's records are, under the root (default {STATE_DIR})")
     parser.add_argument("--indent", type=int, default=None)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):
         sys.stderr.write(f"host_facts: --root {args.root} is not a directory\n")
         return 2
-    json.dump(snapshot(args.root), sys.stdout, indent=args.indent, sort_keys=True)
+    json.dump(snapshot(args.root, args.state_dir), sys.stdout, indent=args.indent, sort_keys=True)
     sys.stdout.write("\n")
     return 0
 

@@ -34,20 +34,40 @@ def ssh_pool(tmp_path_factory):
 KERNEL_KNOBS_LOCK = Path("/run/lock/socketlab-tests-kernel-knobs.lock")
 
 
+def _flock(handle, mode: int, what: str) -> None:
+    deadline = time.monotonic() + 900
+    while True:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
+            time.sleep(0.5)
+
+
 @pytest.fixture
 def kernel_knobs_lock():
-    """Hold the machine-wide kernel-knob lock for the duration of one test (waits up to 15 min)."""
+    """Hold the machine-wide kernel-knob lock exclusively for one test (waits up to 15 min)."""
     KERNEL_KNOBS_LOCK.parent.mkdir(parents=True, exist_ok=True)
     with open(KERNEL_KNOBS_LOCK, "w") as handle:
-        deadline = time.monotonic() + 900
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min")
-                time.sleep(0.5)
+        _flock(handle, fcntl.LOCK_EX, "exclusive")
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _steady_kernel_knobs(request):
+    """Every other test holds the lock shared: runs fingerprint the host before and after and
+    would be marked invalid if another session's isolation test changed a knob meanwhile."""
+    if "kernel_knobs_lock" in request.fixturenames:  # a second fd of ours would block it
+        yield
+        return
+    KERNEL_KNOBS_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(KERNEL_KNOBS_LOCK, "a") as handle:
+        _flock(handle, fcntl.LOCK_SH, "shared")
         try:
             yield
         finally:

@@ -34,11 +34,11 @@ def c8i():
     return {"topology": topology_facts("c8i-metal-48xl")}
 
 
-def _rows(tmp_path, published, hosts, **kw):
+def _rows(tmp_path, published, hosts, profile=None, **kw):
     with Store(tmp_path / "store.sqlite") as store:
-        fill_store(store, published, CAMPAIGN, **kw)
+        runs = fill_store(store, published, CAMPAIGN, **kw)
         frame = store.metrics_frame(CAMPAIGN)
-    return compare(published, frame, hosts)
+    return compare(published, frame, hosts, runs=runs, profile=profile)
 
 
 def test_c8i_fixtures_reproduce_every_measured_cell(tmp_path, published, c8i):
@@ -77,6 +77,78 @@ def test_one_value_moved_20_percent_deviates(tmp_path, published, c8i):
                  shift={"exchange/n96-diss/exchange_p50": 0.8})
     r = next(r for r in rows if r.cell.id == "exchange/n96-diss/exchange_p50")
     assert r.kind == DEVIATES and r.verdict.endswith(", better)")
+
+
+def test_conditions_are_checked_where_both_sides_record_them(tmp_path, published, c8i):
+    """The fixtures record what the binaries record (threads, participants, seconds, iters,
+    kv_bytes, ...): each published condition a run records is compared with it."""
+    rows = _rows(tmp_path, published, {"c8i": c8i})
+    meta = {r["run_key"]: r["meta"] for r in fill_store(
+        Store(":memory:"), published, CAMPAIGN)}
+    from socketlab.report.compare import condition_differences
+
+    checked = set()
+    with Store(tmp_path / "store.sqlite", create=False) as store:
+        records = store.metrics_frame(CAMPAIGN).to_dict("records")
+    for r in rows:
+        if r.kind != REPRODUCED:
+            continue
+        counted = [x for x in records if x["experiment"] == r.cell.experiment
+                   and x["metric"] == r.cell.metric and x["repetition"] >= 0
+                   and x["status"] == "ok" and x.get("dim.stat") != "best"]
+        for key in r.cell.conditions:
+            value = r.cell.conditions[key]
+            other = value * 2 + 1 if isinstance(value, int | float) else f"{value}-other"
+            moved = dict(r.cell.conditions, **{key: other})
+            cell = type(r.cell)(**{**r.cell.__dict__, "conditions": moved})
+            if condition_differences(cell, counted, meta):
+                checked.add(key)
+    # the conditions of the measured tables that the native binaries record
+    assert {"workers", "participants", "duration_s", "steps", "reps", "vector_bytes", "tile_kib",
+            "kv_mib", "mib_per_core", "pages", "kernel", "load"} <= checked, checked
+
+
+def test_a_condition_that_differs_is_not_comparable(tmp_path, published, c8i):
+    """The c8i, but 93 workers (say 1 housekeeping core per node): every cell whose published
+    conditions say 90 workers is not comparable, naming the condition; exchanges (participants,
+    not workers) still reproduce."""
+    rows = _rows(tmp_path, published, {"c8i": c8i}, recorded={"threads": 93, "workers": 93})
+    by_id = {r.cell.id: r for r in rows}
+    for cell_id in ("ladder/l2-1.5-4k-read/bw_total", "compute/avx512-bf16-compute/flops_per_core",
+                    "batching/e2b-l0-2k-b16-amx/us_per_token", "tile-balance/e2b-l0-amx/bytes_max_over_mean",
+                    "clocks/avx512-bf16-gemv/busy_mhz_mean", "kv-stream/e2b-l4-8k/kv_read_bandwidth"):
+        r = by_id[cell_id]
+        assert (r.kind, r.verdict) == (NOT_COMPARABLE, "not comparable: conditions differ: workers 93 vs 90")
+        assert r.ratio is None and r.measured is not None
+    assert by_id["exchange/n96-diss/exchange_p50"].kind == REPRODUCED
+    measured = [r for r in rows if r.measured is not None]
+    workers = [r for r in measured if r.cell.conditions.get("workers") == 90]
+    assert workers and all(r.kind == NOT_COMPARABLE for r in workers)
+    assert all(r.kind == REPRODUCED for r in measured if "workers" not in r.cell.conditions)
+
+
+def test_a_shorter_profile_is_named(tmp_path, published, c8i):
+    """campaign-oct's quick profile on the c8i: 0.2 s per ladder rep, 2,000 exchange iterations,
+    fewer repetitions. Those cells name the profile and what it shortened; cells whose published
+    conditions say nothing of durations still compare."""
+    rows = _rows(tmp_path, published, {"c8i": c8i}, profile="quick", repetitions=2,
+                 recorded={"seconds": 0.2, "iters": 2000})
+    by_id = {r.cell.id: r for r in rows}
+    assert by_id["ladder/l2-1.5-4k-read/bw_total"].verdict == (
+        "not comparable: profile quick: 0.2 s per rep vs 2 s, 2 reps vs 3 published")
+    assert by_id["clocks/avx512-bf16-gemv/busy_mhz_mean"].verdict == (
+        "not comparable: profile quick: 0.2 s per rep vs 10 s published")
+    assert by_id["exchange/n96-diss/exchange_p50"].verdict == (
+        "not comparable: profile quick: 2,000 steps vs 20,000, 2 reps vs 3 published")
+    assert by_id["kv-stream/e2b-l4-8k/kv_read_bandwidth"].verdict == (
+        "not comparable: profile quick: 2 reps vs 3 published")
+    # published with 2 reps and no duration: the quick runs match what was published
+    assert by_id["batching/e2b-l0-2k-b16-amx/us_per_token"].kind == REPRODUCED
+    assert by_id["tile-balance/e2b-l0-amx/bytes_max_over_mean"].kind == REPRODUCED
+    # without a profile the same differences are plain conditions
+    rows = _rows(tmp_path / "b", published, {"c8i": c8i}, recorded={"seconds": 0.2})
+    r = next(r for r in rows if r.cell.id == "ladder/l2-1.5-4k-read/bw_total")
+    assert r.verdict == "not comparable: conditions differ: duration_s 0.2 vs 2"
 
 
 def test_other_host_is_not_comparable_and_names_the_difference(tmp_path, published):

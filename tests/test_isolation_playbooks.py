@@ -120,6 +120,9 @@ class Runner:
     def state_files(self) -> list[Path]:
         return sorted(self.state_dir.glob("isolation-*.json"))
 
+    def verify_file(self, host: str = "localhost") -> Path:
+        return self.state_dir / f"verify-{host}.json"
+
 
 @pytest.fixture
 def runner(tmp_path, kernel_knobs_lock):
@@ -129,7 +132,9 @@ def runner(tmp_path, kernel_knobs_lock):
     run = Runner(tmp_path / "state")
     yield run
     for state in run.state_files():
-        run.run("restore.yml", "-e", f"socketlab_state_file={state}")
+        host = state.stem.removeprefix("isolation-")
+        run.run("restore.yml", "-e", f"socketlab_state_file={state}",
+                "-e", f"socketlab_verify_file={run.verify_file(host)}")
 
 
 @pytest.fixture
@@ -199,6 +204,22 @@ def test_localhost_apply_verify_reapply_restore(runner, flipped_vm_knobs):
         assert "noise over 2 s, mean per CPU" in verified.output
         for group in ("housekeeping  0", "workers       1", "siblings      (none)"):
             assert group in verified.output, verified.output
+        # The result per host, beside the state file, for reports: and what the orchestrator's
+        # host_facts.py reads back from it.
+        record = json.loads(runner.verify_file().read_text())
+        assert record["format"] == "socketlab-isolation-verify/1" and record["host"] == "localhost"
+        assert record["passed"] is True and record["drifted"] == [] and record["error"] == ""
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", record["time"]), record
+        assert "workqueue cpumask" in record["checked"]
+        assert (record["plan"]["housekeeping_list"], record["plan"]["workers_list"]) == ("0", "1")
+        assert record["state_file"] == str(state)
+        assert record["noise"]["seconds"] == 2 and "cpus" not in record["noise"]
+        workers = record["noise"]["groups"]["workers"]
+        assert workers["cpus"] == "1" and workers["count"] == 1
+        assert workers["local_timer_irqs_per_s"]["mean"] > 0  # the tick is never silent
+        assert record["noise"]["table"][0] == "noise over 2 s, mean per CPU (max in brackets)"
+        facts = host_facts_module().snapshot("/", state_dir=str(runner.state_dir))
+        assert facts["isolation_verify"] == {"localhost": record}
 
         second = runner.run("isolate.yml", "-e", "socketlab_hugepages_per_node=2")
         assert second.returncode == 0, second.output
@@ -208,6 +229,7 @@ def test_localhost_apply_verify_reapply_restore(runner, flipped_vm_knobs):
     assert restored.returncode == 0, restored.output
     assert re.search(r"restored \d+ knob\(s\)", restored.output), restored.output
     assert not runner.state_files()
+    assert not runner.verify_file().exists()  # it described an isolation that is gone
     assert not runner.state_dir.exists()  # holder script and the folders isolation made: gone
     compared = assert_same_knobs(before, knob_snapshot())
     assert str(THP) in compared and str(WORKQUEUE) in compared
@@ -222,12 +244,18 @@ def test_verify_names_a_drifted_knob(runner):
         verified = runner.run("verify.yml", "-e", "socketlab_noise_seconds=0")
         assert verified.returncode != 0
         assert error_line(verified.output).startswith(
-            "[ERROR]: Task failed: Module failed: 1 knob(s) drifted from the isolation plan: "
+            "[ERROR]: Task failed: Action failed: 1 knob(s) drifted from the isolation plan: "
             "workqueue cpumask: expected 1, found"
         )
+        # recorded before the play failed: the report names the knob
+        record = json.loads(runner.verify_file().read_text())
+        assert record["passed"] is False and record["noise"] is None
+        assert len(record["drifted"]) == 1
+        assert record["drifted"][0].startswith("workqueue cpumask: expected 1, found 3")
     finally:
         restored = runner.run("restore.yml")
     assert restored.returncode == 0, restored.output
+    assert not runner.verify_file().exists()
     assert not runner.state_dir.exists()
     assert_same_knobs(before, knob_snapshot())
 
@@ -334,6 +362,9 @@ def test_ssh_host_apply_verify_reapply_restore(runner, ssh_pool, tmp_path, flipp
         verified = ssh.run("verify.yml", "-e", "socketlab_noise_seconds=1")
         assert verified.returncode == 0, verified.output
         assert "noise over 1 s, mean per CPU" in verified.output
+        # keyed by inventory name, like the state file: the hosts share one filesystem
+        assert json.loads(ssh.verify_file(host.name).read_text())["passed"] is True
+        assert not ssh.verify_file("localhost").exists()
         second = ssh.run("isolate.yml")
         assert recap(second.output)[host.name]["changed"] == 0, second.output
     finally:
@@ -383,6 +414,22 @@ def test_bad_input_one_line_and_nothing_changed(runner, tmp_path, case):
     assert result.returncode != 0, result.output
     assert re.search(expected, error_line(result.output)), result.output
     assert not runner.state_files() and not runner.state_dir.exists()
+    assert_same_knobs(before, knob_snapshot())
+
+
+def test_verify_of_a_host_that_is_not_isolated_leaves_no_record(runner):
+    """A record left behind (say the state file was deleted by hand) would claim a verified
+    isolation; verify removes it and fails."""
+    runner.state_dir.mkdir()
+    stale = runner.verify_file()
+    stale.write_text(json.dumps({"host": "localhost", "passed": True}))
+    before = knob_snapshot()
+    result = runner.run("verify.yml", "-e", "socketlab_noise_seconds=0")
+    assert result.returncode != 0
+    assert error_line(result.output) == (
+        "[ERROR]: Task failed: Action failed: isolation is not applied on localhost: no state file "
+        f"{runner.state_dir}/isolation-localhost.json")
+    assert not stale.exists()
     assert_same_knobs(before, knob_snapshot())
 
 

@@ -28,16 +28,40 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     pub = load_published(PUBLISHED_DIR / "sram-oct-2026.yaml")
     with Store(store_path(CAMPAIGN, root)) as store:
-        fill_store(store, pub, CAMPAIGN, host="c8i", shift={"exchange/n32-diss/exchange_p50": 1.2})
+        fill_store(store, pub, CAMPAIGN, host="c8i", shift={"exchange/n32-diss/exchange_p50": 1.2},
+                   raw_root=root / CAMPAIGN)
     hosts = root / CAMPAIGN / "hosts"
     hosts.mkdir(parents=True)
-    snapshot = json.loads((REPO / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json")
-                          .read_text())
-    plan = plan_isolation(topology_from_snapshot(snapshot), housekeeping_per_node=2).facts()
+    plan = c8i_plan()
     (hosts / "c8i.json").write_text(json.dumps({
         "topology": topology_facts("c8i-metal-48xl"), "isolation": plan,
-        "isolation_applied": True, "isolation_verify": "ok: 161 of 165 IRQs on housekeeping"}))
+        "isolation_applied": True, "isolation_verify": verify_record(plan)}))
     return root
+
+
+def c8i_plan() -> dict:
+    snapshot = json.loads((REPO / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json")
+                          .read_text())
+    return plan_isolation(topology_from_snapshot(snapshot), housekeeping_per_node=2).facts()
+
+
+def verify_record(plan: dict, **change) -> dict:
+    """A record as playbooks/verify.yml writes it (tests/test_isolation_playbooks.py checks the
+    real one), with the published idle noise on the workers."""
+    def noise(mean: float) -> dict:
+        return {"mean": mean, "max": mean}
+
+    record = {
+        "format": "socketlab-isolation-verify/1", "host": "c8i", "time": "2026-10-08T09:14:03Z",
+        "passed": True, "drifted": [], "error": "", "checked": ["state file", "workqueue cpumask"],
+        "unavailable": [], "state_file": "/var/lib/socketlab/isolation-c8i.json", "plan": plan,
+        "noise": {"source": "proc_noise", "seconds": 10, "groups": {
+            "workers": {"cpus": plan["workers_list"], "count": 90,
+                        "device_irqs_per_s": noise(0.0), "local_timer_irqs_per_s": noise(100.2),
+                        "other_irqs_per_s": noise(2.1), "ctx_switches_per_s": noise(1.8)}},
+            "table": ["noise over 10 s, mean per CPU (max in brackets)"]},
+    }  # fmt: skip
+    return {**record, **change}
 
 
 @pytest.fixture(scope="module")
@@ -65,10 +89,55 @@ def test_markdown_has_a_row_for_every_published_cell(report):
     assert "not run: needs the real-layer stage benchmark" in md
     # provenance: host facts, isolation state and verify result
     assert "INTEL(R) XEON(R) 6975P-C" in md and "isolation applied: yes" in md
-    assert "verify: ok: 161 of 165 IRQs on housekeeping" in md
-    # the CPU sets the runs were placed on: the published placement on the c8i topology
+    # the CPU sets the runs were placed on (the published placement on the c8i topology) and
+    # what verify.yml found
     assert ("isolation on c8i**: applied; plan: housekeeping 0-1,32-33,64-65,96-97,128-129,"
-            "160-161, workers 2-31,34-63,66-95") in md
+            "160-161, workers 2-31,34-63,66-95; verified 2026-10-08T09:14:03Z: 0 drifted knobs; "
+            "worker noise: device IRQs 0.0/s, timer 100.2/s, ctx 1.8/s (mean per CPU over 10 s)"
+            ) in md
+
+
+@pytest.mark.parametrize("case", ["passed", "failed", "none", "stale", "other-plan", "unsampled"])
+def test_provenance_says_what_verify_found(case):
+    """Each state of verify.yml's record reads differently, and none reads as verified unless the
+    record passed for the plan the runs used on a host that still runs it."""
+    from socketlab.report.isolation import isolation_text
+
+    plan = c8i_plan()
+    entry = {"isolation": plan, "isolation_applied": True}
+    record = verify_record(plan)
+    if case == "failed":
+        record = verify_record(plan, passed=False, noise=None, drifted=[
+            "workqueue cpumask: expected 00000003,..., found ffffffff,... (/sys/...)",
+            "irqbalance stopped: runs again (PIDs [812])"])
+    elif case == "stale":
+        entry["isolation_applied"] = False
+    elif case == "other-plan":
+        record = verify_record({**plan, "workers_list": "2-31"})
+    elif case == "unsampled":
+        record = verify_record(plan, noise=None)
+    if case != "none":
+        entry["isolation_verify"] = record
+    text = isolation_text(entry).split("; ", 1)[1]
+    verified = "verified 2026-10-08T09:14:03Z: 0 drifted knobs; worker noise: "
+    expected = {
+        "passed": verified + "device IRQs 0.0/s, timer 100.2/s, ctx 1.8/s (mean per CPU over 10 s)",
+        "failed": "verify failed: workqueue cpumask: expected 00000003,..., found ffffffff,... "
+                  "(/sys/...); irqbalance stopped: runs again (PIDs [812]) (2026-10-08T09:14:03Z)",
+        "none": "not verified",
+        "stale": "verified 2026-10-08T09:14:03Z: 0 drifted knobs; worker noise: device IRQs "
+                 "0.0/s, timer 100.2/s, ctx 1.8/s (mean per CPU over 10 s); but isolation is not "
+                 "applied any more",
+        "other-plan": "but it checked workers 2-31, the runs used 2-31,34-63,66-95",
+        "unsampled": verified + "not sampled",
+    }[case]
+    if case == "stale":
+        assert isolation_text(entry) == "not applied; plan: housekeeping 0-1,32-33,64-65,96-97," \
+            "128-129,160-161, workers 2-31,34-63,66-95; " + expected
+    elif case == "other-plan":
+        assert text.endswith(expected), text
+    else:
+        assert text.endswith("; " + expected) or text == expected, text
 
 
 def test_html_is_standalone_with_plots(report, tmp_path):
@@ -167,7 +236,66 @@ def test_not_run_reasons_from_the_results_folder(tmp_path):
     assert verdict["ladder/l2-1.3-4k-read/bw_total"] == "not run: left out by profile quick"
     assert verdict["exchange/n96-hier/exchange_p50"] == (
         "not run: campaign-oct.yaml runs no exchange point with scope=all-nodes, mode=hier")
+    # the host differs, and the profile ran one rep where three were published
     assert verdict["ladder/l2-1.0-4k-read/bw_total"] == (
-        "not comparable: host is AMD EPYC (2 cores), published host is Xeon 6975P-C (96 cores)")
+        "not comparable: host is AMD EPYC (2 cores), published host is Xeon 6975P-C (96 cores); "
+        "profile quick: 1 rep vs 3 published")
     assert verdict["ladder/l2-1.0-4k-amx/bw_total"] == "not run: host lacks amx_bf16"
     assert rep.provenance["profile"] == "quick"
+
+
+def test_conditions_come_from_the_runs_meta_records(tmp_path):
+    """Through the results folder: the binaries' meta.json (0.2 s per rep) and the profile the
+    campaign ran with (last-run.json) make the c8i's ladder cells not comparable, by name."""
+    pub = load_published(PUBLISHED_DIR / "sram-oct-2026.yaml")
+    with Store(store_path(CAMPAIGN, tmp_path)) as store:
+        fill_store(store, pub, CAMPAIGN, host="c8i", recorded={"seconds": 0.2},
+                   raw_root=tmp_path / CAMPAIGN)
+    (tmp_path / CAMPAIGN / "hosts").mkdir()
+    (tmp_path / CAMPAIGN / "hosts" / "c8i.json").write_text(json.dumps(
+        {"topology": topology_facts("c8i-metal-48xl"), "isolation": c8i_plan(),
+         "isolation_applied": True}))
+    (tmp_path / CAMPAIGN / "last-run.json").write_text(json.dumps({"profile": "quick"}))
+    rep = build_report(CAMPAIGN, results=tmp_path, spec_path=tmp_path / "no-spec.yaml")
+    verdict = {r.cell.id: r.verdict for r in rep.rows}
+    assert verdict["ladder/l2-1.0-4k-read/bw_total"] == (
+        "not comparable: profile quick: 0.2 s per rep vs 2 s published")
+    assert verdict["exchange/n32-fid/exchange_p50"].startswith("reproduced")
+    assert rep.provenance["isolation"]["c8i"].endswith("; not verified")
+
+
+def test_host_facts_carry_this_hosts_verify_record(tmp_path):
+    """What `orchestrate run` stores as a host's facts (hosts/<host>.json, each run's facts.json)
+    includes verify.yml's record for that inventory name, read by collectors/host_facts.py from
+    the playbooks' default state folder; other hosts' records (network-namespace hosts share the
+    filesystem) are not mixed in."""
+    import os
+
+    from socketlab.inventory import InventoryHost, default_remote_python
+    from socketlab.spec.hosts import gather_host_facts
+    from socketlab.spec.load import load_spec
+
+    state_dir = Path("/var/lib/socketlab")
+    name = f"report-test-{os.getpid()}"
+    made = [d for d in (state_dir.parent, state_dir) if not d.exists()]
+    if not os.access(state_dir if state_dir.exists() else state_dir.parent, os.W_OK):
+        pytest.skip(f"{state_dir} is not writable here")
+    mine, other = state_dir / f"verify-{name}.json", state_dir / f"verify-{name}-other.json"
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        mine.write_text(json.dumps({"host": name, "passed": True, "time": "2026-11-29T20:00:00Z"}))
+        other.write_text(json.dumps({"host": f"{name}-other", "passed": False}))
+        host = InventoryHost(name, "local", "localhost", 22, None, None, "",
+                             default_remote_python())
+        spec = load_spec(REPO / "experiments" / "campaign-oct.yaml", profile="quick")
+        entry = gather_host_facts(spec, [host])[name]
+        assert entry["isolation_verify"] == {"host": name, "passed": True,
+                                             "time": "2026-11-29T20:00:00Z"}
+        other.unlink()
+        mine.unlink()
+        assert "isolation_verify" not in gather_host_facts(spec, [host])[name]
+    finally:
+        for path in (mine, other):
+            path.unlink(missing_ok=True)
+        for folder in reversed(made):
+            folder.rmdir()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from socketlab.cli import main
-from socketlab.store import store_path
+from socketlab.store import Store, store_path
 from tests.support.campaign import EMIT, PY, ok_count, stored, write_spec
 from tests.support.procs import alive, wait_for
 from tests.support.shell import bait_untouched, shell_bait
@@ -143,3 +143,97 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
         subprocess.run(["ip", "link", "set", veth, "up"], check=False)
         if not restarted:
             pool.restart(lost)
+
+
+def test_host_unreachable_at_facts_is_recorded_then_retried(ssh_pool, tmp_path, capsys):
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "ssh-facts-down",
+        "hosts": {"group": "testhosts"},
+        "experiments": [{"name": "emit", "timeout_s": 30, "command": [PY, "-c", EMIT, "{{ i }}"],
+                         "sweep": {"matrix": {"i": [1, 2]}}, "metrics": {"parser": "jsonl"}}],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    pool = ssh_pool
+    dead, alive_host = pool.hosts[0], pool.hosts[1]
+    base = ["--results", str(results)]
+    run = ["run", str(spec), *base, "--inventory", str(inventory(pool, tmp_path)), "--plain"]
+    restarted = False
+    pool.stop(dead)  # down before facts are gathered: no point of it can even be planned
+    try:
+        assert main(run) == 1
+        runs = stored(results, "ssh-facts-down")
+        assert sorted((r.host, r.status) for r in runs.values()) == [(alive_host.name, "ok")] * 2
+        with Store(store_path("ssh-facts-down", results), create=False) as store:
+            [note] = store.host_failures("ssh-facts-down")
+        assert (note.host, note.stage, note.attempts) == (dead.name, "facts", 1)
+        assert dead.address in note.reason or dead.name in note.reason, note.reason
+        capsys.readouterr()
+        assert main(["status", "ssh-facts-down", *base]) == 0
+        shown = capsys.readouterr().out
+        assert "hosts not reached" in shown and f"{dead.name}: facts: {note.reason}" in shown
+        assert main(["status", *base]) == 0
+        assert "ssh-facts-down: ok 2; 1 host(s) not reached" in capsys.readouterr().out
+        assert main(["report", "ssh-facts-down", *base]) == 0
+        report = (results / "ssh-facts-down" / "report.md").read_text()
+        assert "## Hosts not reached" in report and f"| {dead.name} | facts |" in report
+
+        # still down: --rerun-failed tries it again (the note counts the sessions), and leaves
+        # the reachable host's runs alone
+        assert main([*run, "--rerun-failed"]) == 1
+        with Store(store_path("ssh-facts-down", results), create=False) as store:
+            [again] = store.host_failures("ssh-facts-down")
+        assert again.attempts == 2 and again.first_failed == note.first_failed
+
+        pool.restart(dead)
+        restarted = True
+        assert main(run) == 0  # a plain run reaches it, runs its points, clears the note
+        after = stored(results, "ssh-facts-down")
+        assert len(after) == 4 and {r.status for r in after.values()} == {"ok"}
+        assert sorted(r.host for r in after.values()) == sorted([dead.name, alive_host.name] * 2)
+        for key, r in runs.items():  # the first session's runs were not redone
+            assert after[key].attempts == 1 and after[key].started == r.started
+        with Store(store_path("ssh-facts-down", results), create=False) as store:
+            assert store.host_failures("ssh-facts-down") == []
+        capsys.readouterr()
+        assert main(["status", "ssh-facts-down", *base]) == 0
+        assert "not reached" not in capsys.readouterr().out
+    finally:  # the session's hosts serve other tests
+        if not restarted:
+            pool.restart(dead)
+
+
+def test_busy_host_is_noted_then_cleared_once_held(ssh_pool, tmp_path, capsys):
+    from socketlab.execute.ssh import SshExecutor
+    from socketlab.inventory import load_inventory
+
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "ssh-busy",
+        "hosts": {"group": "testhosts"},
+        "experiments": [{"name": "emit", "timeout_s": 30, "command": [PY, "-c", EMIT, "1"],
+                         "metrics": {"parser": "jsonl"}}],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    inv = inventory(ssh_pool, tmp_path)
+    busy = next(h for h in load_inventory(inv) if h.name == ssh_pool.hosts[0].name)
+    run = ["run", str(spec), "--results", str(results), "--inventory", str(inv), "--plain"]
+    other = SshExecutor(busy, workroot=str(tmp_path / "work"))  # a second orchestrator
+    other.connect()
+    try:
+        other.install_tools(tmp_path / "scratch")
+        other.lock({"campaign": "someone-else"})
+        assert main(run) == 1
+        with Store(store_path("ssh-busy", results), create=False) as store:
+            [note] = store.host_failures("ssh-busy")
+        assert (note.host, note.stage) == (busy.name, "lock")
+        assert "busy" in note.reason and "someone-else" in note.reason
+        assert [r.host for r in stored(results, "ssh-busy").values()] == [ssh_pool.hosts[1].name]
+        capsys.readouterr()
+        assert main(["status", "ssh-busy", "--results", str(results)]) == 0
+        assert f"{busy.name}: lock: " in capsys.readouterr().out
+    finally:
+        other.close()  # the agent exits and frees the lock
+    assert main(run) == 0
+    assert sorted(r.host for r in stored(results, "ssh-busy").values()) == sorted(
+        h.name for h in ssh_pool.hosts)
+    with Store(store_path("ssh-busy", results), create=False) as store:
+        assert store.host_failures("ssh-busy") == []

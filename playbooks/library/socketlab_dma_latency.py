@@ -49,6 +49,13 @@ options:
     description: Isolation state file.
     type: path
     required: true
+  service_manager:
+    description:
+      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
+        (for tests that drive the systemd path against an emulated C(systemctl)).
+    type: str
+    choices: [auto, systemd, none]
+    default: auto
 author: socketlab
 """
 
@@ -76,7 +83,11 @@ import os  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import load_state, pid1_manager  # noqa: E402
+from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+    SERVICE_MANAGERS,
+    load_state,
+    service_manager,
+)
 
 
 def status(module, p):
@@ -99,6 +110,7 @@ def main():
             device=dict(type="path", default="/dev/cpu_dma_latency"),
             python=dict(type="path", default="/usr/bin/python3"),
             state_file=dict(type="path", required=True),
+            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
         ),
         supports_check_mode=True,
     )
@@ -114,7 +126,7 @@ def main():
         if module.check_mode and p["state"] == "started":
             module.exit_json(changed=True, msg="would install and start the latency holder")
         module.fail_json(msg="latency holder: {} is missing on the host".format(p["script"]))
-    systemd = pid1_manager() == "systemd"
+    systemd = service_manager(p["service_manager"]) == "systemd"
     now = status(module, p)
     if p["state"] == "stopped":
         if not now["running"]:
@@ -145,11 +157,14 @@ def main():
     base = [p["python"], p["script"]]
     opts = ["--pidfile", p["pidfile"], "--device", p["device"], "--value", str(p["value"])]
     if systemd:
+        # --collect: a holder that died (OOM, SIGKILL) leaves no "failed" unit behind whose
+        # name the next apply's systemd-run would refuse as "already exists".
         module.run_command(
             [
                 "systemd-run",
                 "--unit",
                 p["unit"],
+                "--collect",
                 "--description",
                 "socketlab: hold /dev/cpu_dma_latency for isolation",
             ]

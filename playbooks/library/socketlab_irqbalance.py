@@ -23,6 +23,13 @@ options:
     description: Process and service name.
     type: str
     default: irqbalance
+  service_manager:
+    description:
+      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
+        (for tests that drive the systemd path against an emulated C(systemctl)).
+    type: str
+    choices: [auto, systemd, none]
+    default: auto
 author: socketlab
 """
 
@@ -45,9 +52,10 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+    SERVICE_MANAGERS,
     find_processes,
     load_state,
-    pid1_manager,
+    service_manager,
 )
 
 
@@ -56,6 +64,7 @@ def main():
         argument_spec=dict(
             state_file=dict(type="path", required=True),
             name=dict(type="str", default="irqbalance"),
+            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
         ),
         supports_check_mode=True,
     )
@@ -72,7 +81,7 @@ def main():
             msg="{} runs but the isolation state file {} does not record it; "
             "run the isolation_state role first".format(name, module.params["state_file"])
         )
-    if pid1_manager() == "systemd":
+    if service_manager(module.params["service_manager"]) == "systemd":
         module.run_command(["systemctl", "stop", name], check_rc=True)
     elif os.path.exists(f"/etc/init.d/{name}"):
         module.run_command([f"/etc/init.d/{name}", "stop"], check_rc=True)

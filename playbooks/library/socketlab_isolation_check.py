@@ -179,7 +179,10 @@ def main():
                 )
         else:
             unavailable.append("latency holder ({})".format(p["holder_device"]))
-    if pid1_manager() == "systemd":
+    # The service manager apply acted through, as the state file records it, so verify checks
+    # what apply did (PID 1's where nothing is recorded).
+    manager = (state.get("holder") or {}).get("manager") or pid1_manager()
+    if manager == "systemd":
         for unit in p["systemd_units"]:
             checked.append(f"{unit} AllowedCPUs")
             rc, out, err = module.run_command(
@@ -191,7 +194,7 @@ def main():
                     f"found {out.strip()}"
                 )
     else:
-        unavailable.append(f"service confinement (PID 1 is {pid1_manager()!r}, not systemd)")
+        unavailable.append(f"service confinement (PID 1 is {manager!r}, not systemd)")
     result = dict(changed=False, checked=checked, drifted=drifted, unavailable=unavailable)
     if drifted:
         module.fail_json(

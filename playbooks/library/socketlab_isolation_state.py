@@ -73,6 +73,14 @@ options:
     description: procfs mount point.
     type: path
     default: /proc
+  service_manager:
+    description:
+      - The service manager recorded for the units, irqbalance and the holder (restore acts
+        through it). V(auto) is PID 1's; V(systemd) or V(none) name it (for tests that drive
+        the systemd path against an emulated C(systemctl)).
+    type: str
+    choices: [auto, systemd, none]
+    default: auto
 author: socketlab
 """
 
@@ -127,15 +135,16 @@ import time  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
     REFUSED_ERRNOS,
+    SERVICE_MANAGERS,
     KnobError,
     find_processes,
     kind_for,
     load_state,
     new_state,
     normalize,
-    pid1_manager,
     read_knob,
     same,
+    service_manager,
     write_knob,
     write_state,
 )
@@ -187,7 +196,7 @@ def snapshot(module, p):
             continue
         state["files"][path] = {"value": read_knob(path), "kind": kind_for(path)}
         recorded.append(path)
-    manager = pid1_manager(p["proc_root"])
+    manager = service_manager(p["service_manager"], p["proc_root"])
     new_processes = []
     for name in p["processes"]:
         if name in state["processes"]:
@@ -413,6 +422,7 @@ def main():
             plan=dict(type="dict", default={}),
             targets=dict(type="dict", default={}),
             proc_root=dict(type="path", default="/proc"),
+            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
         ),
         supports_check_mode=True,
     )

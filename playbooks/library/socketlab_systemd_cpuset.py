@@ -28,6 +28,13 @@ options:
     description: Isolation state file.
     type: path
     required: true
+  service_manager:
+    description:
+      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
+        (for tests that drive the systemd path against an emulated C(systemctl)).
+    type: str
+    choices: [auto, systemd, none]
+    default: auto
 author: socketlab
 """
 
@@ -51,10 +58,11 @@ confined:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+    SERVICE_MANAGERS,
     format_cpulist,
     load_state,
     parse_cpulist,
-    pid1_manager,
+    service_manager,
 )
 
 
@@ -64,11 +72,12 @@ def main():
             units=dict(type="list", elements="str", default=["system.slice", "init.scope"]),
             cpus=dict(type="str", required=True),
             state_file=dict(type="path", required=True),
+            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
         ),
         supports_check_mode=True,
     )
     p = module.params
-    manager = pid1_manager()
+    manager = service_manager(p["service_manager"])
     if manager != "systemd":
         module.exit_json(
             changed=False,

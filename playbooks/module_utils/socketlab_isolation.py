@@ -49,7 +49,9 @@ def kind_for(path):
 # AnsiballZ). They agree on all the kernel prints.
 def parse_cpulist(text):
     cpus = set()
-    for part in text.replace(" ", "").split(","):
+    # Commas or whitespace between ranges: the kernel prints "0-1,96-97", `systemctl show -p
+    # AllowedCPUs` prints "0-1 96-97" (systemd's cpu_set_to_range_string).
+    for part in text.replace(",", " ").split():
         if not part:
             continue
         if "-" in part:
@@ -190,6 +192,18 @@ def pid1_manager(proc_root="/proc"):
             return f.read().strip()
     except OSError:
         return "unknown"
+
+
+SERVICE_MANAGERS = ("auto", "systemd", "none")
+
+
+def service_manager(override="auto", proc_root="/proc"):
+    """The service manager the isolation modules act through: PID 1's (auto), or the one the
+    play names (socketlab_service_manager). Naming it exists for the tests, which drive the
+    systemd paths against an emulated systemctl on hosts whose PID 1 is not systemd."""
+    if override in ("systemd", "none"):
+        return override
+    return pid1_manager(proc_root)
 
 
 def find_processes(name, proc_root="/proc"):

@@ -140,6 +140,8 @@ class Runner:
         todo = self.pending()
         total = sum(1 for items in todo.values() for p, _ in items if not p.warmup)
         busy = [h for h, items in todo.items() if items]
+        for idle in set(todo) - set(busy):  # nothing left to run there: no note stays true
+            self.store.clear_host_failure(self.campaign, idle)
         self.reporter.start(self.campaign, total, len(busy), self.summary.skipped_done)
         threads = [
             threading.Thread(target=self._host, args=(h, todo[h]), name=f"host-{h}", daemon=True)
@@ -159,13 +161,15 @@ class Runner:
         try:
             try:
                 self._open(executor, scratch)
-            except HostBusy as exc:
+            except HostBusy as exc:  # no point ran: a host-level note, retried next session
                 self._host_error(name, str(exc))
+                self.store.record_host_failure(self.campaign, name, "lock", str(exc))
                 return
             except HostError as exc:
                 self._host_error(name, str(exc))
                 self._fail_all(items, f"host unreachable: {exc}")
                 return
+            self.store.clear_host_failure(self.campaign, name)  # reached and held: worked on
             manifests: dict[str, dict] = {}
             broken: dict[str, str] = {}
             for index, (point, key) in enumerate(items):

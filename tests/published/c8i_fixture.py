@@ -3,14 +3,23 @@
 Every measured cell of a published file becomes stored runs (3 repetitions) with the cell's join
 parameters, so the report can be checked end to end through the real store: on the c8i topology
 every measured cell must read "reproduced", and a value moved 20% must read "deviates".
+
+The runs carry what the native binaries record beside their values, as campaign-oct.yaml's full
+profile runs them on the c8i's 90 workers: metric dimensions (threads, participants, page,
+bytes_per_core, tile_kib, ...) and the meta record (seconds, iters, steps, kv_bytes, ...), so the
+published conditions can be checked too. ``recorded`` overrides any of those fields (93 workers,
+0.2 s per rep) to make a run that did not record the published conditions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from pathlib import Path
+from typing import Any
 
+from socketlab.collect import METRIC_SOURCES
 from socketlab.parse import Metric
 from socketlab.report.published import Published
 from socketlab.store import RunRecord, Store
@@ -25,46 +34,124 @@ def topology_facts(name: str) -> dict:
     return topology_from_snapshot(snap).facts()
 
 
-def fill_store(store: Store, published: Published, campaign: str, host: str = "c8i",
-               noise: float = 0.01, shift: dict[str, float] | None = None, seed: int = 7) -> int:
-    """Store runs for every measured cell; ``shift`` multiplies chosen cells (by cell id).
+#: the c8i's workers: 96 cores less 2 housekeeping cores per SNC node (campaign-oct.yaml)
+WORKERS = 90
+MIB = 1048576
 
-    Returns the number of runs stored.
+#: meta fields per experiment as campaign-oct.yaml's full profile runs it (--seconds, --reps,
+#: --iters, --steps); None: no binary (noise-idle runs sleep under the noise collector)
+RUN_AS: dict[str, dict[str, Any] | None] = {
+    **dict.fromkeys(("ladder", "ladder-amx", "dram-imc", "compute", "compute-amx"),
+                    {"binary": "ladder", "seconds": 2, "reps": 3}),
+    **dict.fromkeys(("clocks", "clocks-amx"), {"binary": "ladder", "seconds": 10, "reps": 1}),
+    "noise-load": {"binary": "ladder", "seconds": 20, "reps": 1},
+    **dict.fromkeys(("exchange", "exchange-umwait"),
+                    {"binary": "exchange", "iters": 20000, "warmup": 2000, "bytes": 2560}),
+    "latency": {"binary": "exchange", "mode": "pingpong", "iters": 300, "pairs": 1},
+    **dict.fromkeys(("gemv-batch", "gemv-batch-amx"), {"binary": "gemv", "steps": 2000}),
+    "tile-balance": {"binary": "gemv", "row_unit": 4},
+    "kvstream": {"binary": "kvstream", "steps": 200, "tile_tokens": 1024},
+    "noise-idle": None,
+}
+
+
+def recorded_shape(experiment: str, cond: dict[str, Any]) -> tuple[dict, dict, dict]:
+    """(meta record, the binary's metric dimensions, collector metric dimensions) of a run with
+    these conditions, in the shape each native binary prints them."""
+    run_as = RUN_AS[experiment]
+    if run_as is None:
+        return {}, {}, {"cpus": WORKERS}
+    meta = dict(run_as)
+    binary = meta["binary"]
+    dims: dict[str, Any] = {}
+    if binary == "ladder":
+        kernel = cond.get("kernel") or cond.get("load")
+        meta.update(threads=WORKERS, kernel=kernel)
+        dims.update(threads=WORKERS, kernel=kernel)
+        if "pages" in cond:
+            meta["page_mode"] = dims["page"] = cond["pages"]
+        if "mib_per_core" in cond:
+            meta["bytes_per_core"] = dims["bytes_per_core"] = int(cond["mib_per_core"] * MIB)
+    elif binary == "exchange":
+        n = cond.get("participants", 2)
+        meta.update(threads=n)
+        dims.update(participants=n, bytes=meta.get("bytes", 64))
+    elif binary == "gemv":
+        meta.update(threads=WORKERS)
+        dims.update(workers=WORKERS, kernel=cond.get("kernel"))
+        if "batch" in cond:
+            meta["batch"] = dims["batch"] = cond["batch"]
+    else:  # kvstream
+        meta.update(threads=WORKERS, tokens=cond["context"], kv_bytes=cond["kv_mib"] * MIB)
+        dims.update(workers=WORKERS, tokens=cond["context"], tile_kib=256, prefetch_kib=2)
+    return meta, dims, {"cpus": WORKERS}
+
+
+def fill_store(store: Store, published: Published, campaign: str, host: str = "c8i",
+               noise: float = 0.01, shift: dict[str, float] | None = None, seed: int = 7,
+               repetitions: int = 3, recorded: dict[str, Any] | None = None,
+               raw_root: Path | None = None) -> list[dict[str, Any]]:
+    """Store runs for every measured cell; ``shift`` multiplies chosen cells (by cell id);
+    ``recorded`` replaces recorded fields (meta and dimensions) of every run that has them.
+    With ``raw_root``, each run's meta record goes to raw_root/runs/<key>/meta.json, as the
+    runner leaves it. Returns the runs as ``socketlab.report.compare.compare`` takes them.
     """
     rng = random.Random(seed)
     shift = shift or {}
+    recorded = recorded or {}
     groups: dict[tuple, dict] = {}
+    conditions: dict[tuple, dict] = {}
     for cell in published.cells:
         if cell.unmeasured or not cell.experiment:
             continue
         params = cell.join_params()
         key = (cell.experiment, json.dumps(params, sort_keys=True))
+        merged = conditions.setdefault(key, {})
+        for k, v in cell.conditions.items():
+            merged.setdefault(k, v)
         metrics = groups.setdefault(key, {})
         if cell.metric in metrics:  # the same measurement published twice: first one wins
             continue
         value = cell.reference * (float(cell.conditions[cell.divide_by]) if cell.divide_by else 1)
         metrics[cell.metric] = (value * shift.get(cell.id, 1.0), cell.unit)
-    n = 0
+    runs: list[dict[str, Any]] = []
+
+    def add(experiment: str, key: str, rep: int, status: str, reason: str, rows: list[Metric],
+            params: dict, meta: dict) -> None:
+        raw = ""
+        if raw_root is not None and meta:
+            folder = raw_root / "runs" / hashlib.sha256(key.encode()).hexdigest()[:16]
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "meta.json").write_text(json.dumps([{"type": "meta", **meta}], indent=1))
+            raw = str(folder)
+        store.add_run(RunRecord(run_key=key, campaign=campaign, experiment=experiment, host=host,
+                                repetition=rep, params=params, status=status, reason=reason,
+                                raw_dir=raw), rows)
+        runs.append({"run_key": key, "experiment": experiment, "host": host, "params": params,
+                     "status": status, "reason": reason, "meta": meta})
+
+    def swap(fields: dict[str, Any]) -> dict[str, Any]:
+        return {k: recorded.get(k, v) for k, v in fields.items()}
+
     for (experiment, params_json), metrics in groups.items():
         params = json.loads(params_json)
-        for rep in range(3):
-            key = f"{experiment}:{params_json}:{rep}"
+        meta, dims, collector_dims = (swap(x) for x in recorded_shape(
+            experiment, conditions[(experiment, params_json)]))
+        shape = {name: dict(collector_dims if name in METRIC_SOURCES else dims)
+                 for name in metrics}
+        for rep in range(repetitions):
             rows = [
-                Metric(name, value * (1 + rng.uniform(-noise, noise)), unit, {"rep": rep}, "jsonl/1")
+                Metric(name, value * (1 + rng.uniform(-noise, noise)), unit,
+                       {**shape[name], "rep": rep}, "jsonl/1")
                 for name, (value, unit) in metrics.items()
             ]
             # a summary record, as the native binaries print after the reps: never counted
-            rows += [Metric(name, value * 10, unit, {"stat": "best"}, "jsonl/1")
+            rows += [Metric(name, value * 10, unit, {**shape[name], "stat": "best"}, "jsonl/1")
                      for name, (value, unit) in metrics.items()]
-            store.add_run(RunRecord(run_key=key, campaign=campaign, experiment=experiment,
-                                    host=host, repetition=rep, params=params, status="ok"), rows)
-            n += 1
+            add(experiment, f"{experiment}:{params_json}:{rep}", rep, "ok", "", rows, params, meta)
         # a warm-up and a failed run with wild values: both must be ignored
-        wild = [Metric(name, value * 5, unit) for name, (value, unit) in metrics.items()]
-        store.add_run(RunRecord(run_key=f"{experiment}:{params_json}:warm", campaign=campaign,
-                                experiment=experiment, host=host, repetition=-1, params=params,
-                                status="ok"), wild)
-        store.add_run(RunRecord(run_key=f"{experiment}:{params_json}:fail", campaign=campaign,
-                                experiment=experiment, host=host, repetition=3, params=params,
-                                status="failed", reason="exit 1"), wild)
-    return n
+        wild = [Metric(name, value * 5, unit, shape[name]) for name, (value, unit) in metrics.items()]
+        add(experiment, f"{experiment}:{params_json}:warm", -1, "ok", "", wild, params, meta)
+        add(experiment, f"{experiment}:{params_json}:fail", repetitions, "failed", "exit 1", wild,
+            params, meta)
+    return runs

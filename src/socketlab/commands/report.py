@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     with Store(path, create=False) as store:
         frame = store.metrics_frame(args.campaign)
         counts = Counter(r.status for r in store.runs(args.campaign))
-    text = render_tables(args.campaign, frame, dict(counts))
+        lost = store.host_failures(args.campaign)
+    text = render_tables(args.campaign, frame, dict(counts)) + _not_reached(lost)
     # published vs measured, when experiments/published/ has values for this campaign
     from socketlab.report.build import build_report, write_report
 
@@ -50,3 +51,16 @@ def run(args: argparse.Namespace) -> int:
     print(text, end="")
     print(f"\nreport written to {out}")
     return 0
+
+
+def _not_reached(lost: list) -> str:
+    """A section naming the hosts whose points never ran because the host was not reached."""
+    if not lost:
+        return ""
+    lines = ["", "## Hosts not reached", "",
+             "No point of these hosts ran, so the tables above leave them out.", "",
+             "| host | stage | reason | sessions |", "|---|---|---|---|"]  # fmt: skip
+    for f in lost:
+        reason = f.reason.replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {f.host} | {f.stage} | {reason} | {f.attempts} |")
+    return "\n".join(lines) + "\n"

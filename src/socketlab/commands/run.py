@@ -95,6 +95,12 @@ def run(args: argparse.Namespace) -> int:
         store.close()
         return 0
     results.mkdir(parents=True, exist_ok=True)
+    # Hosts not reached have no points to store failed: note them per host, so that `status`
+    # and `report` show them; a later session that reaches the host clears the note.
+    for name, why in unreachable.items():
+        store.record_host_failure(spec.campaign, name, "facts", why)
+    for name in facts:  # reached; a "lock" note clears only once the runner holds the host
+        store.clear_host_failure(spec.campaign, name, "facts")
     _save_provenance(results, spec, facts)
     # which file and profile this campaign last ran with: the report re-plans from it
     (results / "last-run.json").write_text(json.dumps(

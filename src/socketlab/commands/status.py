@@ -14,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "status", help="runs stored per campaign, experiment, host and status",
         description="Without CAMPAIGN: every campaign under the results folder with its run "
-        "counts. With CAMPAIGN: counts per experiment and host, and every run that is not ok "
-        "with its reason.",
+        "counts. With CAMPAIGN: counts per experiment and host, every run that is not ok "
+        "with its reason, and hosts that could not be reached.",
     )  # fmt: skip
     parser.add_argument("campaign", nargs="?", help="campaign id (the spec's `campaign`)")
     add_results_argument(parser)
@@ -34,11 +34,14 @@ def run(args: argparse.Namespace) -> int:
         for path in stores:
             with Store(path, create=False) as store:
                 counts = Counter(r.status for r in store.runs())
-            print(f"{path.parent.name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+                lost = len(store.host_failures())
+            line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no runs"
+            print(f"{path.parent.name}: {line}" + (f"; {lost} host(s) not reached" if lost else ""))
         return 0
     path = existing_store_path(args.campaign, root)
     with Store(path, create=False) as store:
         runs = store.runs(args.campaign)
+        lost = store.host_failures(args.campaign)
     table: dict[tuple[str, str], Counter] = {}
     for r in runs:
         table.setdefault((r.experiment, r.host), Counter())[r.status] += 1
@@ -52,4 +55,8 @@ def run(args: argparse.Namespace) -> int:
             params = ",".join(f"{k}={v}" for k, v in r.params.items())
             print(f"  {r.run_key[:12]} {r.experiment}[{params}]#rep{r.repetition} on {r.host}: "
                   f"{r.status}: {r.reason}")  # fmt: skip
+    if lost:
+        print("hosts not reached (no points of theirs ran; the next `orchestrate run` retries):")
+        for f in lost:
+            print(f"  {f.host}: {f.stage}: {f.reason} ({f.attempts} session(s) in a row)")
     return 0

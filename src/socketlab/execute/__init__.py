@@ -131,9 +131,12 @@ class Executor:
         return sorted(m.name.removeprefix("./") for m in members)
 
     def install_tools(self, scratch: Path) -> None:
-        """Send what runs on the host: collectors (incl. the run wrapper) and fingerprint.py."""
+        """Send what runs on the host: collectors (incl. the run wrapper), fingerprint.py and
+        the serving sampler procstats.py."""
         files = {p.name: p for p in sorted(paths.COLLECTORS.glob("*.py"))}
         files["fingerprint.py"] = Path(__file__).resolve().parents[1] / "fingerprint.py"
+        # the serving sampler (stdlib) runs beside a server started on the host
+        files["procstats.py"] = Path(__file__).resolve().parents[1] / "serve" / "procstats.py"
         self.send_tree(files, self.tools, scratch)
 
 

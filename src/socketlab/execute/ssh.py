@@ -23,6 +23,7 @@ import time
 import paramiko
 from fabric import Connection
 
+from socketlab.errors import HostError
 from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
 
 #: Seconds a run may overrun its own timeout before we stop waiting for the agent's reply.
@@ -260,6 +261,28 @@ class SshExecutor(Executor):
         if reply["timed_out"]:
             return 124, reply["stdout"] + f"\n{argv[0]}: no answer in {timeout:g} s"
         return reply["exit_code"], reply["stdout"]
+
+    # long-lived processes (a server under test, its samplers), held by the agent
+
+    def _agent_op(self, request: dict, timeout: float) -> dict:
+        reply = self._request(request, timeout + GRACE_S)
+        if "error" in reply:
+            raise HostError(f"{self.name}: {reply['error']}")
+        return reply
+
+    def spawn(self, argv: list[str], *, env=None, cwd=None, cpus=None, log: str) -> int:
+        """Start argv on the host in its own session, output to ``log``; returns its PID."""
+        request = {"op": "spawn", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
+                   "cpus": list(cpus) if cpus else None, "log": log}  # fmt: skip
+        return int(self._agent_op(request, 30.0)["pid"])
+
+    def tree(self, pid: int) -> dict:
+        """A spawned process: exit_code (None while it runs), pids below it, thread affinity."""
+        return self._agent_op({"op": "tree", "pid": pid}, 30.0)
+
+    def stop_spawned(self, pid: int, grace_s: float = 10.0) -> dict:
+        """Stop a spawned process's group and descendants by PID: exit_code, left, seen."""
+        return self._agent_op({"op": "stop", "pid": pid, "grace": grace_s}, grace_s + 15.0)
 
     def put(self, local, remote: str) -> None:
         try:

@@ -18,6 +18,7 @@ from typing import Any
 from socketlab import paths
 from socketlab.errors import SocketlabError
 from socketlab.report.compare import _equal, compare
+from socketlab.report.isolation import isolation_text
 from socketlab.report.published import PUBLISHED_DIR, Cell, published_for_campaign
 from socketlab.report.render import Report
 
@@ -103,6 +104,33 @@ def collector_notes(campaign_dir: Path, raw_dir: str) -> dict[str, str]:
     return notes
 
 
+def run_meta(campaign_dir: Path, raw_dir: str) -> dict[str, Any]:
+    """The binary's meta record of a run (its ``meta.json``: seconds, reps, iters, threads...),
+    merged into one dict; {} when the run kept none."""
+    if not raw_dir:
+        return {}
+    raw = Path(raw_dir)
+    try:
+        data = json.loads(((raw if raw.is_absolute() else campaign_dir / raw) / "meta.json")
+                          .read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for record in data if isinstance(data, list) else [data]:
+        if isinstance(record, dict):
+            for k, v in record.items():
+                out.setdefault(k, v)
+    return out
+
+
+def run_dicts(campaign_dir: Path, runs: list[Any]) -> list[dict[str, Any]]:
+    """Stored runs as ``compare`` takes them: status and reason, collector notes, meta record."""
+    return [{"run_key": r.run_key, "experiment": r.experiment, "host": r.host,
+             "params": r.params, "status": r.status, "reason": r.reason,
+             "collectors": collector_notes(campaign_dir, r.raw_dir),
+             "meta": run_meta(campaign_dir, r.raw_dir)} for r in runs]
+
+
 def explainer(spec_path: Path | None, profile: str | None
               ) -> Callable[[Cell, str], str | None] | None:
     """Why the campaign has no point for a cell: no such experiment or parameter value in the
@@ -173,12 +201,10 @@ def build_report(
         guess = paths.EXPERIMENTS / f"{campaign}.yaml"
         spec_path = guess if guess.is_file() else None
     skips = _skips(spec_path, hosts, profile)
-    run_dicts = [{"experiment": r.experiment, "host": r.host, "params": r.params,
-                  "status": r.status, "reason": r.reason,
-                  "collectors": collector_notes(campaign_dir, r.raw_dir)} for r in runs]
+    stored = run_dicts(campaign_dir, runs)
     explain = explainer(spec_path, profile)
     rows = [row for pub in published
-            for row in compare(pub, frame, hosts, skips, run_dicts, explain)]
+            for row in compare(pub, frame, hosts, skips, stored, explain, profile)]
     builds: dict[str, dict[str, Any]] = {}
     for r in runs:
         if isinstance(r.build, dict):
@@ -186,17 +212,8 @@ def build_report(
             builds.setdefault(key, {k: r.build.get(k) for k in (
                 "name", "source_hash", "compiler", "flags", "binary_sha256") if k in r.build}
                 or dict(r.build))
-    isolation = {}
-    for host, entry in hosts.items():
-        if entry:
-            state = "applied" if entry.get("isolation_applied") else "not applied"
-            if entry.get("isolation_error"):
-                state += f" ({entry['isolation_error']})"
-            plan = entry.get("isolation") or {}
-            if plan.get("workers_list") is not None:  # the CPU sets the runs were placed on
-                state += (f"; plan: housekeeping {plan.get('housekeeping_list') or '-'}, "
-                          f"workers {plan.get('workers_list') or '-'}")
-            isolation[host] = state
+    # applied or not, the plan's CPU sets, and verify.yml's result (socketlab.report.isolation)
+    isolation = {host: isolation_text(entry) for host, entry in hosts.items() if entry}
     provenance = {
         "spec": str(spec_path) if spec_path else None,
         "spec_sha256": next((r.spec_sha256 for r in runs if r.spec_sha256), None),

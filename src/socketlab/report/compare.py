@@ -10,6 +10,10 @@ Verdicts, in the order they are decided for each (cell, host):
   stored run has the cell's experiment, metric and join parameters;
 - ``not comparable: host is X (n cores), published host is Y (m cores)``: measured on a host that is
   not the published one (different CPU model or core count), so a ratio would mean nothing;
+- ``not comparable: profile quick: 0.2 s per rep vs 2 s published`` and/or ``not comparable:
+  conditions differ: workers 93 vs 90``: the published host, but the run did not record the
+  published conditions (``CONDITION_SOURCES``: what a run records of each condition). Only
+  conditions both sides record are compared; the join keys already equal the run's parameters;
 - ``reproduced within tolerance`` or ``deviates: <ratio> (<tolerance>)``.
 """
 
@@ -135,6 +139,101 @@ def host_difference(published_host: Mapping[str, Any], topology: Mapping[str, An
             f"{short_model(str(published_host['model']))} ({published_host['cores']} cores)")
 
 
+#: Published condition -> where a run records it, first found wins: ("dim", name) a dimension of
+#: the counted metric values, ("meta", name) the binary's meta record (the run's meta.json), with
+#: an optional factor to the published unit. ``reps`` is the number of counted values.
+CONDITION_SOURCES: dict[str, tuple[tuple[Any, ...], ...]] = {
+    "workers": (("dim", "workers"), ("dim", "threads"), ("meta", "workers"), ("meta", "threads")),
+    "participants": (("dim", "participants"),),
+    "duration_s": (("meta", "seconds"),),
+    "steps": (("meta", "iters"), ("meta", "steps")),
+    "vector_bytes": (("dim", "bytes"),),
+    "tile_kib": (("dim", "tile_kib"),),
+    "kv_mib": (("meta", "kv_bytes", 1 / 2**20),),
+    "mib_per_core": (("dim", "bytes_per_core", 1 / 2**20),),
+    "pages": (("dim", "page"), ("meta", "page_mode")),
+    "kernel": (("dim", "kernel"), ("meta", "kernel")),
+    "load": (("meta", "kernel"),),  # what ran beside the noise sampler
+    "batch": (("dim", "batch"), ("meta", "batch")),
+    "context": (("dim", "tokens"), ("meta", "tokens")),
+}
+#: Conditions a profile shortens or thins out (named as the profile's doing when one was used).
+PROFILE_CONDITIONS = ("duration_s", "steps", "reps")
+#: Conditions that follow from the core count: on another host the host difference says it.
+HOST_CONDITIONS = ("workers", "participants")
+#: Meta records print 6 significant digits (%g): closer than this is the same number.
+_REL = 1e-4
+
+
+def _same(measured: Any, published: Any) -> bool:
+    if isinstance(measured, bool) or isinstance(published, bool):
+        return str(measured).lower() == str(published).lower()
+    try:
+        a, b = float(measured), float(published)
+    except (TypeError, ValueError):
+        return str(measured) == str(published)
+    return abs(a - b) <= _REL * max(abs(a), abs(b)) or abs(a - b) < 1e-12
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:,}" if isinstance(value, int) else fmt(value)
+
+
+def _recorded(key: str, record: Mapping[str, Any], meta: Mapping[str, Any]) -> Any:
+    for source in CONDITION_SOURCES.get(key, ()):
+        kind, name, *factor = source
+        value = record.get(f"dim.{name}") if kind == "dim" else meta.get(name)
+        if value is None or value != value:  # missing, or a frame's empty cell (NaN)
+            continue
+        if factor:
+            try:
+                return float(value) * factor[0]
+            except (TypeError, ValueError):
+                continue
+        return value.item() if hasattr(value, "item") else value  # numpy scalars from a frame
+    return None
+
+
+def condition_differences(cell: Cell, counted: list[Mapping[str, Any]],
+                          meta: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """(condition, measured, published) for each published condition the counted values'
+    records show differently. ``meta``: run key -> that run's binary meta record."""
+    out: list[tuple[str, str, str]] = []
+    for key, published in cell.conditions.items():
+        if key in cell.join:
+            continue
+        if key == "reps":  # more repetitions than published is the same measurement, repeated
+            if len(counted) < int(published):
+                out.append((key, str(len(counted)), _show(published)))
+            continue
+        seen: list[Any] = []
+        for r in counted:
+            value = _recorded(key, r, meta.get(str(r.get("run_key")), {}))
+            if value is not None and not any(_same(value, v) for v in seen):
+                seen.append(value)
+        if seen and not all(_same(v, published) for v in seen):
+            out.append((key, "/".join(_show(v) for v in seen), _show(published)))
+    return out
+
+
+def _differences_text(diffs: list[tuple[str, str, str]], profile: str | None) -> list[str]:
+    """'profile quick: 0.2 s per rep vs 2 s, 2 reps vs 3 published' and 'conditions differ:
+    workers 93 vs 90'. Shorter runs under a profile are named as the profile's doing."""
+    by_profile = [d for d in diffs if profile and d[0] in PROFILE_CONDITIONS]
+    rest = [d for d in diffs if d not in by_profile]
+    parts = []
+    if by_profile:
+        items = [f"{m} s per rep vs {p} s" if k == "duration_s" else
+                 f"{m} steps vs {p}" if k == "steps" else
+                 f"{m} rep{'' if m == '1' else 's'} vs {p}" for k, m, p in by_profile]
+        parts.append(f"profile {profile}: " + ", ".join(items) + " published")
+    if rest:
+        parts.append("conditions differ: " + ", ".join(f"{k} {m} vs {p}" for k, m, p in rest))
+    return parts
+
+
 def _equal(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return False
@@ -157,10 +256,11 @@ def _param(record: Mapping[str, Any], key: str) -> Any:
 
 
 def _values_for(records: list[dict[str, Any]], cell: Cell, host: str
-                ) -> tuple[list[float], str, dict[str, Any]]:
+                ) -> tuple[list[float], str, dict[str, Any], list[dict[str, Any]]]:
     """Values of the cell's metric from good runs on ``host`` whose parameters match the join,
-    their unit, and the metric dimensions they all share."""
+    their unit, the metric dimensions they all share, and the records they came from."""
     out: list[float] = []
+    counted: list[dict[str, Any]] = []
     unit = ""
     shared: dict[str, Any] | None = None
     for r in records:
@@ -183,12 +283,13 @@ def _values_for(records: list[dict[str, Any]], cell: Cell, host: str
             continue
         divisor = float(cell.conditions[cell.divide_by]) if cell.divide_by else 1.0
         out.append(float(value) / divisor)
+        counted.append(r)
         unit = str(r.get("unit") or unit)
         dims = {k[4:]: v for k, v in r.items()
                 if k.startswith("dim.") and v is not None and v == v and k not in ("dim.rep",)}
         shared = dims if shared is None else {k: v for k, v in shared.items()
                                               if k in dims and dims[k] == v}
-    return out, unit, shared or {}
+    return out, unit, shared or {}, counted
 
 
 def _describe_join(cell: Cell) -> str:
@@ -225,6 +326,7 @@ def compare(
     skips: Iterable[tuple[str, str, str]] = (),
     runs: Iterable[Mapping[str, Any]] = (),
     explain: Callable[[Cell, str], str | None] | None = None,
+    profile: str | None = None,
 ) -> list[Row]:
     """Every published cell against every host that has facts.
 
@@ -234,12 +336,15 @@ def compare(
     directly. ``skips``: (host, experiment, reason) from the plan. ``runs``: stored runs
     (experiment, host, params, status, reason, and ``collectors``: collector -> its
     "unsupported here" reason) so a cell whose runs failed or whose collector could not measure
-    says why. ``explain(cell, host)``: why the campaign has no such point (e.g. left out by a
-    profile), asked last.
+    says why; with ``run_key`` and ``meta`` (the binary's meta record) they also tell the
+    conditions a run recorded. ``explain(cell, host)``: why the campaign has no such point (e.g.
+    left out by a profile), asked last. ``profile``: the profile the campaign ran with, named
+    when its shorter runs make a cell not comparable.
     """
     records = metrics.to_dict("records") if hasattr(metrics, "to_dict") else list(metrics)
     skip_reason = {(h, e): r for h, e, r in skips}
     all_runs = list(runs)
+    meta = {str(r["run_key"]): r.get("meta") or {} for r in all_runs if r.get("run_key")}
     host_names = sorted(hosts) or sorted({str(r["host"]) for r in records if r.get("host")})
     rows: list[Row] = []
     for cell in published.cells:
@@ -249,7 +354,7 @@ def compare(
             continue
         for host in host_names:
             rows.append(_row(published, cell, host, hosts.get(host, {}), records, skip_reason,
-                             all_runs, explain))
+                             all_runs, explain, meta, profile))
     return rows
 
 
@@ -278,7 +383,8 @@ def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None
 def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
          records: list[dict[str, Any]], skip_reason: Mapping[tuple[str, str], str],
          runs: list[Mapping[str, Any]] = (),
-         explain: Callable[[Cell, str], str | None] | None = None) -> Row:
+         explain: Callable[[Cell, str], str | None] | None = None,
+         meta: Mapping[str, Mapping[str, Any]] | None = None, profile: str | None = None) -> Row:
     topo = facts.get("topology", facts) if isinstance(facts, Mapping) else {}
     if cell.unmeasured or not cell.experiment:
         return Row(cell, host, None, None, NOT_RUN, f"not run: {cell.unmeasured}")
@@ -286,7 +392,7 @@ def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
     missing = [f for f in cell.requires if topo and f not in flags]
     if missing:
         return Row(cell, host, None, None, NOT_RUN, f"not run: host lacks {', '.join(missing)}")
-    values, unit, dims = _values_for(records, cell, host)
+    values, unit, dims, counted = _values_for(records, cell, host)
     if not values:
         reason = (skip_reason.get((host, cell.experiment)) or _failure(cell, host, runs)
                   or (explain(cell, host) if explain else None) or _describe_join(cell))
@@ -301,8 +407,12 @@ def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
     center = {"min": min, "max": max}.get(cell.statistic, statistics.median)(vals)
     m = Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
     diff = host_difference(published.host, topo) if topo else "host facts are missing"
-    if diff:  # a ratio against another machine's number would only mislead
-        return Row(cell, host, m, None, NOT_COMPARABLE, f"not comparable: {diff}")
+    conditions = condition_differences(cell, counted, meta or {})
+    if diff:  # conditions the core count decides are part of the host difference
+        conditions = [c for c in conditions if c[0] not in HOST_CONDITIONS]
+    reasons = ([diff] if diff else []) + _differences_text(conditions, profile)
+    if reasons:  # a ratio against another machine's number, or other conditions, would mislead
+        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons))
     kind, verdict, ratio = _judge(cell, m)
     return Row(cell, host, m, ratio, kind, verdict)
 

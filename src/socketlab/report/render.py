@@ -70,14 +70,12 @@ def _host_lines(report: Report) -> list[tuple[str, str]]:
         feats = ", ".join(f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "waitpkg",
                                       "cldemote") if f in flags) or "none of the AMX/AVX-512 flags"
         iso = entry.get("isolation_applied")
-        verify = entry.get("isolation_verify") or entry.get("verify")
         out.append((name, (
             f"{topo.get('cpu_model', '?')}; {topo.get('sockets', '?')} socket(s), "
             f"{topo.get('nodes', '?')} NUMA node(s), {topo.get('cores', '?')} cores, "
             f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel {topo.get('kernel', '?')}; "
             f"THP {topo.get('thp', '?')}; numa_balancing {topo.get('numa_balancing', '?')}; "
             f"features: {feats}; isolation applied: {'yes' if iso else 'no'}"
-            + (f"; verify: {verify}" if verify else "")
         )))
     return out
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from socketlab.cpulist import parse_cpulist
+from socketlab.cpulist import format_cpulist, parse_cpulist
 from socketlab.parse import Metric
 from socketlab.serve import metrics as metrics_mod
 from socketlab.serve import procstats
@@ -154,25 +154,67 @@ def _peak_in(samples: list[dict], t0: float, t1: float) -> int | None:
     return max(vals) if vals else None
 
 
+def remote_free_port(ex: Any, address: str) -> int:
+    """A free TCP port on an SSH host's ``address``, asked of the host itself."""
+    code = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
+            "print(s.getsockname()[1])")
+    text = ex.check([ex.python, "-c", code, address], timeout=30, what="picking a free port")
+    return int(text.strip().splitlines()[-1])
+
+
+def controller_cpus(wanted: list[int]) -> list[int]:
+    """CPUs here for a load generator whose host-side list is ``wanted``: those of them this
+    process may use, else all it may use (the controller's CPUs are not the host's)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return [c for c in wanted if c in allowed] or allowed
+
+
 def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
-              store_path: Path | None = None) -> ServingOutcome:
-    """Run one serving point (``RunPoint`` of kind "serving"); never raises for server faults."""
+              store_path: Path | None = None, ex: Any = None,
+              address: str = "127.0.0.1") -> ServingOutcome:
+    """Run one serving point (``RunPoint`` of kind "serving"); never raises for server faults.
+
+    With ``ex`` (an SSH host's executor) the server and its sampler run on that host through
+    its agent, listening on ``address``; readiness and the load generator run here, pinned to
+    this machine's CPUs (recorded as ``client_on: controller``).
+    """
     raw_dir.mkdir(parents=True, exist_ok=True)
     cfg = ServingConfig.from_json(point.extra["serving"])
     arm = cfg.arm(point.extra["arm"])
     place = point.extra["placement"]
     server_cpus = parse_cpulist(place["server_cpus"])
     client_cpus = parse_cpulist(place["client_cpus"])
-    port = free_port()
-    argv = [a.replace("{port}", str(port)) for a in point.argv]
-    base_url = cfg.base_url.replace("{port}", str(port))
+    port = free_port() if ex is None else remote_free_port(ex, address)
+
+    def fill(text: str) -> str:
+        return text.replace("{port}", str(port)).replace("{address}", address)
+
+    argv = [fill(a) for a in point.argv]
+    base_url = fill(cfg.base_url)
     ready_url = base_url + (arm.ready_path or cfg.ready_path)
     out = ServingOutcome(extra={"arm": arm.name, "baseline": cfg.baseline, "port": port,
                                 "argv": argv, "ready_url": ready_url, **place})
-    server = ServerProcess(argv, ready_url, cpus=server_cpus, env=dict(point.env),
-                           log_path=raw_dir / "server.log", ready_timeout_s=cfg.ready_timeout_s)
-    sampler: subprocess.Popen | None = None
+    remote = None if ex is None else f"{ex.workdir}/runs/{run_key or 'serving'}"
+    if ex is None:
+        server = ServerProcess(argv, ready_url, cpus=server_cpus, env=dict(point.env),
+                               log_path=raw_dir / "server.log",
+                               ready_timeout_s=cfg.ready_timeout_s)
+    else:
+        from socketlab.serve.server import RemoteServer
+
+        ex.check(["mkdir", "-p", remote], what="making the run directory")
+        server = RemoteServer(ex, argv, ready_url, f"{remote}/server.log", cpus=server_cpus,
+                              env=dict(point.env), log_path=raw_dir / "server.log",
+                              ready_timeout_s=cfg.ready_timeout_s)
+        # the load generator runs here, not on the host: its CPUs are this machine's
+        out.extra.update(client_on="controller", server_host=point.host,
+                         host_client_cpus=place["client_cpus"])
+        client_cpus = controller_cpus(client_cpus)
+        out.extra["client_cpus"] = format_cpulist(client_cpus)
+    sampler: subprocess.Popen | int | None = None
     dram = DramCounter(raw_dir / "dram-perf.csv")
+    if ex is not None:  # perf here would count this machine's memory traffic, not the host's
+        dram.reason = f"DRAM counters are read on the controller, not on SSH host {point.host}"
     windows: list[tuple[LevelResult, float, float]] = []
     deadline = time.monotonic() + point.timeout_s
     try:
@@ -183,12 +225,19 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
         stray = {k: v for k, v in affinity.items() if not set(parse_cpulist(v)) <= set(server_cpus)}
         if stray:
             out.fail(f"server threads outside the placement: {sorted(set(stray.values()))}")
-        sampler = subprocess.Popen(
-            [sys.executable, procstats.__file__, "--root-pid", str(server.pid),
-             "--out", str(raw_dir / "procstats.jsonl"),
-             "--interval-ms", str(cfg.sample_interval_ms)],
-            start_new_session=True, preexec_fn=pinned(client_cpus))
-        dram.start()
+        if ex is None:
+            sampler = subprocess.Popen(
+                [sys.executable, procstats.__file__, "--root-pid", str(server.pid),
+                 "--out", str(raw_dir / "procstats.jsonl"),
+                 "--interval-ms", str(cfg.sample_interval_ms)],
+                start_new_session=True, preexec_fn=pinned(client_cpus))
+            dram.start()
+        else:  # on the host, beside the server, on the CPUs the server does not use there
+            sampler = ex.spawn(
+                [ex.python, f"{ex.tools}/procstats.py", "--root-pid", str(server.pid),
+                 "--out", f"{remote}/procstats.jsonl",
+                 "--interval-ms", str(cfg.sample_interval_ms)],
+                cpus=parse_cpulist(place["client_cpus"]), log=f"{remote}/procstats.log")
         for level in cfg.levels:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -215,8 +264,12 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
     except PromptError as exc:
         out.fail(f"prompts: {exc}")
     finally:
-        counts = dram.stop()
-        if sampler is not None:
+        counts = dram.stop() if ex is None else None
+        if isinstance(sampler, int):  # on the host: SIGTERM makes it write its summary
+            with contextlib.suppress(Exception):  # a lost host: its samples are lost with it
+                ex.stop_spawned(sampler, 10.0)
+                ex.get(f"{remote}/procstats.jsonl", raw_dir / "procstats.jsonl")
+        elif sampler is not None:
             with contextlib.suppress(ProcessLookupError):
                 sampler.send_signal(signal.SIGTERM)
             try:
@@ -229,6 +282,8 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
         out.exit_code = server.exit_code
         if left_over:
             out.fail(f"server PIDs still running after stop: {left_over}")
+        if remote is not None:
+            ex.call(["rm", "-rf", remote])
     out.extra["server_exit_code"] = server.exit_code
     out.extra["server_pids"] = out.server_pids  # every PID of the tree; all checked stopped
     out.extra["server_pids_left"] = left_over
@@ -314,15 +369,14 @@ def run_plan(plan: Any, store: Any, results: Path) -> list[Any]:
 def run_in_runner(runner: Any, ex: Any, point: Any, key: str) -> None:
     """The orchestrator's hook for a serving point (socketlab.runner.Runner._run_point).
 
-    The server and the load generator run on this machine, so the point's host must be the
-    local one; on another host the run is recorded as failed with that reason.
+    On a local host everything runs here. On an SSH host the server and its sampler run there
+    through the host's agent (listening on its inventory address) and the load generator here.
     """
-    host = runner.hosts.get(point.host)
-    if getattr(host, "connection", "local") != "local":
-        runner._record_failure(point, key, "serving runs need a host with connection: local "
-                               "(starting a server over SSH is not built yet)")
-        return
     from socketlab.runner import point_label
+
+    host = runner.hosts.get(point.host)
+    remote = getattr(host, "connection", "local") != "local"
+    where = {"ex": ex, "address": host.address} if remote else {}
 
     label = point_label(point)
     runner.reporter.point_started(point.host, label)
@@ -333,7 +387,8 @@ def run_in_runner(runner: Any, ex: Any, point: Any, key: str) -> None:
     before = runner._fingerprint(ex)
     started = time.time()
     outcome = run_point(point, raw if not point.warmup else runner.results_dir / ".warmup" / key,
-                        run_key=key, store_path=None if point.warmup else Path(runner.store.path))
+                        run_key=key, store_path=None if point.warmup else Path(runner.store.path),
+                        **where)
     after = runner._fingerprint(ex)
     if point.warmup:
         shutil.rmtree(runner.results_dir / ".warmup" / key, ignore_errors=True)

@@ -49,7 +49,7 @@ class ServingConfig:
     arms: tuple[Arm, ...]
     levels: tuple[Level, ...]
     model: str | None = None
-    base_url: str = "http://127.0.0.1:{port}"
+    base_url: str = "http://{address}:{port}"  #: {address}: the host's (127.0.0.1 locally)
     endpoint: str = "/v1/completions"
     ready_path: str = "/v1/models"
     ready_timeout_s: float = 120.0

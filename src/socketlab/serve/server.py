@@ -17,6 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -225,3 +226,101 @@ class ServerProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@dataclass
+class RemoteServer:
+    """The same lifecycle on an SSH host, through its executor's agent (``_runwrap.py``).
+
+    The agent starts the server in its own session pinned to ``cpus``, reports its tree and
+    thread affinity from the host's /proc, and stops the group and every descendant by PID; an
+    agent that loses the orchestrator kills what it started. Readiness is polled from here.
+    """
+
+    ex: Any  #: socketlab.execute.ssh.SshExecutor
+    argv: list[str]
+    ready_url: str
+    remote_log: str  #: the server's output on the host, fetched to ``log_path`` by stop()
+    cpus: list[int] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    ready_timeout_s: float = 120.0
+    stop_grace_s: float = 10.0
+    root: int | None = None
+    ready_s: float | None = None
+    pids_seen: dict[int, int] = field(default_factory=dict)  #: pid -> 0 (start ticks: host's)
+    exit_code: int | None = None
+
+    def start(self) -> None:
+        from socketlab.errors import HostError
+
+        try:
+            self.root = self.ex.spawn(self.argv, env=self.env, cpus=self.cpus, log=self.remote_log)
+        except HostError as exc:
+            raise ServerFailure(f"server command could not start on {self.ex.name}: {exc} "
+                                f"(cpus {self.cpus})") from None
+        self.pids_seen[self.root] = 0
+
+    @property
+    def pid(self) -> int:
+        assert self.root is not None
+        return self.root
+
+    def _state(self) -> dict:
+        state = self.ex.tree(self.pid)
+        for p in state["seen"]:
+            self.pids_seen.setdefault(p, 0)
+        if state["exit_code"] is not None:
+            self.exit_code = state["exit_code"]
+        return state
+
+    def _log_tail(self) -> str:
+        code, text = self.ex.call(["tail", "-n", "3", self.remote_log], timeout=10)
+        lines = [x for x in text.splitlines() if x.strip()] if code == 0 else []
+        return f" (log: {lines[-1][:160]})" if lines else ""
+
+    def wait_ready(self) -> float:
+        t0 = time.monotonic()
+        last = "no answer"
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while True:
+                if self._state()["exit_code"] is not None:
+                    raise ServerFailure(f"server exited before ready with "
+                                        f"{_exit_text(self.exit_code)}{self._log_tail()}")
+                try:
+                    r = client.get(self.ready_url)
+                    if r.status_code == 200:
+                        self.ready_s = time.monotonic() - t0
+                        return self.ready_s
+                    last = f"HTTP {r.status_code}"
+                except httpx.HTTPError as exc:
+                    last = type(exc).__name__
+                if time.monotonic() - t0 > self.ready_timeout_s:
+                    raise ServerFailure(f"server never ready: {self.ready_url} gave {last} for "
+                                        f"{self.ready_timeout_s:g} s")
+                time.sleep(0.2)
+
+    def track(self) -> list[int]:
+        return self._state()["pids"] if self.root is not None else []
+
+    def check_alive(self) -> None:
+        if self._state()["exit_code"] is not None:
+            raise ServerFailure(f"server died mid-run with {_exit_text(self.exit_code)}"
+                                f"{self._log_tail()}")
+
+    def affinity(self) -> dict[str, str]:
+        return self._state()["affinity"]
+
+    def stop(self) -> list[int]:
+        """Stop the tree by PID on the host; returns PIDs still alive there (should be none)."""
+        if self.root is None:
+            return []
+        reply = self.ex.stop_spawned(self.root, self.stop_grace_s)
+        for p in reply["seen"]:
+            self.pids_seen.setdefault(p, 0)
+        if self.exit_code is None:
+            self.exit_code = reply["exit_code"]
+        if self.log_path is not None:
+            with contextlib.suppress(Exception):  # the log is a convenience, the stop is not
+                self.ex.get(self.remote_log, self.log_path)
+        return reply["left"]

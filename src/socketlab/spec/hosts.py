@@ -100,6 +100,10 @@ def gather_host_facts(
             return exc
         entry = host_entry(topology_from_snapshot(gathered["snapshot"]), spec)
         entry["vars"] = dict(getattr(host, "vars", None) or {})
+        # playbooks/verify.yml's result for this inventory host (report provenance)
+        verify = (gathered["snapshot"].get("isolation_verify") or {}).get(host.name)
+        if verify is not None:
+            entry["isolation_verify"] = verify
         return entry
 
     with ThreadPoolExecutor(max_workers=min(8, max(1, len(hosts)))) as pool:

@@ -63,7 +63,34 @@ CREATE TABLE IF NOT EXISTS metrics (
     parser TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS metrics_run ON metrics (run_key);
+CREATE TABLE IF NOT EXISTS host_failures (
+    campaign TEXT NOT NULL,
+    host TEXT NOT NULL,
+    stage TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    first_failed REAL NOT NULL,
+    last_failed REAL NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (campaign, host)
+);
 """
+
+
+@dataclass
+class HostFailure:
+    """A host that could not be worked on at all, so no point of it exists to record failed.
+
+    E.g. unreachable when facts were gathered: its points can't be expanded without its facts.
+    Kept apart from ``runs`` (no run key, no point); cleared once the host is reached again.
+    """
+
+    campaign: str
+    host: str
+    stage: str  #: what was being done: "facts" (gathering host facts), "lock" (host busy)
+    reason: str  #: one line
+    first_failed: float
+    last_failed: float
+    attempts: int = 1  #: sessions in a row that could not reach it
 
 
 @dataclass
@@ -185,7 +212,38 @@ class Store:
                 cur.execute("ROLLBACK")
                 raise
 
+    def record_host_failure(self, campaign: str, host: str, stage: str, reason: str) -> None:
+        """Note that ``host`` could not be worked on this session (replaces the last note)."""
+        stamp = time.time()
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO host_failures VALUES (?,?,?,?,?,?,1) "
+                "ON CONFLICT (campaign, host) DO UPDATE SET stage = excluded.stage, "
+                "reason = excluded.reason, last_failed = excluded.last_failed, "
+                "attempts = attempts + 1",
+                (campaign, host, stage, reason, stamp, stamp),
+            )
+
+    def clear_host_failure(self, campaign: str, host: str, stage: str | None = None) -> bool:
+        """The host got past ``stage`` (any stage: worked on) again: drop its note.
+
+        True when there was one.
+        """
+        sql, args = "DELETE FROM host_failures WHERE campaign = ? AND host = ?", (campaign, host)
+        if stage is not None:
+            sql, args = sql + " AND stage = ?", (*args, stage)
+        with self._lock:
+            return self._db.execute(sql, args).rowcount > 0
+
     # -- reading ---------------------------------------------------------------------------
+
+    def host_failures(self, campaign: str | None = None) -> list[HostFailure]:
+        """Hosts that could not be worked on in their last session, oldest failure first."""
+        sql, args = "SELECT * FROM host_failures", ()
+        if campaign is not None:
+            sql, args = sql + " WHERE campaign = ?", (campaign,)
+        rows = self._query(sql + " ORDER BY first_failed, host", args)
+        return [HostFailure(**dict(r)) for r in rows]
 
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
