@@ -406,6 +406,13 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
     p = playbook(work, env, "site.yml", moto, **v)
     assert p.returncode != 0 and "needs -e campaign=NAME and -e campaign_spec=FILE" in p.stdout
     assert ever(ec2, campaign) == []  # refused before paying for anything
+    wrong = work / "spec-other.yaml"
+    wrong.write_text("campaign: other\n")
+    v["campaign_spec"] = str(wrong)
+    p = playbook(work, env, "site.yml", moto, **v)
+    assert p.returncode != 0 and "campaign=sitekeep but" in p.stdout
+    assert "campaign: other; pass -e campaign equal to the spec's campaign id" in p.stdout
+    assert ever(ec2, campaign) == []  # a name mismatch is refused before paying too
     spec = work / "spec-keep.yaml"
     spec.write_text("campaign: sitekeep\n")
     v["campaign_spec"] = str(spec)
