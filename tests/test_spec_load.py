@@ -209,7 +209,7 @@ def test_the_example_in_docs_loads(tmp_path):
     doc = (Path(__file__).parents[1] / "docs" / "spec.md").read_text()
     example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     spec = load_spec(write(tmp_path, example))
-    assert [e.name for e in spec.experiments] == ["stage", "sysbench-cpu"]
+    assert [e.name for e in spec.experiments] == ["ladder", "sysbench-cpu"]
     assert spec.hosts == "bench"
 
 

@@ -121,3 +121,9 @@ void sl_bad_option(char** argv, int optind_now, int optopt_now, int missing_arg)
         sl_usage_error("unknown option '-%c' (see --help)", optopt_now);
     sl_usage_error("unknown option '%s' (see --help)", arg);
 }
+
+void sl_no_operands(int argc, char** argv, int optind_now)
+{
+    if (optind_now < argc)
+        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind_now]);
+}

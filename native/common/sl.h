@@ -57,6 +57,8 @@ double sl_parse_double(const char* flag, const char* text, double min, double ma
 int sl_parse_choice(const char* flag, const char* text, const char* const* choices);
 /* Call from the getopt '?' / ':' branch: one line naming the bad option, exit 2. */
 _Noreturn void sl_bad_option(char** argv, int optind_now, int optopt_now, int missing_arg);
+/* Call after the getopt loop: a leftover operand is a usage error (exit 2). */
+void sl_no_operands(int argc, char** argv, int optind_now);
 
 /* ---- CPU lists (cpu.c) ---- */
 typedef struct {

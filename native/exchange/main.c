@@ -433,8 +433,7 @@ int main(int argc, char** argv)
         default: sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
-    if (optind < argc)
-        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    sl_no_operands(argc, argv, optind);
     if (!mode_arg)
         sl_usage_error("--mode is required (see --help)");
     g.mode = sl_parse_choice("--mode", mode_arg, mode_names);

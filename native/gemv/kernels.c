@@ -7,6 +7,22 @@
 
 #define PARTIALS(B) ((B) == 1 ? 8 : (B) == 2 ? 4 : (B) <= 4 ? 2 : 1)
 
+/* P x B accumulators of 16 rows each, zeroed per block; summed over P and stored per batch row.
+ * Shared by both kernels as text, so each still compiles to its own unrolled code. */
+#define ACC_ZERO(acc, P, B)                                                                      \
+    __m512 acc[P][B];                                                                            \
+    for (int p = 0; p < P; p++)                                                                  \
+        for (int b = 0; b < B; b++)                                                              \
+            acc[p][b] = _mm512_setzero_ps()
+
+#define ACC_STORE(acc, P, B, y, ldy, blk)                                                        \
+    for (int b = 0; b < B; b++) {                                                                \
+        __m512 s = acc[0][b];                                                                    \
+        for (int p = 1; p < P; p++)                                                              \
+            s = _mm512_add_ps(s, acc[p][b]);                                                     \
+        _mm512_storeu_ps(y + (size_t)b * ldy + blk * 16, s);                                     \
+    }
+
 #define DEF_BF16(B)                                                                              \
     static SL_TARGET_AVX512BF16 void bf16_b##B(const uint16_t* w, int nblocks, int cols,        \
                                                 const uint32_t* xp, float* y, int ldy)           \
@@ -15,22 +31,14 @@
         const int kpairs = cols / 2;                                                             \
         for (int blk = 0; blk < nblocks; blk++) {                                                \
             const uint16_t* lines = w + (size_t)blk * kpairs * 32;                               \
-            __m512 acc[P][B];                                                                    \
-            for (int p = 0; p < P; p++)                                                          \
-                for (int b = 0; b < B; b++)                                                      \
-                    acc[p][b] = _mm512_setzero_ps();                                             \
+            ACC_ZERO(acc, P, B);                                                                 \
             for (int kp = 0; kp < kpairs; kp += P)                                               \
                 for (int p = 0; p < P; p++) {                                                    \
                     const __m512i wl = _mm512_load_si512(lines + (size_t)(kp + p) * 32);        \
                     for (int b = 0; b < B; b++)                                                  \
                         SL_DPBF16_BCAST(acc[p][b], wl, &xp[(size_t)b * kpairs + kp + p]);        \
                 }                                                                                \
-            for (int b = 0; b < B; b++) {                                                        \
-                __m512 s = acc[0][b];                                                            \
-                for (int p = 1; p < P; p++)                                                      \
-                    s = _mm512_add_ps(s, acc[p][b]);                                             \
-                _mm512_storeu_ps(y + (size_t)b * ldy + blk * 16, s);                             \
-            }                                                                                    \
+            ACC_STORE(acc, P, B, y, ldy, blk);                                                   \
         }                                                                                        \
     }
 
@@ -41,10 +49,7 @@
         enum { P = PARTIALS(B) };                                                                \
         for (int blk = 0; blk < nblocks; blk++) {                                                \
             const float* lines = w + (size_t)blk * cols * 16;                                    \
-            __m512 acc[P][B];                                                                    \
-            for (int p = 0; p < P; p++)                                                          \
-                for (int b = 0; b < B; b++)                                                      \
-                    acc[p][b] = _mm512_setzero_ps();                                             \
+            ACC_ZERO(acc, P, B);                                                                 \
             for (int k = 0; k < cols; k += P)                                                    \
                 for (int p = 0; p < P; p++) {                                                    \
                     const __m512 wl = _mm512_load_ps(lines + (size_t)(k + p) * 16);              \
@@ -52,12 +57,7 @@
                         acc[p][b] = _mm512_fmadd_ps(                                             \
                             wl, _mm512_set1_ps(x[(size_t)b * cols + k + p]), acc[p][b]);         \
                 }                                                                                \
-            for (int b = 0; b < B; b++) {                                                        \
-                __m512 s = acc[0][b];                                                            \
-                for (int p = 1; p < P; p++)                                                      \
-                    s = _mm512_add_ps(s, acc[p][b]);                                             \
-                _mm512_storeu_ps(y + (size_t)b * ldy + blk * 16, s);                             \
-            }                                                                                    \
+            ACC_STORE(acc, P, B, y, ldy, blk);                                                   \
         }                                                                                        \
     }
 

@@ -240,8 +240,7 @@ int main(int argc, char** argv)
         default: sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
-    if (optind < argc)
-        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    sl_no_operands(argc, argv, optind);
     if (!tokens_arg)
         sl_usage_error("--tokens is required (see --help)");
     const size_t tokens = sl_parse_size("--tokens", tokens_arg);

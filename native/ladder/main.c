@@ -210,8 +210,7 @@ int main(int argc, char** argv)
         default: sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
-    if (optind < argc)
-        sl_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
+    sl_no_operands(argc, argv, optind);
     if (!kernel_arg)
         sl_usage_error("--kernel is required (see --help)");
     g.kernel = (kernel_id)sl_parse_choice("--kernel", kernel_arg, kernel_names);

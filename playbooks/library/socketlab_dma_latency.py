@@ -49,13 +49,8 @@ options:
     description: Isolation state file.
     type: path
     required: true
-  service_manager:
-    description:
-      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
-        (for tests that drive the systemd path against an emulated C(systemctl)).
-    type: str
-    choices: [auto, systemd, none]
-    default: auto
+extends_documentation_fragment:
+  - socketlab_service_manager
 author: socketlab
 """
 
@@ -84,9 +79,10 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
-    SERVICE_MANAGERS,
     load_state,
     service_manager,
+    service_manager_option,
+    systemctl,
 )
 
 
@@ -110,7 +106,7 @@ def main():
             device=dict(type="path", default="/dev/cpu_dma_latency"),
             python=dict(type="path", default="/usr/bin/python3"),
             state_file=dict(type="path", required=True),
-            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
+            service_manager=service_manager_option(),
         ),
         supports_check_mode=True,
     )
@@ -133,7 +129,7 @@ def main():
             module.exit_json(changed=False, msg="latency holder not running")
         if not module.check_mode:
             if systemd:
-                module.run_command(["systemctl", "stop", p["unit"]], check_rc=True)
+                systemctl(module, "stop", p["unit"])
             else:
                 module.run_command(
                     [p["python"], p["script"], "stop", "--pidfile", p["pidfile"]], check_rc=True

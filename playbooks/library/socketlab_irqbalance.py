@@ -23,13 +23,8 @@ options:
     description: Process and service name.
     type: str
     default: irqbalance
-  service_manager:
-    description:
-      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
-        (for tests that drive the systemd path against an emulated C(systemctl)).
-    type: str
-    choices: [auto, systemd, none]
-    default: auto
+extends_documentation_fragment:
+  - socketlab_service_manager
 author: socketlab
 """
 
@@ -52,10 +47,11 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
-    SERVICE_MANAGERS,
     find_processes,
     load_state,
     service_manager,
+    service_manager_option,
+    systemctl,
 )
 
 
@@ -64,7 +60,7 @@ def main():
         argument_spec=dict(
             state_file=dict(type="path", required=True),
             name=dict(type="str", default="irqbalance"),
-            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
+            service_manager=service_manager_option(),
         ),
         supports_check_mode=True,
     )
@@ -82,7 +78,7 @@ def main():
             "run the isolation_state role first".format(name, module.params["state_file"])
         )
     if service_manager(module.params["service_manager"]) == "systemd":
-        module.run_command(["systemctl", "stop", name], check_rc=True)
+        systemctl(module, "stop", name)
     elif os.path.exists(f"/etc/init.d/{name}"):
         module.run_command([f"/etc/init.d/{name}", "stop"], check_rc=True)
     else:

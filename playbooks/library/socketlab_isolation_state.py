@@ -135,7 +135,6 @@ import time  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
     REFUSED_ERRNOS,
-    SERVICE_MANAGERS,
     KnobError,
     find_processes,
     kind_for,
@@ -145,16 +144,13 @@ from ansible.module_utils.socketlab_isolation import (  # noqa: E402
     read_knob,
     same,
     service_manager,
+    service_manager_option,
+    set_systemd_allowed_cpus,
+    systemctl,
+    systemd_allowed_cpus,
     write_knob,
     write_state,
 )
-
-
-def _systemd_allowed_cpus(module, unit):
-    rc, out, err = module.run_command(["systemctl", "show", "-p", "AllowedCPUs", "--value", unit])
-    if rc != 0:
-        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
-    return out.strip()
 
 
 def _not_there_yet(files, dirs):
@@ -213,7 +209,7 @@ def snapshot(module, p):
     if manager == "systemd":
         for unit in p["systemd_units"]:
             if unit not in state["systemd_units"]:
-                state["systemd_units"][unit] = _systemd_allowed_cpus(module, unit)
+                state["systemd_units"][unit] = systemd_allowed_cpus(module, unit)
                 new_processes.append(unit)
     if p["holder"] and not state["holder"]:
         state["holder"] = dict(p["holder"], manager=manager)
@@ -262,7 +258,7 @@ def _stop_holder(module, holder):
         if out.strip() != "active":
             return None
         if not module.check_mode:
-            module.run_command(["systemctl", "stop", holder["unit"]], check_rc=True)
+            systemctl(module, "stop", holder["unit"])
         return "stopped unit {}".format(holder["unit"])
     pidfile = holder.get("pidfile")
     try:
@@ -296,7 +292,7 @@ def _start_process(module, name, record):
     if module.check_mode:
         return f"would start {name}"
     if record.get("manager") == "systemd":
-        module.run_command(["systemctl", "start", name], check_rc=True)
+        systemctl(module, "start", name)
     elif record.get("sysv_script"):
         module.run_command([record["sysv_script"], "start"], check_rc=True)
     elif record.get("argv"):
@@ -367,12 +363,9 @@ def restore(module, p):
         before_lines.append(f"{path} = {current}\n")
         after_lines.append("{} = {}\n".format(path, rec["value"]))
     for unit, cpus in sorted(state.get("systemd_units", {}).items()):
-        if _systemd_allowed_cpus(module, unit) != cpus:
+        if systemd_allowed_cpus(module, unit) != cpus:
             if not module.check_mode:
-                module.run_command(
-                    ["systemctl", "set-property", "--runtime", unit, f"AllowedCPUs={cpus}"],
-                    check_rc=True,
-                )
+                set_systemd_allowed_cpus(module, unit, cpus)
             actions.append(f"{unit} AllowedCPUs={cpus}")
     for name, record in sorted(state.get("processes", {}).items()):
         if record.get("running"):
@@ -422,7 +415,7 @@ def main():
             plan=dict(type="dict", default={}),
             targets=dict(type="dict", default={}),
             proc_root=dict(type="path", default="/proc"),
-            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
+            service_manager=service_manager_option(),
         ),
         supports_check_mode=True,
     )

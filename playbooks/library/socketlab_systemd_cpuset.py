@@ -28,13 +28,8 @@ options:
     description: Isolation state file.
     type: path
     required: true
-  service_manager:
-    description:
-      - V(auto) acts through PID 1's service manager; V(systemd) or V(none) name it instead
-        (for tests that drive the systemd path against an emulated C(systemctl)).
-    type: str
-    choices: [auto, systemd, none]
-    default: auto
+extends_documentation_fragment:
+  - socketlab_service_manager
 author: socketlab
 """
 
@@ -58,11 +53,13 @@ confined:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.socketlab_isolation import (  # noqa: E402
-    SERVICE_MANAGERS,
     format_cpulist,
     load_state,
     parse_cpulist,
     service_manager,
+    service_manager_option,
+    set_systemd_allowed_cpus,
+    systemd_allowed_cpus,
 )
 
 
@@ -72,7 +69,7 @@ def main():
             units=dict(type="list", elements="str", default=["system.slice", "init.scope"]),
             cpus=dict(type="str", required=True),
             state_file=dict(type="path", required=True),
-            service_manager=dict(type="str", default="auto", choices=list(SERVICE_MANAGERS)),
+            service_manager=service_manager_option(),
         ),
         supports_check_mode=True,
     )
@@ -91,12 +88,7 @@ def main():
     wanted = format_cpulist(parse_cpulist(p["cpus"]))
     todo, before, after = [], [], []
     for unit in p["units"]:
-        rc, out, err = module.run_command(
-            ["systemctl", "show", "-p", "AllowedCPUs", "--value", unit]
-        )
-        if rc != 0:
-            module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
-        current = out.strip()
+        current = systemd_allowed_cpus(module, unit)
         if format_cpulist(parse_cpulist(current)) != wanted:
             todo.append(unit)
             before.append(f"{unit} AllowedCPUs={current}\n")
@@ -110,10 +102,7 @@ def main():
                 "run the isolation_state role first".format(p["state_file"], missing)
             )
         for unit in todo:
-            module.run_command(
-                ["systemctl", "set-property", "--runtime", unit, f"AllowedCPUs={wanted}"],
-                check_rc=True,
-            )
+            set_systemd_allowed_cpus(module, unit, wanted)
     result = dict(
         changed=bool(todo),
         applies=True,

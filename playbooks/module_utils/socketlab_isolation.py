@@ -206,6 +206,31 @@ def service_manager(override="auto", proc_root="/proc"):
     return pid1_manager(proc_root)
 
 
+def service_manager_option():
+    """The ``service_manager`` argument of every module that acts through a service manager."""
+    return dict(type="str", default="auto", choices=list(SERVICE_MANAGERS))
+
+
+def systemctl(module, verb, unit):
+    """``systemctl VERB UNIT`` (start, stop); a failure fails the module."""
+    module.run_command(["systemctl", verb, unit], check_rc=True)
+
+
+def systemd_allowed_cpus(module, unit):
+    """A unit's AllowedCPUs as systemd prints it; a failing ``systemctl show`` fails the module."""
+    rc, out, err = module.run_command(["systemctl", "show", "-p", "AllowedCPUs", "--value", unit])
+    if rc != 0:
+        module.fail_json(msg=f"systemctl show {unit} failed: {err.strip()}")
+    return out.strip()
+
+
+def set_systemd_allowed_cpus(module, unit, cpus):
+    """Confine a unit's AllowedCPUs; ``--runtime`` so a reboot also undoes it."""
+    module.run_command(
+        ["systemctl", "set-property", "--runtime", unit, f"AllowedCPUs={cpus}"], check_rc=True
+    )
+
+
 def find_processes(name, proc_root="/proc"):
     """[(pid, argv)] of processes whose comm is `name` (never used to kill by name: the PIDs
     are recorded and only those are signalled)."""

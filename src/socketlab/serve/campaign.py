@@ -249,8 +249,7 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
                            timeout_s=left)
             windows.append((lr, w0, time.time()))
             out.levels.append(lr)
-            server.track()
-            server.check_alive()
+            server.check_alive()  # also remembers the tree's PIDs for stop()
             s = lr.summary
             why = health(level, s, cfg.output_tokens)
             if why:

@@ -22,7 +22,6 @@ from socketlab.serve.loadgen import Prompt
 CORPUS = Path(__file__).with_name("corpus.txt")
 #: the corpus is pinned: prompts (and so results) change only when this hash does
 CORPUS_SHA256 = "8467a1ae9c46f28d3d89ee168a39eee3aae785bef027d2f4f85965c8f857b08b"
-SOURCES = ("corpus", "synthetic")
 
 
 class PromptError(SocketlabError):

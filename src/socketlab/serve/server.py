@@ -17,7 +17,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -86,8 +86,73 @@ def _exit_text(rc: int) -> str:
     return f"exit code {rc}"
 
 
+def _log_line(text: str) -> str:
+    """The last non-blank line of a server log, as it goes into a failure reason."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    return f" (log: {lines[-1][:160]})" if lines else ""
+
+
+class _Lifecycle:
+    """What a local and a remote server share: readiness polling, the failure reasons, the
+    context manager. A subclass says how to look at its tree (``_refresh``: remember its PIDs,
+    record and return the exit code once it has ended) and how to read its log."""
+
+    ready_url: str
+    ready_timeout_s: float
+    ready_s: float | None
+    exit_code: int | None
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> list[int]:
+        raise NotImplementedError
+
+    def _refresh(self) -> int | None:
+        raise NotImplementedError
+
+    def _log_tail(self) -> str:
+        raise NotImplementedError
+
+    def _ended(self, when: str) -> ServerFailure:
+        return ServerFailure(f"server {when} with {_exit_text(self.exit_code)}{self._log_tail()}")
+
+    def wait_ready(self) -> float:
+        """Poll the readiness URL until HTTP 200; returns seconds to ready."""
+        t0 = time.monotonic()
+        last = "no answer"
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while True:
+                if self._refresh() is not None:
+                    raise self._ended("exited before ready")
+                try:
+                    r = client.get(self.ready_url)
+                    if r.status_code == 200:
+                        self.ready_s = time.monotonic() - t0
+                        return self.ready_s
+                    last = f"HTTP {r.status_code}"
+                except httpx.HTTPError as exc:
+                    last = type(exc).__name__
+                if time.monotonic() - t0 > self.ready_timeout_s:
+                    raise ServerFailure(f"server never ready: {self.ready_url} gave {last} for "
+                                        f"{self.ready_timeout_s:g} s")
+                time.sleep(0.2)
+
+    def check_alive(self) -> None:
+        """Remember the tree's PIDs; a server that has ended is a failure with its exit code."""
+        if self._refresh() is not None:
+            raise self._ended("died mid-run")
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 @dataclass
-class ServerProcess:
+class ServerProcess(_Lifecycle):
     argv: list[str]
     ready_url: str
     cpus: list[int] | None = None
@@ -132,33 +197,14 @@ class ServerProcess:
     def _log_tail(self) -> str:
         if not self.log_path or not self.log_path.exists():
             return ""
-        lines = [x for x in self.log_path.read_text(errors="replace").splitlines() if x.strip()]
-        return f" (log: {lines[-1][:160]})" if lines else ""
+        return _log_line(self.log_path.read_text(errors="replace"))
 
-    def wait_ready(self) -> float:
-        """Poll the readiness URL until HTTP 200; returns seconds to ready."""
-        t0 = time.monotonic()
-        last = "no answer"
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            while True:
-                self.track()
-                rc = self.proc.poll()
-                if rc is not None:
-                    self.exit_code = rc
-                    raise ServerFailure(
-                        f"server exited before ready with {_exit_text(rc)}{self._log_tail()}")
-                try:
-                    r = client.get(self.ready_url)
-                    if r.status_code == 200:
-                        self.ready_s = time.monotonic() - t0
-                        return self.ready_s
-                    last = f"HTTP {r.status_code}"
-                except httpx.HTTPError as exc:
-                    last = type(exc).__name__
-                if time.monotonic() - t0 > self.ready_timeout_s:
-                    raise ServerFailure(f"server never ready: {self.ready_url} gave {last} for "
-                                        f"{self.ready_timeout_s:g} s")
-                time.sleep(0.2)
+    def _refresh(self) -> int | None:
+        self.track()
+        rc = self.proc.poll() if self.proc else None
+        if rc is not None:
+            self.exit_code = rc
+        return rc
 
     def track(self) -> list[int]:
         """Remember every PID of the tree, so stop() can prove none is left."""
@@ -167,12 +213,6 @@ class ServerProcess:
         tree = descendants(self.proc.pid)
         self._remember(tree)
         return tree
-
-    def check_alive(self) -> None:
-        rc = self.proc.poll() if self.proc else None
-        if rc is not None:
-            self.exit_code = rc
-            raise ServerFailure(f"server died mid-run with {_exit_text(rc)}{self._log_tail()}")
 
     def affinity(self) -> dict[str, str]:
         """Cpus_allowed_list of every thread of the tree: the placement as it really was."""
@@ -220,16 +260,9 @@ class ServerProcess:
             pass
         return self._alive()
 
-    def __enter__(self) -> ServerProcess:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
 
 @dataclass
-class RemoteServer:
+class RemoteServer(_Lifecycle):
     """The same lifecycle on an SSH host, through its executor's agent (``_runwrap.py``).
 
     The agent starts the server in its own session pinned to ``cpus``, reports its tree and
@@ -259,54 +292,33 @@ class RemoteServer:
         except HostError as exc:
             raise ServerFailure(f"server command could not start on {self.ex.name}: {exc} "
                                 f"(cpus {self.cpus})") from None
-        self.pids_seen[self.root] = 0
+        self._remember([self.root])
 
     @property
     def pid(self) -> int:
         assert self.root is not None
         return self.root
 
+    def _remember(self, pids: list[int]) -> None:
+        for p in pids:
+            self.pids_seen.setdefault(p, 0)
+
     def _state(self) -> dict:
         state = self.ex.tree(self.pid)
-        for p in state["seen"]:
-            self.pids_seen.setdefault(p, 0)
+        self._remember(state["seen"])
         if state["exit_code"] is not None:
             self.exit_code = state["exit_code"]
         return state
 
     def _log_tail(self) -> str:
         code, text = self.ex.call(["tail", "-n", "3", self.remote_log], timeout=10)
-        lines = [x for x in text.splitlines() if x.strip()] if code == 0 else []
-        return f" (log: {lines[-1][:160]})" if lines else ""
+        return _log_line(text) if code == 0 else ""
 
-    def wait_ready(self) -> float:
-        t0 = time.monotonic()
-        last = "no answer"
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            while True:
-                if self._state()["exit_code"] is not None:
-                    raise ServerFailure(f"server exited before ready with "
-                                        f"{_exit_text(self.exit_code)}{self._log_tail()}")
-                try:
-                    r = client.get(self.ready_url)
-                    if r.status_code == 200:
-                        self.ready_s = time.monotonic() - t0
-                        return self.ready_s
-                    last = f"HTTP {r.status_code}"
-                except httpx.HTTPError as exc:
-                    last = type(exc).__name__
-                if time.monotonic() - t0 > self.ready_timeout_s:
-                    raise ServerFailure(f"server never ready: {self.ready_url} gave {last} for "
-                                        f"{self.ready_timeout_s:g} s")
-                time.sleep(0.2)
+    def _refresh(self) -> int | None:
+        return self._state()["exit_code"]
 
     def track(self) -> list[int]:
         return self._state()["pids"] if self.root is not None else []
-
-    def check_alive(self) -> None:
-        if self._state()["exit_code"] is not None:
-            raise ServerFailure(f"server died mid-run with {_exit_text(self.exit_code)}"
-                                f"{self._log_tail()}")
 
     def affinity(self) -> dict[str, str]:
         return self._state()["affinity"]
@@ -316,8 +328,7 @@ class RemoteServer:
         if self.root is None:
             return []
         reply = self.ex.stop_spawned(self.root, self.stop_grace_s)
-        for p in reply["seen"]:
-            self.pids_seen.setdefault(p, 0)
+        self._remember(reply["seen"])
         if self.exit_code is None:
             self.exit_code = reply["exit_code"]
         if self.log_path is not None:

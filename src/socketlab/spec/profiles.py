@@ -78,8 +78,3 @@ def apply_profile(path: Path, data: Any, profile: str | None,
         experiments[i] = merge(experiments[i], override)
     doc["experiments"] = experiments
     return doc
-
-
-def profile_names(data: Any) -> list[str]:
-    profiles = data.get("profiles") if isinstance(data, dict) else None
-    return sorted(profiles) if isinstance(profiles, dict) else []
