@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import time
 from pathlib import Path
@@ -34,28 +35,31 @@ def ssh_pool(tmp_path_factory):
 KERNEL_KNOBS_LOCK = Path("/run/lock/socketlab-tests-kernel-knobs.lock")
 
 
-def _flock(handle, mode: int, what: str) -> None:
-    deadline = time.monotonic() + 900
-    while True:
-        try:
-            fcntl.flock(handle, mode | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
-            time.sleep(0.5)
-
-
-@pytest.fixture
-def kernel_knobs_lock():
-    """Hold the machine-wide kernel-knob lock exclusively for one test (waits up to 15 min)."""
+@contextlib.contextmanager
+def _knobs_locked(mode: int, what: str):
+    """Hold KERNEL_KNOBS_LOCK in ``mode`` (flock), waiting up to 15 min for other sessions."""
     KERNEL_KNOBS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(KERNEL_KNOBS_LOCK, "w") as handle:
-        _flock(handle, fcntl.LOCK_EX, "exclusive")
+    with open(KERNEL_KNOBS_LOCK, "a") as handle:
+        deadline = time.monotonic() + 900
+        while True:
+            try:
+                fcntl.flock(handle, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
+                time.sleep(0.5)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def kernel_knobs_lock():
+    """Hold the machine-wide kernel-knob lock exclusively for one test."""
+    with _knobs_locked(fcntl.LOCK_EX, "exclusive"):
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -65,10 +69,5 @@ def _steady_kernel_knobs(request):
     if "kernel_knobs_lock" in request.fixturenames:  # a second fd of ours would block it
         yield
         return
-    KERNEL_KNOBS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(KERNEL_KNOBS_LOCK, "a") as handle:
-        _flock(handle, fcntl.LOCK_SH, "shared")
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with _knobs_locked(fcntl.LOCK_SH, "shared"):
+        yield
