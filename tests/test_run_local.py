@@ -317,3 +317,39 @@ def test_warmups_run_first_and_are_never_stored(tmp_path):
     assert len(stored(results, "local-warm")) == 6
     # nothing of any run (warm-ups included) is left in the host's work folder
     assert list((tmp_path / "work" / "localhost" / "runs").iterdir()) == []
+
+
+def test_host_lost_during_cleanup_keeps_the_stored_run(tmp_path, monkeypatch):
+    """Fault injection: the host goes away right after a run was stored (while its run folder
+    is being removed). The stored 'ok' run must stand; the remaining points fail as unreachable.
+    (An SSH outage at that moment once overwrote a stored ok run with 'failed'.)"""
+    from socketlab.execute import HostUnreachable
+    from socketlab.execute.local import LocalExecutor
+
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "lost-cleanup",
+        "experiments": [{"name": "emit", "command": [PY, "-c", EMIT, "{{ i }}"],
+                         "sweep": {"matrix": {"i": [0, 1, 2]}}, "metrics": {"parser": "jsonl"}}],
+    })  # fmt: skip
+    real_call = LocalExecutor.call
+    gone = {"now": False}
+    cleared: set[str] = set()
+
+    def call(self, argv, timeout=120.0):
+        if gone["now"]:
+            raise HostUnreachable(f"{self.name}: connection lost (injected)")
+        if argv[:2] == ["rm", "-rf"] and "/runs/" in argv[-1]:
+            if argv[-1] in cleared:  # the second removal: the run was stored, this is cleanup
+                gone["now"] = True
+                raise HostUnreachable(f"{self.name}: connection lost (injected)")
+            cleared.add(argv[-1])  # the first: clearing the folder before the run
+        return real_call(self, argv, timeout)
+
+    monkeypatch.setattr(LocalExecutor, "call", call)
+    results = tmp_path / "results"
+    orchestrate("run", spec, "--results", results, "--plain")
+    runs = list(stored(results, "lost-cleanup").values())
+    statuses = sorted(r.status for r in runs)
+    assert len(runs) == 3 and statuses.count("ok") == 1, [(r.status, r.reason) for r in runs]
+    failed = [r for r in runs if r.status != "ok"]
+    assert all("unreachable" in r.reason for r in failed), [r.reason for r in failed]

@@ -37,6 +37,10 @@ from socketlab.spec.points import RunPoint
 from socketlab.store import COMPLETE, RunRecord, Store
 
 
+class _LostAfterStore(HostUnreachable):
+    """The host became unreachable after the run was stored (during its cleanup)."""
+
+
 def combined_profile(host: str, profile_hash: str) -> str:
     """The host profile hash used in run keys: the inventory name plus the host's profile.
 
@@ -189,7 +193,8 @@ class Runner:
                         continue
                     self._run_point(executor, point, key, manifests.get(point.build), scratch)
                 except HostUnreachable as exc:
-                    self._record_failure(point, key, f"host unreachable: {exc}")
+                    if not isinstance(exc, _LostAfterStore):  # never overwrite a stored run
+                        self._record_failure(point, key, f"host unreachable: {exc}")
                     try:  # one reconnect: a blip should not fail the rest of the campaign
                         # our old agent may hold the lock until it misses our heartbeats
                         self._open(executor, scratch, busy_wait_s=AGENT_IDLE_S + 10)
@@ -315,8 +320,13 @@ class Runner:
                    "orchestrator": __version__, **notes},
         )  # fmt: skip
         self.store.add_run(record, metrics)
-        ex.call(["rm", "-rf", remote])
         self._done(point, record, time.monotonic() - t0)
+        try:
+            ex.call(["rm", "-rf", remote])  # cleanup only: the run is stored
+        except HostUnreachable as exc:
+            # the host went away after the run was stored: the run stands as stored, and
+            # the host loop still learns that the host is gone
+            raise _LostAfterStore(str(exc)) from exc
 
     def _fingerprint(self, ex: Executor) -> dict:
         text = ex.check(ex.tool("fingerprint.py"), what="fingerprint")
