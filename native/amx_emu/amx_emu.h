@@ -5,7 +5,9 @@
  * product is exact in fp32, so FMA contraction cannot change a result). Shape mismatches and
  * invalid configs (reserved bytes set, rows/colsb half zero: what would fault on hardware)
  * abort, so a wrong tile config fails the test.
- * Included instead of <immintrin.h>'s tile intrinsics when SL_AMX_EMULATE is defined. */
+ * Included instead of <immintrin.h>'s tile intrinsics when SL_AMX_EMULATE is defined; the config
+ * is loaded through amx_tiles.h's sl_tile_loadconfig(), never the compiler's
+ * intrinsic. */
 #ifndef SL_AMX_EMU_H
 #define SL_AMX_EMU_H
 
@@ -123,7 +125,6 @@ static inline void sl_emu_dpbf16ps(int c, int a, int b)
     }
 }
 
-#define _tile_loadconfig(cfg) sl_emu_loadconfig(cfg)
 #define _tile_release() sl_emu_release()
 #define _tile_zero(t) sl_emu_zero(t)
 #define _tile_loadd(t, base, stride) sl_emu_loadd((t), (base), (long)(stride))

@@ -99,7 +99,7 @@ static void reserved_byte(void)
     cfg.palette_id = 1;
     sl_tile_shape(&cfg, 0, 16, 64);
     cfg.reserved[3] = 1;
-    _tile_loadconfig(&cfg);
+    sl_tile_loadconfig(&cfg);
 }
 
 int main(void)

@@ -23,7 +23,7 @@ void gemv_amx_config(int batch)
     sl_tile_shape(&cfg, T_B1, 16, 64);
     sl_tile_shape(&cfg, T_C0, batch, 64); /* batch rows x 16 fp32 outputs */
     sl_tile_shape(&cfg, T_C1, batch, 64);
-    _tile_loadconfig(&cfg);
+    sl_tile_loadconfig(&cfg);
 }
 
 #ifdef SL_AMX_EMULATE
@@ -36,7 +36,7 @@ void gemv_amx_config_rows_override(int a_rows)
     for (int t = 0; t < 8; t++)
         sl_tile_shape(&cfg, t, sl_emu.rows[t], sl_emu.colsb[t]);
     sl_tile_shape(&cfg, T_A, a_rows, 64);
-    _tile_loadconfig(&cfg);
+    sl_tile_loadconfig(&cfg);
 }
 #endif
 

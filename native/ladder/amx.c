@@ -13,6 +13,17 @@ void amx_stream_a_tile(uint16_t a[16][32])
             a[m][k] = ((m + k) % 3 == 0) ? 0x3f80 : ((m + k) % 3 == 1 ? 0xbf80 : 0x0000);
 }
 
+/* Both kernels: all eight tiles 16 rows x 64 bytes (palette 1) */
+void ladder_amx_config(void)
+{
+    sl_tilecfg cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.palette_id = 1;
+    for (int t = 0; t < 8; t++)
+        sl_tile_shape(&cfg, t, 16, 64);
+    sl_tile_loadconfig(&cfg);
+}
+
 /* Both kernels accumulate in tiles 4-7: zeroed before a pass, stored and summed after it (the
  * sum keeps the work observable). Outside the TDPBF16PS loops; always inlined, so both compilers
  * emit the same code as when it was written out in each kernel. */
@@ -38,16 +49,11 @@ static inline __attribute__((always_inline)) void acc_drain(float c[4][16][16], 
 
 double run_amx_bf16_stream(const void* buf, size_t bytes, uint64_t passes)
 {
-    sl_tilecfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++)
-        sl_tile_shape(&cfg, t, 16, 64);
     _Alignas(64) uint16_t a[16][32];
     amx_stream_a_tile(a);
     _Alignas(64) float c[4][16][16];
     double total = 0;
-    _tile_loadconfig(&cfg);
+    ladder_amx_config();
     _tile_loadd(0, a, 64);
     for (uint64_t p = 0; p < passes; p++) {
         acc_zero();
@@ -70,11 +76,6 @@ double run_amx_bf16_stream(const void* buf, size_t bytes, uint64_t passes)
 
 double run_amx_bf16_compute(const void* buf, size_t bytes, uint64_t passes)
 {
-    sl_tilecfg cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++)
-        sl_tile_shape(&cfg, t, 16, 64);
     /* A0 = 1.0, A1 = 2.0, B0 = 0.125, B1 = 0.25 in every bf16 slot */
     static const uint16_t fill[4] = { 0x3f80, 0x4000, 0x3e00, 0x3e80 };
     _Alignas(64) uint16_t src[4][16][32];
@@ -84,7 +85,7 @@ double run_amx_bf16_compute(const void* buf, size_t bytes, uint64_t passes)
                 src[t][r][k] = fill[t];
     _Alignas(64) float c[4][16][16];
     double total = 0;
-    _tile_loadconfig(&cfg);
+    ladder_amx_config();
     _tile_loadd(0, src[0], 64);
     _tile_loadd(1, src[1], 64);
     _tile_loadd(2, src[2], 64);

@@ -38,6 +38,8 @@ double verify_avx512_read(const void* buf, size_t bytes);
 double expected_full_sum(const void* buf, size_t bytes);
 double run_avx2_read(const void* buf, size_t bytes, uint64_t passes);
 double run_avx512_bf16_gemv(const void* buf, size_t bytes, uint64_t passes);
+/* amx.c: the tile config both AMX kernels load (8 tiles of 16 x 64 B); tilecfg_check calls it */
+void ladder_amx_config(void);
 /* amx.c: B tiles (1 KiB) streamed from buf against one resident A tile, 4 per 4 KiB */
 double run_amx_bf16_stream(const void* buf, size_t bytes, uint64_t passes);
 /* VDPBF16PS on 16 zmm accumulators, registers only: LADDER_DP_ITERS x 16 instructions a pass */
