@@ -8,6 +8,7 @@ import pytest
 
 from socketlab.report.compare import (
     DEVIATES,
+    DISPUTED,
     NOT_COMPARABLE,
     NOT_RUN,
     REPRODUCED,
@@ -46,6 +47,11 @@ def test_c8i_fixtures_reproduce_every_measured_cell(tmp_path, published, c8i):
     assert len(rows) == len(published.cells)
     measured = [r for r in rows if r.cell.experiment and not r.cell.unmeasured]
     assert len(measured) > 100
+    # a disputed published figure never reads reproduced or deviates, even on the c8i
+    disputed = [r for r in measured if r.cell.disputed]
+    assert [r.cell.id for r in disputed] == ["compute/avx512-bf16-compute/flops_per_core"]
+    assert all(r.kind == DISPUTED for r in disputed)
+    measured = [r for r in measured if not r.cell.disputed]
     bad = [(r.cell.id, r.verdict) for r in measured if r.kind != REPRODUCED]
     assert bad == []
     for r in measured:
@@ -70,7 +76,8 @@ def test_one_value_moved_20_percent_deviates(tmp_path, published, c8i):
     assert moved.ratio == pytest.approx(1.2, rel=0.02)
     assert moved.verdict == f"deviates: {moved.ratio:.2f}x of published (±5%, better)"
     assert "better" in moved.verdict  # higher is better for bandwidth
-    others = [r for r in rows if r.cell.experiment and not r.cell.unmeasured and r is not moved]
+    others = [r for r in rows if r.cell.experiment and not r.cell.unmeasured and r is not moved
+              and not r.cell.disputed]
     assert all(r.kind == REPRODUCED for r in others)
     # and down 20% on a lower-is-better cell is "better"
     rows = _rows(tmp_path / "b", published, {"c8i": c8i},
@@ -114,7 +121,7 @@ def test_a_condition_that_differs_is_not_comparable(tmp_path, published, c8i):
     not workers) still reproduce."""
     rows = _rows(tmp_path, published, {"c8i": c8i}, recorded={"threads": 93, "workers": 93})
     by_id = {r.cell.id: r for r in rows}
-    for cell_id in ("ladder/l2-1.5-4k-read/bw_total", "compute/avx512-bf16-compute/flops_per_core",
+    for cell_id in ("ladder/l2-1.5-4k-read/bw_total", "compute/amx-bf16-compute/flops_per_core",
                     "batching/e2b-l0-2k-b16-amx/us_per_token", "tile-balance/e2b-l0-amx/bytes_max_over_mean",
                     "clocks/avx512-bf16-gemv/busy_mhz_mean", "kv-stream/e2b-l4-8k/kv_read_bandwidth"):
         r = by_id[cell_id]
@@ -122,9 +129,11 @@ def test_a_condition_that_differs_is_not_comparable(tmp_path, published, c8i):
         assert r.ratio is None and r.measured is not None
     assert by_id["exchange/n96-diss/exchange_p50"].kind == REPRODUCED
     measured = [r for r in rows if r.measured is not None]
-    workers = [r for r in measured if r.cell.conditions.get("workers") == 90]
+    workers = [r for r in measured if r.cell.conditions.get("workers") == 90
+               and not r.cell.disputed]
     assert workers and all(r.kind == NOT_COMPARABLE for r in workers)
-    assert all(r.kind == REPRODUCED for r in measured if "workers" not in r.cell.conditions)
+    assert all(r.kind == REPRODUCED for r in measured if "workers" not in r.cell.conditions
+               and not r.cell.disputed)
 
 
 def test_a_shorter_profile_is_named(tmp_path, published, c8i):
@@ -152,21 +161,32 @@ def test_a_shorter_profile_is_named(tmp_path, published, c8i):
 
 
 def test_other_host_is_not_comparable_and_names_the_difference(tmp_path, published):
+    """An AMD host (the recorded Zen 5 facts, whatever CPU runs the test): per-core cells say the
+    core class differs, socket-level cells name the host difference, AMX cells are not run."""
     here = {"topology": topology_facts("this-machine")}
     rows = _rows(tmp_path, published, {"vm": here}, host="vm")
     measured = [r for r in rows if r.measured is not None]
     assert measured
     flags = set(here["topology"]["flags"])
+    per_core = 0
     for r in rows:
         if r.cell.unmeasured:
             assert r.kind == NOT_RUN
         elif set(r.cell.requires) - flags:
             missing = sorted(set(r.cell.requires) - flags)
-            assert r.verdict == f"not run: host lacks {', '.join(missing)}"
+            assert r.verdict.endswith(f"not run: host lacks {', '.join(missing)}") or \
+                r.verdict == f"not run: host lacks {', '.join(missing)}"
+        elif r.cell.disputed:
+            assert r.kind == DISPUTED and "here: not comparable: core class differs" in r.verdict
+        elif r.cell.per_core is not None:
+            per_core += 1
+            assert (r.kind, r.verdict) == (
+                NOT_COMPARABLE, "not comparable: core class differs (AMD EPYC vs Intel Xeon 6975P-C)")
         else:
             assert r.kind == NOT_COMPARABLE
             assert r.verdict == ("not comparable: host is AMD EPYC (2 cores), "
                                  "published host is Xeon 6975P-C (96 cores)")
+    assert per_core >= 16  # the L2 ladder, per-core L2 and latency cells without AMX
     amx = next(r for r in rows if r.cell.id == "ladder/l2-1.0-thp-amx/bw_total")
     assert amx.verdict == "not run: host lacks amx_bf16"
 
@@ -179,7 +199,9 @@ def test_not_run_reasons(tmp_path, published, c8i):
     assert by_id["ladder/l2-1.0-thp-read/bw_total"].verdict == (
         "not run: no ladder run with kernel=avx512-read, pages=thp, mib_per_core=1.0 "
         "reported bw_total")
-    assert all(r.kind == NOT_RUN for r in rows)
+    assert all(r.kind == NOT_RUN for r in rows if not r.cell.disputed)
+    disputed = by_id["compute/avx512-bf16-compute/flops_per_core"]
+    assert disputed.kind == DISPUTED and "; here: not run: no compute run" in disputed.verdict
     # no hosts at all
     rows = compare(published, [], {})
     assert {r.host for r in rows} == {None}

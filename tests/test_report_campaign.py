@@ -89,8 +89,16 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     assert sum(c for e, c in counts.items() if e != "tile-balance") <= 60
     assert counts["tile-balance"] == 6
     ladder = [p for p in plan.points if p.experiment == "ladder"]
-    assert all("--seconds" in p.argv and p.argv[p.argv.index("--seconds") + 1] == "0.2"
-               for p in ladder)
+
+    def arg(p, flag):
+        return p.argv[p.argv.index(flag) + 1]
+
+    # the per-core cells (L2 sizes, compared per core on a host with the published core) run at
+    # the published 2 s x 3 reps; the socket-level sizes stay short
+    assert {(p.params["mib_per_core"], arg(p, "--seconds"), arg(p, "--reps")) for p in ladder} == {
+        (1.0, "2", "3"), (1.3, "2", "3"), (1.5, "2", "3"), (4, "0.2", "2"), (64, "0.2", "2")}
+    (compute,) = [p for p in plan.points if p.experiment == "compute"]
+    assert (arg(compute, "--seconds"), arg(compute, "--reps")) == ("2", "3")
     # one housekeeping core in the quick profile leaves CPU 1 as the worker on 2 cores
     assert {p.argv[p.argv.index("--cpus") + 1] for p in ladder} == {"1"}
     (noise,) = [p for p in plan.points if p.experiment == "noise-load"]

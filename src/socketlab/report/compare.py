@@ -10,21 +10,31 @@ Verdicts, in the order they are decided for each (cell, host):
   stored run has the cell's experiment, metric and join parameters;
 - ``not comparable: host is X (n cores), published host is Y (m cores)``: measured on a host that is
   not the published one (different CPU model or core count), so a ratio would mean nothing;
+- on such a host, a per-core cell (``Cell.per_core``: L1/L2 ladder, compute, one-way latency)
+  is compared per core when the host has the published core (``socketlab.report.coreclass``:
+  vendor, family, L1d and L2 sizes, or the model name): ``reproduced per core`` / ``deviates per
+  core: <ratio>`` on the per-core figures (published value, or total / workers; measured total /
+  the run's workers); ``not comparable: core class differs (AMD EPYC vs Intel Xeon 6975P-C)``
+  where it does not; a socket-level cell (L3/DRAM totals, 32/64/96-participant exchanges,
+  clocks) on a host with the published core says what it lacks: ``not comparable: needs 96
+  cores (host has 2)``;
 - ``not comparable: profile quick: 0.2 s per rep vs 2 s published`` and/or ``not comparable:
   conditions differ: workers 93 vs 90``: the published host, but the run did not record the
   published conditions (``CONDITION_SOURCES``: what a run records of each condition). Only
   conditions both sides record are compared; the join keys already equal the run's parameters;
-- ``reproduced within tolerance`` or ``deviates: <ratio> (<tolerance>)``.
+- ``reproduced within tolerance`` or ``deviates: <ratio> (<tolerance>)``;
+- a cell whose published figure the evidence disputes (``Cell.disputed``) reads ``published
+  figure disputed: <reason>; published X vs measured Y`` on every host, never ``deviates``.
 """
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from socketlab.report.coreclass import CoreMatch, core_class, missing_flags, short_model
 from socketlab.report.published import Cell, Published
 
 #: Run statuses whose metrics count. Anything else (failed, timeout, invalid, ...) is ignored.
@@ -35,8 +45,14 @@ SCALE_DIMS = ("threads", "workers", "participants", "cpus")
 
 REPRODUCED = "reproduced"
 DEVIATES = "deviates"
+REPRODUCED_PER_CORE = "reproduced per core"
+DEVIATES_PER_CORE = "deviates per core"
+DISPUTED = "published figure disputed"
 NOT_RUN = "not run"
 NOT_COMPARABLE = "not comparable"
+#: every verdict kind, in the order the report's summary line counts them
+KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, DISPUTED, NOT_COMPARABLE,
+         NOT_RUN)
 
 #: unit -> (dimension, factor to the dimension's base unit). Same dimension = convertible.
 _UNITS: dict[str, tuple[str, float]] = {
@@ -88,8 +104,25 @@ class Row:
     host: str | None
     measured: Measured | None
     ratio: float | None
-    kind: str  #: reproduced | deviates | not run | not comparable
+    kind: str  #: one of KINDS
     verdict: str  #: the full verdict text
+    #: the per-core figures of a per-core cell: published (value, or total / workers) and
+    #: measured (per core: the value, or total / the run's workers); None where not per core
+    per_core_published: float | None = None
+    per_core_measured: Measured | None = None
+
+    @property
+    def per_core_text(self) -> str:
+        c = self.cell
+        published = self.per_core_published if self.per_core_published is not None \
+            else c.per_core_reference
+        if published is None:
+            return "—"
+        pub = fmt(published)
+        if c.per_core is not None and c.per_core.basis == "derived":
+            pub += f" ({fmt(c.reference)} / {fmt(c.per_core_divisor)}, derived)"
+        meas = fmt(self.per_core_measured.median) if self.per_core_measured else "—"
+        return f"{pub} → {meas}"
 
     @property
     def published_text(self) -> str:
@@ -113,14 +146,6 @@ def fmt(x: float | None, digits: int = 4) -> str:
     if ax >= 100:
         return f"{x:.1f}".rstrip("0").rstrip(".")
     return f"{x:.{digits}g}"
-
-
-def short_model(model: str) -> str:
-    """'Intel(R) Xeon(R) 6975P-C' -> 'Xeon 6975P-C'; 'AMD EPYC 9R14 96-Core Processor' -> 'AMD EPYC 9R14'."""
-    s = re.sub(r"\((R|TM)\)", "", model or "unknown CPU", flags=re.I)
-    s = re.sub(r"\b\d+-Core Processor\b|\bProcessor\b|\bCPU\b|@.*$", "", s, flags=re.I)
-    s = re.sub(r"^\s*Intel\s+", "", s, flags=re.I)
-    return " ".join(s.split()) or "unknown CPU"
 
 
 def _norm_model(model: str) -> str:
@@ -298,25 +323,31 @@ def _describe_join(cell: Cell) -> str:
         f" reported {cell.metric}"
 
 
-def _judge(cell: Cell, m: Measured) -> tuple[str, str, float | None]:
-    ref = cell.reference
+def _assess(ref: float, rng: tuple[float, float] | None, cell: Cell, median: float
+            ) -> tuple[bool, float | None, str]:
+    """(within tolerance, ratio, 'how it deviates') of ``median`` against a published figure."""
     # a ratio to a published 0 (idle device IRQs) is undefined: say the two numbers instead
-    ratio = m.median / ref if ref else None
+    ratio = median / ref if ref else None
     tol = cell.tolerance
-    if cell.range is not None:
-        lo, hi = cell.range
-        ok = lo <= m.median <= hi or tol.allows(lo, m.median) or tol.allows(hi, m.median)
+    if rng is not None:
+        lo, hi = rng
+        ok = lo <= median <= hi or tol.allows(lo, median) or tol.allows(hi, median)
     else:
-        ok = tol.allows(ref, m.median)
-    if ok:
-        return REPRODUCED, f"reproduced within tolerance ({tol.text()})", ratio
+        ok = tol.allows(ref, median)
     direction = ""
     if cell.better != "none":
-        better = (m.median > ref) == (cell.better == "higher")
+        better = (median > ref) == (cell.better == "higher")
         direction = ", better" if better else ", worse"
     how = f"{ratio:.2f}x of published" if ratio is not None else \
-        f"{fmt(m.median)} against a published 0"
-    return DEVIATES, f"deviates: {how} ({tol.text()}{direction})", ratio
+        f"{fmt(median)} against a published 0"
+    return ok, ratio, f"{how} ({tol.text()}{direction})"
+
+
+def _judge(cell: Cell, m: Measured) -> tuple[str, str, float | None]:
+    ok, ratio, how = _assess(cell.reference, cell.range, cell, m.median)
+    if ok:
+        return REPRODUCED, f"reproduced within tolerance ({cell.tolerance.text()})", ratio
+    return DEVIATES, f"deviates: {how}", ratio
 
 
 def compare(
@@ -385,6 +416,17 @@ def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
          runs: list[Mapping[str, Any]] = (),
          explain: Callable[[Cell, str], str | None] | None = None,
          meta: Mapping[str, Mapping[str, Any]] | None = None, profile: str | None = None) -> Row:
+    row = _plain_row(published, cell, host, facts, records, skip_reason, runs, explain, meta,
+                     profile)
+    return _disputed(row) if cell.disputed else row
+
+
+def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
+               records: list[dict[str, Any]], skip_reason: Mapping[tuple[str, str], str],
+               runs: list[Mapping[str, Any]] = (),
+               explain: Callable[[Cell, str], str | None] | None = None,
+               meta: Mapping[str, Mapping[str, Any]] | None = None,
+               profile: str | None = None) -> Row:
     topo = facts.get("topology", facts) if isinstance(facts, Mapping) else {}
     if cell.unmeasured or not cell.experiment:
         return Row(cell, host, None, None, NOT_RUN, f"not run: {cell.unmeasured}")
@@ -404,22 +446,154 @@ def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
         return Row(cell, host, m, None, NOT_COMPARABLE,
                    f"not comparable: measured in {unit}, published in {cell.unit}")
     vals = [float(v) for v in converted if v is not None]
-    center = {"min": min, "max": max}.get(cell.statistic, statistics.median)(vals)
-    m = Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
+    m = _measured(cell, vals, dims)
+    per_core = _per_core_measured(cell, vals, counted, meta or {}, dims)
+    pc = {"per_core_published": cell.per_core_reference, "per_core_measured": per_core}
     diff = host_difference(published.host, topo) if topo else "host facts are missing"
     conditions = condition_differences(cell, counted, meta or {})
+    if diff and topo:
+        match = core_class(published.host, topo)
+        if cell.per_core is not None and match.matches and not unmet_needs(cell, published.host,
+                                                                           topo):
+            return _per_core_row(cell, host, m, per_core, match, conditions, profile, topo)
+        if cell.per_core is not None and not match.matches:  # nothing else matters then
+            return Row(cell, host, m, None, NOT_COMPARABLE,
+                       f"not comparable: core class differs ({match.differs})", **pc)
+        elif match.matches and unmet_needs(cell, published.host, topo):
+            diff = "needs " + ", ".join(unmet_needs(cell, published.host, topo))
     if diff:  # conditions the core count decides are part of the host difference
         conditions = [c for c in conditions if c[0] not in HOST_CONDITIONS]
     reasons = ([diff] if diff else []) + _differences_text(conditions, profile)
     if reasons:  # a ratio against another machine's number, or other conditions, would mislead
-        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons))
+        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
+                   **pc)
     kind, verdict, ratio = _judge(cell, m)
-    return Row(cell, host, m, ratio, kind, verdict)
+    return Row(cell, host, m, ratio, kind, verdict, **pc)
+
+
+def _measured(cell: Cell, vals: list[float], dims: dict[str, Any]) -> Measured:
+    center = {"min": min, "max": max}.get(cell.statistic, statistics.median)(vals)
+    return Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
+
+
+def _per_core_measured(cell: Cell, vals: list[float], counted: list[Mapping[str, Any]],
+                       meta: Mapping[str, Mapping[str, Any]], dims: dict[str, Any]
+                       ) -> Measured | None:
+    """The measured per-core figure: the value of a per-core metric, or each run's total over
+    the workers that run recorded (None when a run did not record them)."""
+    if cell.per_core is None:
+        return None
+    if cell.per_core.basis == "given":
+        return _measured(cell, vals, dims)
+    key = cell.per_core.divide_by or "workers"
+    per: list[float] = []
+    for v, r in zip(vals, counted, strict=True):
+        n = _recorded(key, r, meta.get(str(r.get("run_key")), {}))
+        try:
+            n = float(n)
+        except (TypeError, ValueError):
+            return None
+        if n <= 0:
+            return None
+        per.append(v / n)
+    return _measured(cell, per, dims)
+
+
+def unmet_needs(cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str, Any]
+                ) -> list[str]:
+    """What of the published socket the cell needs and the host lacks, as text ('32
+    participants (host has 2 cores)'). Explicit ``needs`` first; else participants from the
+    conditions, NUMA nodes from the scope, and the socket's cores for a cell not per core."""
+    cores, nodes = int(topo.get("cores") or 0), int(topo.get("nodes") or 0)
+    per_node = cores // nodes if nodes else cores
+    pub_nodes = int(published_host.get("numa_nodes") or 1)
+    needs = dict(cell.needs)
+    cond = cell.conditions
+    if "participants" in cond:
+        needs.setdefault("participants", int(cond["participants"]))
+    scope_nodes = {"two-nodes": 2, "adjacent-node": 2, "all-nodes": pub_nodes,
+                   "far-node": pub_nodes}.get(str(cond.get("scope")))
+    if scope_nodes and scope_nodes > 1:
+        needs.setdefault("nodes", scope_nodes)
+    if cell.per_core is None and not needs:
+        needs["cores"] = int(published_host["cores"])
+    have = {"cores": cores, "nodes": nodes, "node_cores": per_node, "participants": cores}
+    text = {"cores": "{n} cores (host has {h})", "nodes": "{n} NUMA nodes (host has {h})",
+            "node_cores": "{n} cores in one NUMA node (host has {h})",
+            "participants": "{n} participants (host has {h} cores)"}
+    return [text[k].format(n=n, h=have[k]) for k, n in sorted(needs.items()) if have[k] < n]
+
+
+def _per_core_row(cell: Cell, host: str, m: Measured, per_core: Measured | None,
+                  match: CoreMatch, conditions: list[tuple[str, str, str]],
+                  profile: str | None, topo: Mapping[str, Any]) -> Row:
+    """A per-core cell on a host with the published core: judged on the per-core figures."""
+    pc_ref = cell.per_core_reference
+    pc = {"per_core_published": pc_ref, "per_core_measured": per_core}
+    lacks = missing_flags(cell.per_core.flags, topo)
+    if lacks:
+        return Row(cell, host, m, None, NOT_COMPARABLE,
+                   f"not comparable: core lacks {', '.join(lacks)}", **pc)
+    if per_core is None or pc_ref is None:
+        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: the runs did not "
+                   f"record their {cell.per_core.divide_by or 'workers'}", **pc)
+    floor = cell.per_core.min_duration_s
+    kept = []
+    for c in conditions:
+        if c[0] in HOST_CONDITIONS:  # per core, the worker count is what is divided out
+            continue
+        if c[0] == "duration_s" and floor is not None and all(
+                _float(x) is not None and _float(x) >= floor for x in c[1].split("/")):
+            continue  # a steady one-core rate: runs this long are the published measurement
+        kept.append(c)
+    reasons = _differences_text(kept, profile)
+    if reasons:
+        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
+                   **pc)
+    ok, ratio, how = _assess(pc_ref, cell.per_core_range, cell, per_core.median)
+    flags = [*cell.requires, *cell.per_core.flags]
+    basis = match.basis + (f", flags {' '.join(flags)}" if flags else "")
+    if ok:
+        return Row(cell, host, m, ratio, REPRODUCED_PER_CORE, "reproduced per core within "
+                   f"tolerance ({cell.tolerance.text()}; core class: {basis})", **pc)
+    return Row(cell, host, m, ratio, DEVIATES_PER_CORE,
+               f"deviates per core: {how}; core class: {basis}", **pc)
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _disputed(row: Row) -> Row:
+    """A disputed published figure: never 'deviates'; the reason, both numbers, and what the
+    comparison would otherwise have said when it could not measure or compare."""
+    d = row.cell.disputed
+    unit = row.cell.unit
+    per_core = row.cell.per_core_reference
+    pub = per_core if per_core is not None else row.cell.reference
+    meas = row.per_core_measured or row.measured
+    what = " per core" if per_core is not None else ""
+    parts = [f"published figure disputed: {d.reason}"]
+    if meas is not None:
+        ratio = meas.median / pub if pub else None
+        parts.append(f"published {fmt(pub)} vs measured {fmt(meas.median)} {unit}{what}"
+                     + (f" ({ratio:.2f}x)" if ratio is not None else ""))
+    else:
+        parts.append(f"published {fmt(pub)} {unit}{what}")
+    if row.kind in (NOT_RUN, NOT_COMPARABLE):
+        parts.append(f"here: {row.verdict}")
+    parts.append(f"a correct figure: {d.correct}")
+    ratio = meas.median / pub if meas is not None and pub else None
+    return Row(row.cell, row.host, row.measured, ratio, DISPUTED, "; ".join(parts),
+               row.per_core_published, row.per_core_measured)
 
 
 def summary(rows: Iterable[Row]) -> dict[str, int]:
     """Counts per verdict kind, for the report's header."""
-    out = {REPRODUCED: 0, DEVIATES: 0, NOT_COMPARABLE: 0, NOT_RUN: 0}
+    out = dict.fromkeys(KINDS, 0)
     for r in rows:
         out[r.kind] = out.get(r.kind, 0) + 1
     return out

@@ -50,6 +50,30 @@ class Tolerance:
         return " or ".join(parts)
 
 
+#: tiers shared by the socket's cores: their cells are never per core, whatever the table says
+SHARED_TIERS = frozenset({"L3", "DRAM", "L2+L3"})
+
+
+@dataclass(frozen=True)
+class PerCore:
+    """How a cell is a per-core property: the published value is per core (``given``), or a
+    total to divide by a condition (``derived``: value / workers)."""
+
+    basis: str  #: given | derived
+    divide_by: str | None = None  #: condition key of a derived value
+    min_duration_s: float | None = None  #: per-core runs this long per rep are comparable
+    flags: tuple[str, ...] = ()  #: ISA flags the core must have besides the cell's requires
+
+
+@dataclass(frozen=True)
+class Disputed:
+    """Evidence against a published figure (shown instead of a deviates verdict)."""
+
+    reason: str
+    evidence: str
+    correct: str
+
+
 @dataclass(frozen=True)
 class Cell:
     """One published number with everything needed to compare it."""
@@ -74,6 +98,9 @@ class Cell:
     note: str = ""
     divide_by: str | None = None  #: condition key dividing the measured value (e.g. batch)
     statistic: str = "median"  #: how repetitions are summarised: median | min | max
+    per_core: PerCore | None = None  #: None: a socket-level cell
+    needs: tuple[tuple[str, int], ...] = ()  #: what of the socket it needs (explicit part)
+    disputed: Disputed | None = None
 
     @property
     def id(self) -> str:
@@ -90,6 +117,28 @@ class Cell:
 
     def join_params(self) -> dict[str, Any]:
         return {k: self.conditions[k] for k in self.join}
+
+    @property
+    def per_core_divisor(self) -> float:
+        """What divides the published value to give its per-core figure (1 when given)."""
+        pc = self.per_core
+        if pc is None or pc.basis == "given":
+            return 1.0
+        return float(self.conditions[pc.divide_by or "workers"])
+
+    @property
+    def per_core_reference(self) -> float | None:
+        """The published per-core figure: the value itself, or the total / workers."""
+        if self.per_core is None:
+            return None
+        return self.reference / self.per_core_divisor
+
+    @property
+    def per_core_range(self) -> tuple[float, float] | None:
+        if self.per_core is None or self.range is None:
+            return None
+        d = self.per_core_divisor
+        return (self.range[0] / d, self.range[1] / d)
 
 
 @dataclass(frozen=True)
@@ -263,6 +312,22 @@ def _tolerance(raw: Any, default: Tolerance) -> Tolerance:
     return Tolerance(rel=raw.get("rel"), abs=raw.get("abs"))
 
 
+def _per_core(raw: Any) -> PerCore | None:
+    if not raw:
+        return None
+    return PerCore(basis=raw["basis"], divide_by=raw.get("divide_by") or (
+        "workers" if raw["basis"] == "derived" else None),
+        min_duration_s=raw.get("min_duration_s"), flags=tuple(raw.get("flags", ())))
+
+
+def _first(key: str, *levels: dict[str, Any]) -> Any:
+    """The most specific level's value of ``key`` (cell, row, column, table), None if unset."""
+    for level in levels:
+        if isinstance(level, dict) and key in level:
+            return level[key]
+    return None
+
+
 def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
     seen_tables: set[str] = set()
     tables: list[Table] = []
@@ -312,6 +377,18 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                 rng = obj.get("range")
                 if rng is not None and rng[0] > rng[1]:
                     raise _fail(path, node, doc, cw + ["range"], "range must be [low, high]")
+                per_core = _per_core(_first("per_core", r, cdef, t))
+                if per_core is not None and cond.get("tier") in SHARED_TIERS:
+                    per_core = None  # a shared tier's figure depends on the whole socket
+                if per_core is not None and per_core.basis == "derived":
+                    divisor = cond.get(per_core.divide_by)
+                    if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
+                            or divisor <= 0:
+                        raise _fail(path, node, doc, rw + ["conditions"],
+                                    f"per_core is derived (value / '{per_core.divide_by}'), so "
+                                    f"'{per_core.divide_by}' must be a positive number here, "
+                                    f"got {divisor!r}")
+                disputed = obj.get("disputed") or r.get("disputed")
                 cells.append(Cell(
                     table=t["id"], row=r["id"], column=col, label=r.get("label", r["id"]),
                     value=obj.get("value"), range=tuple(rng) if rng else None,
@@ -328,6 +405,9 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                     requires=tuple(r.get("requires", t.get("requires", ()))),
                     source=source, note=obj.get("note", r.get("note", "")),
                     divide_by=cdef.get("divide_by"), statistic=cdef.get("statistic", "median"),
+                    per_core=per_core,
+                    needs=tuple(sorted((_first("needs", r, t) or {}).items())),
+                    disputed=Disputed(**disputed) if disputed else None,
                 ))
                 if cdef.get("divide_by") and cdef["divide_by"] not in cond:
                     raise _fail(path, node, doc, cw, f"column divides by '{cdef['divide_by']}', "

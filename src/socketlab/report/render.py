@@ -16,14 +16,18 @@ from typing import Any
 
 from socketlab.report.compare import (
     DEVIATES,
+    DEVIATES_PER_CORE,
+    DISPUTED,
     NOT_COMPARABLE,
     NOT_RUN,
     REPRODUCED,
+    REPRODUCED_PER_CORE,
     SCALE_DIMS,
     Row,
     fmt,
     summary,
 )
+from socketlab.report.coreclass import core_class
 from socketlab.report.published import Published, Table
 
 
@@ -57,9 +61,41 @@ def _headline(report: Report) -> list[str]:
     counts = summary(report.rows)
     return [
         f"{len(report.rows)} published cells: {counts[REPRODUCED]} reproduced, "
-        f"{counts[DEVIATES]} deviate, {counts[NOT_COMPARABLE]} not comparable, "
-        f"{counts[NOT_RUN]} not run."
+        f"{counts[DEVIATES]} deviate, {counts[REPRODUCED_PER_CORE]} reproduced per core, "
+        f"{counts[DEVIATES_PER_CORE]} deviate per core, {counts[DISPUTED]} disputed, "
+        f"{counts[NOT_COMPARABLE]} not comparable, {counts[NOT_RUN]} not run."
     ]
+
+
+def _has_per_core(table: Table) -> bool:
+    return any(c.per_core is not None for c in table.cells)
+
+
+#: the per-core column's title: published per-core figure (how it was derived) -> measured
+PER_CORE_TITLE = "per core: published → measured"
+
+
+def _core_class_items(report: Report) -> list[tuple[str, str]]:
+    """On what basis each host's cores match (or not) each published host's core class."""
+    items = []
+    for name, entry in sorted(report.hosts.items()):
+        topo = entry.get("topology", entry) or {}
+        if not topo:
+            continue
+        for pub in report.published:
+            items.append((f"core class on {name}", core_class(pub.host, topo).detail))
+    return items
+
+
+def _disputed_lines(rows: list[Row]) -> list[tuple[str, str, str, str]]:
+    """(label, reason, evidence, correct figure) of each disputed cell, once per cell."""
+    seen: dict[str, tuple[str, str, str, str]] = {}
+    for r in rows:
+        d = r.cell.disputed
+        if d is not None and r.cell.id not in seen:
+            seen[r.cell.id] = (f"{r.cell.label} ({r.published_text} {r.cell.unit})", d.reason,
+                               d.evidence, d.correct)
+    return list(seen.values())
 
 
 def _host_lines(report: Report) -> list[tuple[str, str]]:
@@ -97,6 +133,7 @@ def _provenance_items(report: Report) -> list[tuple[str, str]]:
         items.append(("runs", ", ".join(f"{k} {v}" for k, v in sorted(p["runs"].items()))))
     for name, text in _host_lines(report):
         items.append((f"host {name}", text))
+    items += _core_class_items(report)
     for host, iso in sorted((p.get("isolation") or {}).items()):
         items.append((f"isolation on {host}", str(iso)))
     for build in p.get("builds") or []:
@@ -114,7 +151,9 @@ def _md_table(table: Table, rows: list[Row]) -> list[str]:
     multi_col = len(table.columns) > 1
     multi_host = len({r.host for r in rows}) > 1
     head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
-    head += ["published", "measured median (min–max, n)", "ratio", "verdict"]
+    head += ["published", "measured median (min–max, n)"]
+    per_core = _has_per_core(table)
+    head += ([PER_CORE_TITLE] if per_core else []) + ["ratio", "verdict"]
     titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -123,7 +162,8 @@ def _md_table(table: Table, rows: list[Row]) -> list[str]:
             cells.append(titles[r.cell.column])
         if multi_host:
             cells.append(r.host or "—")
-        cells += [r.published_text, _measured(r), _ratio(r), r.verdict]
+        cells += [r.published_text, _measured(r)] + ([r.per_core_text] if per_core else [])
+        cells += [_ratio(r), r.verdict]
         lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
     return lines
 
@@ -144,6 +184,14 @@ def render_markdown(report: Report) -> str:
                 out.append(f"Section {table.section}. " + (table.note or ""))
                 out.append("")
             out += _md_table(table, report.rows_of(table))
+        disputed = _disputed_lines([r for r in report.rows if r.cell.table in
+                                    {t.id for t in pub.tables}])
+        if disputed:
+            out += ["", "### Disputed published figures", ""]
+            for label, reason, evidence, correct in disputed:
+                out += [f"- **{_md_escape(label)}**: {_md_escape(reason)}.",
+                        f"  Evidence: {_md_escape(evidence)}",
+                        f"  A correct figure: {_md_escape(correct)}."]
     if report.extra_markdown:
         out += ["", "## Measured tables", "", report.extra_markdown.strip()]
     return "\n".join(out) + "\n"
@@ -247,7 +295,8 @@ table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.reproduced td.v{background:#dff3df}tr.deviates td.v{background:#fbe0d0}
-tr.not-comparable td.v{background:#eef}tr.not-run td.v{background:#f4f4f4;color:#666}
+tr.not-comparable td.v{background:#eef}tr.reproduced-per-core td.v{background:#e6f5e0}
+tr.deviates-per-core td.v{background:#fbe9dc}tr.published-figure-disputed td.v{background:#fff4c2}tr.not-run td.v{background:#f4f4f4;color:#666}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px}
 dl.prov dt{font-weight:600}dl.prov dd{margin:0}
 .summary{font-size:14px;padding:8px;background:#fafafa;border:1px solid #eee}
@@ -265,7 +314,9 @@ def _html_table(table: Table, rows: list[Row]) -> str:
     multi_host = len({r.host for r in rows}) > 1
     titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
     head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
-    head += ["published", "measured median (min–max, n)", "ratio", "verdict"]
+    head += ["published", "measured median (min–max, n)"]
+    per_core = _has_per_core(table)
+    head += ([PER_CORE_TITLE] if per_core else []) + ["ratio", "verdict"]
     out = ["<table><tr>" + "".join(f"<th>{_h(h)}</th>" for h in head) + "</tr>"]
     for r in rows:
         cls = r.kind.replace(" ", "-")
@@ -275,8 +326,10 @@ def _html_table(table: Table, rows: list[Row]) -> str:
         if multi_host:
             tds.append(f"<td>{_h(r.host or '—')}</td>")
         tds += [f'<td class="num" title="{_h(r.cell.source)}">{_h(r.published_text)}</td>',
-                f'<td class="num">{_h(_measured(r))}</td>', f'<td class="num">{_h(_ratio(r))}</td>',
-                f'<td class="v">{_h(r.verdict)}</td>']
+                f'<td class="num">{_h(_measured(r))}</td>']
+        if per_core:
+            tds.append(f'<td class="num">{_h(r.per_core_text)}</td>')
+        tds += [f'<td class="num">{_h(_ratio(r))}</td>', f'<td class="v">{_h(r.verdict)}</td>']
         out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>")
     out.append("</table>")
     return "\n".join(out)
@@ -316,6 +369,14 @@ def render_html(report: Report) -> str:
             if table.note or table.section:
                 parts.append(f"<p class='note'>Section {_h(table.section)}. {_h(table.note)}</p>")
             parts.append(_html_table(table, rows))
+        disputed = _disputed_lines([r for r in report.rows if r.cell.table in
+                                    {t.id for t in pub.tables}])
+        if disputed:
+            parts.append("<h3>Disputed published figures</h3><ul>")
+            parts += [f"<li><b>{_h(label)}</b>: {_h(reason)}.<br>Evidence: {_h(evidence)}"
+                      f"<br>A correct figure: {_h(correct)}.</li>"
+                      for label, reason, evidence, correct in disputed]
+            parts.append("</ul>")
     if report.extra_markdown:
         parts.append("<h2>Measured tables</h2><pre>" + _h(report.extra_markdown) + "</pre>")
     parts.append("</body></html>")
