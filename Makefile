@@ -5,7 +5,7 @@ PYTHON   ?= python3
 VENV     := .venv
 PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
-EXTRAS   ?= dev,serve
+EXTRAS   ?= dev,serve,ref
 
 .PHONY: setup system-deps run quickstart test lint native clean
 

@@ -1,0 +1,173 @@
+"""Build one layer (random or checkpoint weights), its B batch rows, both references, the dump."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from socketlab.layer import VERSION
+from socketlab.layer.dump import DumpWriter
+from socketlab.layer.errors import LayerError
+from socketlab.layer.history import history
+from socketlab.layer.reference import ATTN_SCALE, Rows, boundaries_for, err, layer_ref
+from socketlab.layer.rope import cos_sin
+from socketlab.layer.shapes import Shape
+from socketlab.layer.weights import RESIDUAL_RMS, TAG_INPUTS, random_weights, rng_for
+
+MAX_BATCH = 64
+
+
+@dataclasses.dataclass
+class Layer:
+    """Everything one dump holds, before it is written."""
+
+    shape: Shape
+    context: int
+    seed: int
+    weights: dict[str, np.ndarray]
+    rows: Rows
+    f32: dict[str, np.ndarray]  #: boundary -> [B, n]
+    bf16: dict[str, np.ndarray]
+    checkpoint: str | None = None
+
+    @property
+    def batch(self) -> int:
+        return self.rows.x_in.shape[0]
+
+    def bar(self, row: int) -> dict[str, dict[str, float]]:
+        """BF16-mode error vs FP32 per boundary for one batch row: the gate's bar."""
+        return {b: err(self.bf16[b][row], self.f32[b][row]) for b in boundaries_for(self.shape)}
+
+
+def row_inputs(shape: Shape, seed: int, row: int) -> tuple[np.ndarray, np.ndarray | None]:
+    """The decode token's layer input (N(0, RESIDUAL_RMS^2)) and per-layer input (N(0, 1)),
+    from the row's own stream."""
+    rng = rng_for(seed, TAG_INPUTS, row)
+    x = rng.standard_normal(shape.hidden, dtype=np.float32) * np.float32(RESIDUAL_RMS)
+    pli = rng.standard_normal(shape.ple, dtype=np.float32) if shape.ple else None
+    return x, pli
+
+
+def build_layer(
+    shape: Shape,
+    context: int,
+    batch: int,
+    seed: int,
+    weights: dict[str, np.ndarray] | None = None,
+    checkpoint: str | None = None,
+) -> Layer:
+    if context < 1:
+        raise LayerError(f"--context: expected a positive number of tokens, got {context}")
+    if not 1 <= batch <= MAX_BATCH:
+        raise LayerError(f"--batch: expected 1..{MAX_BATCH}, got {batch}")
+    if seed < 0:
+        raise LayerError(f"--seed: expected a non-negative integer, got {seed}")
+    w = weights if weights is not None else random_weights(shape, seed)
+    cos, sin = cos_sin(shape, context)  # the decode token sits at position `context`
+    xs, plis, kcs, vcs = [], [], [], []
+    for i in range(batch):
+        x, pli = row_inputs(shape, seed, i)
+        kc, vc = history(shape, w, seed, i, context)
+        xs.append(x)
+        plis.append(pli)
+        kcs.append(kc)
+        vcs.append(vc)
+    rows = Rows(
+        x_in=np.stack(xs),
+        per_layer_input=np.stack(plis) if shape.ple else None,
+        kcache=kcs,
+        vcache=vcs,
+        cos=cos,
+        sin=sin,
+    )
+    return Layer(
+        shape=shape,
+        context=context,
+        seed=seed,
+        weights=w,
+        rows=rows,
+        f32=layer_ref(shape, w, rows, bf16=False),
+        bf16=layer_ref(shape, w, rows, bf16=True),
+        checkpoint=checkpoint,
+    )
+
+
+def meta_for(layer: Layer, row: int) -> dict[str, Any]:
+    s = layer.shape
+    cl = s.cache_len(layer.context)
+    # Keys and order as ref_layer.py writes them (l2r_layer.c finds them by `"key": `), then ours.
+    return {
+        "hf": layer.checkpoint,
+        "layer": s.layer,
+        "ctx": layer.context,
+        "layer_type": s.layer_type,
+        "hidden": s.hidden,
+        "heads": s.heads,
+        "kv_heads": s.kv_heads,
+        "head_dim": s.head_dim,
+        "window": s.window,
+        "cache_len": cl,
+        "eps": s.eps,
+        "inter": s.inter,
+        "ple": s.ple,
+        "moe": False,
+        "kv_eq": s.kv_eq,
+        "tp": 1,
+        "rank": 0,
+        "full_heads": s.heads,
+        "full_kv_heads": s.kv_heads,
+        "full_inter": s.inter,
+        "token": None,
+        "torch": None,
+        "hf_check": None,
+        "generator": f"socketlab.layer {VERSION}",
+        "shape": s.name,
+        "seed": layer.seed,
+        "batch_row": row,
+        "batch": layer.batch,
+        "position": layer.context,
+        "attn_scale": ATTN_SCALE,
+        "rope": {
+            "type": s.rope_type,
+            "theta": s.rope_theta,
+            "partial_rotary_factor": s.partial_rotary_factor,
+        },
+        "weights": "checkpoint" if layer.checkpoint else "random",
+        "bf16_ref_err": layer.bar(row),
+    }
+
+
+def write_layer(layer: Layer, out: str | Path) -> list[Path]:
+    """Row 0 into `out`, row i into `out/row<i>` (weights symlinked to row 0's). Returns the dirs."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise LayerError(f"{out}: --out: exists and is not a directory")
+    s = layer.shape
+    dirs = []
+    for i in range(layer.batch):
+        d = out if i == 0 else out / f"row{i}"
+        wr = DumpWriter(d)
+        link = out if i else None
+        # state-dict order of Gemma4TextDecoderLayer (the manifest order is cosmetic)
+        order = [n for n, *_ in s.matrices()[:2]] + [n for n, *_ in s.norms()[1:3]]
+        names = order + [n for n, *_ in s.matrices()[2:]] + [n for n, _ in s.norms() if n not in order]
+        for name in names:
+            wr.tensor("w." + name, layer.weights[name], "bf16", link_to=link)
+        wr.tensor("layer_scalar", layer.weights["layer_scalar"].reshape(1), "f32")
+        wr.tensor("x_in", layer.rows.x_in[i], "f32")
+        if s.ple:
+            wr.tensor("per_layer_input", layer.rows.per_layer_input[i], "f32")
+        wr.tensor("cos", layer.rows.cos, "f32")
+        wr.tensor("sin", layer.rows.sin, "f32")
+        if layer.rows.kcache[i].shape[1]:
+            # rows before the decode token; the stage appends its own row
+            wr.tensor("kcache", layer.rows.kcache[i], "bf16")
+            wr.tensor("vcache", layer.rows.vcache[i], "bf16")
+        for b in boundaries_for(s):
+            wr.tensor("ref." + b, layer.f32[b][i], "f32")
+        wr.finish(meta_for(layer, i))
+        dirs.append(d)
+    return dirs

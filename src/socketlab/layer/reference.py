@@ -1,0 +1,135 @@
+"""The layer's math in numpy float32: one decode step of a Gemma-4 text decoder layer.
+
+Follows transformers' Gemma4TextDecoderLayer (checked against it in
+tests/test_layer_reference.py) and names the op boundaries as ref_layer.py did:
+xn q qn k v kn vn attn o h1 xn2 gate up act down h2 pg pact pp out.
+
+BF16 mode is what a BF16 kernel computes: BF16 weights (the weights here are BF16-exact
+already), every GEMV input rounded to BF16, BF16 KV (history rows and the new row), FP32
+accumulation. Its distance from FP32 at each boundary is the bar the stage is held to.
+Rows are batched through the GEMVs (one matrix product per op); attention runs per row over
+that row's own history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from socketlab.layer.bf16 import round_f32
+from socketlab.layer.rope import rotate
+from socketlab.layer.shapes import Shape
+
+BOUNDARIES = (
+    "xn", "q", "qn", "k", "v", "kn", "vn", "attn", "o", "h1", "xn2",
+    "gate", "up", "act", "down", "h2", "pg", "pact", "pp", "out",
+)  # fmt: skip
+#: Gemma-4's score scale: q and k are RMS-normed, so there is no 1/sqrt(head_dim).
+ATTN_SCALE = 1.0
+_GELU_C = np.float32(np.sqrt(2.0 / np.pi))
+
+
+@dataclasses.dataclass
+class Rows:
+    """The decode step's inputs for B batch rows."""
+
+    x_in: np.ndarray  #: [B, hidden]
+    per_layer_input: np.ndarray | None  #: [B, ple]
+    kcache: list[np.ndarray]  #: per row [kv_heads, T, head_dim], k-normed and roped
+    vcache: list[np.ndarray]  #: per row [kv_heads, T, head_dim], v-normed
+    cos: np.ndarray  #: [head_dim], the decode position's RoPE
+    sin: np.ndarray
+
+
+def boundaries_for(shape: Shape) -> tuple[str, ...]:
+    return BOUNDARIES if shape.ple else tuple(b for b in BOUNDARIES if b not in ("pg", "pact", "pp"))
+
+
+def rms(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
+    """x * (mean(x^2) + eps)^-1/2 [* w] over the last axis, float32 (Gemma4RMSNorm)."""
+    x = x.astype(np.float32, copy=False)
+    ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32) + np.float32(eps)
+    y = x * np.power(ms, np.float32(-0.5))
+    return (y * w if w is not None else y).astype(np.float32, copy=False)
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """gelu_pytorch_tanh in float32."""
+    x = x.astype(np.float32, copy=False)
+    inner = _GELU_C * (x + np.float32(0.044715) * x * x * x)
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
+
+
+def softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True, dtype=np.float32)).astype(np.float32)
+
+
+def layer_ref(shape: Shape, w: dict[str, np.ndarray], rows: Rows, bf16: bool) -> dict[str, np.ndarray]:
+    """Boundary name -> [B, n] float32 for every boundary of the shape."""
+    r = round_f32 if bf16 else (lambda t: t)
+    eps, hd, nh, kvh = shape.eps, shape.head_dim, shape.heads, shape.kv_heads
+
+    def lin(x: np.ndarray, name: str) -> np.ndarray:
+        return (r(x) @ w[name].T).astype(np.float32, copy=False)
+
+    b: dict[str, np.ndarray] = {}
+    x = rows.x_in.astype(np.float32)
+    nb = x.shape[0]
+    b["xn"] = rms(x, w["input_layernorm.weight"], eps)
+    b["q"] = lin(b["xn"], "self_attn.q_proj.weight")
+    q = rotate(rms(b["q"].reshape(nb, nh, hd), w["self_attn.q_norm.weight"], eps), rows.cos, rows.sin)
+    b["qn"] = q.reshape(nb, -1)
+    b["k"] = lin(b["xn"], "self_attn.k_proj.weight")
+    # attention_k_eq_v: V is the raw K projection (normed without scale like any V)
+    b["v"] = b["k"] if shape.kv_eq else lin(b["xn"], "self_attn.v_proj.weight")
+    kn = rotate(rms(b["k"].reshape(nb, kvh, hd), w["self_attn.k_norm.weight"], eps), rows.cos, rows.sin)
+    vn = rms(b["v"].reshape(nb, kvh, hd), None, eps)
+    b["kn"], b["vn"] = kn.reshape(nb, -1), vn.reshape(nb, -1)
+    g = nh // kvh
+    attn = np.empty((nb, nh, hd), np.float32)
+    for i in range(nb):
+        # prior rows + the new token's row, as the stage writes it (BF16 in BF16 mode)
+        K = np.concatenate([r(rows.kcache[i]), r(kn[i])[:, None, :]], axis=1)
+        V = np.concatenate([r(rows.vcache[i]), r(vn[i])[:, None, :]], axis=1)
+        for kh in range(kvh):
+            qg = q[i, kh * g : (kh + 1) * g]  # the q heads sharing this KV head
+            p = softmax((qg @ K[kh].T) * np.float32(ATTN_SCALE))
+            attn[i, kh * g : (kh + 1) * g] = p @ V[kh]
+    b["attn"] = attn.reshape(nb, -1)
+    b["o"] = lin(b["attn"], "self_attn.o_proj.weight")
+    h1 = x + rms(b["o"], w["post_attention_layernorm.weight"], eps)
+    b["h1"] = h1
+    b["xn2"] = rms(h1, w["pre_feedforward_layernorm.weight"], eps)
+    b["gate"] = lin(b["xn2"], "mlp.gate_proj.weight")
+    b["up"] = lin(b["xn2"], "mlp.up_proj.weight")
+    b["act"] = gelu_tanh(b["gate"]) * b["up"]
+    b["down"] = lin(b["act"], "mlp.down_proj.weight")
+    h2 = h1 + rms(b["down"], w["post_feedforward_layernorm.weight"], eps)
+    b["h2"] = h2
+    scalar = w["layer_scalar"].astype(np.float32)
+    if not shape.ple:
+        b["out"] = h2 * scalar
+        return b
+    b["pg"] = lin(h2, "per_layer_input_gate.weight")
+    b["pact"] = gelu_tanh(b["pg"]) * rows.per_layer_input.astype(np.float32)
+    b["pp"] = lin(b["pact"], "per_layer_projection.weight")
+    b["out"] = ((h2 + rms(b["pp"], w["post_per_layer_input_norm.weight"], eps)) * scalar).astype(
+        np.float32
+    )
+    return b
+
+
+def err(a: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """max_abs, rms, rel_rms, cos of a against ref (float64), as ref_layer.py's err."""
+    a, ref = np.asarray(a, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+    d = a - ref
+    rms_d, rms_r = float(np.sqrt(np.mean(d * d))), float(np.sqrt(np.mean(ref * ref)))
+    na, nr = float(np.linalg.norm(a)), float(np.linalg.norm(ref))
+    return {
+        "max_abs": float(np.max(np.abs(d))) if d.size else 0.0,
+        "rms": rms_d,
+        "rel_rms": rms_d / rms_r if rms_r else (0.0 if rms_d == 0 else float("inf")),
+        "cos": float(a @ ref / (na * nr)) if na and nr else (1.0 if na == nr else 0.0),
+    }

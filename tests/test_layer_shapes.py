@@ -1,0 +1,151 @@
+"""Shape files (experiments/shapes/*.yaml): the published layer sizes, HF configs, bad files."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from socketlab.errors import SpecError
+from socketlab.layer.shapes import (
+    SHAPES_DIR,
+    from_hf_text_config,
+    load_shape,
+    shape_files,
+    weight_mib_rounded,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+GEMMA = ["gemma4-e2b-l0", "gemma4-e2b-l4", "gemma4-e4b-l0", "gemma4-e4b-l5"]
+
+
+def test_every_shape_file_loads_and_keeps_the_features():
+    names = {p.stem for p in shape_files()}
+    assert set(GEMMA) | {"tiny", "tiny-full"} <= names
+    for p in shape_files():
+        s = load_shape(p)
+        assert s.heads % s.kv_heads == 0
+        if s.attention == "sliding":
+            assert s.window is not None and s.window >= 2
+    tiny = load_shape("tiny")
+    # the small test layer keeps what the real ones have: GQA, PLE, a window below 100 tokens
+    assert tiny.hidden <= 512 and tiny.groups > 1 and tiny.ple > 0 and tiny.window < 100
+
+
+@pytest.mark.parametrize("name", GEMMA)
+def test_gemma_shapes_give_the_published_layer_sizes(name):
+    """69.0 / 82.5 / 177.5 / 202.5 MiB of bf16 matrices (plow-campaign.md §5.5); the file's
+    `published` block is the published figure, the size is computed from the shape fields."""
+    s = load_shape(name)
+    assert s.published_weight_mib is not None
+    assert weight_mib_rounded(s) == s.published_weight_mib, (name, s.matrix_bytes() / 2**20)
+    expected = {"gemma4-e2b-l0": 69.0, "gemma4-e2b-l4": 82.5, "gemma4-e4b-l0": 177.5,
+                "gemma4-e4b-l5": 202.5}[name]  # fmt: skip
+    assert s.published_weight_mib == expected
+
+
+def test_campaign_tile_balance_uses_the_same_shapes():
+    """campaign-oct.yaml's tile-balance experiment types the matrix lists inline; they must be the
+    shape files' (one source for each fact: when it reads the files, this test still holds)."""
+    text = (REPO / "experiments" / "campaign-oct.yaml").read_text()
+    inline = dict(re.findall(r"'(E[24]B L\d) 2K': '([0-9x,]+)'", text))
+    if not inline:
+        pytest.skip("campaign-oct.yaml no longer types the tile-balance shapes inline")
+    by_stage = {"E2B L0": "gemma4-e2b-l0", "E2B L4": "gemma4-e2b-l4", "E4B L5": "gemma4-e4b-l5"}
+    for stage, arg in inline.items():
+        assert load_shape(by_stage[stage]).gemv_layer_arg() == arg, stage
+
+
+def test_hf_config_gives_the_same_shapes():
+    """google/gemma-4-e2b's text config values (HF Gemma4TextConfig fields) give the shape files."""
+    tc = {
+        "hidden_size": 1536, "intermediate_size": 6144, "num_hidden_layers": 35,
+        "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+        "global_head_dim": 512, "sliding_window": 512, "hidden_size_per_layer_input": 256,
+        "num_kv_shared_layers": 20, "rms_norm_eps": 1e-6,
+        "layer_types": (["sliding_attention"] * 4 + ["full_attention"]) * 7,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                               "rope_theta": 1000000.0},
+        },
+    }  # fmt: skip
+    for layer, name in ((0, "gemma4-e2b-l0"), (4, "gemma4-e2b-l4")):
+        got, want = from_hf_text_config(tc, layer, "config.json"), load_shape(name)
+        for field in ("hidden", "heads", "kv_heads", "head_dim", "attention", "window", "inter",
+                      "ple", "rope_theta", "rope_type", "partial_rotary_factor", "eps", "kv_eq"):
+            assert getattr(got, field) == getattr(want, field), (name, field)
+    with pytest.raises(SpecError, match=r"--layer 30: this layer reuses an earlier layer's KV"):
+        from_hf_text_config(tc, 30, "config.json")
+    with pytest.raises(SpecError, match=r"--layer: expected 0\.\.34, got 35"):
+        from_hf_text_config(tc, 35, "config.json")
+
+
+BASE = yaml.safe_load((SHAPES_DIR / "tiny.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"version": 2}, r"version: expected 1, got 2"),
+        ({"hidden": None}, r"hidden: expected a positive integer, got None"),
+        ({"hidden": True}, r"hidden: expected a positive integer, got True"),
+        ({"heads": 0}, r"heads: expected a positive integer, got 0"),
+        ({"kv_heads": 3}, r"kv_heads: expected a divisor of heads \(4\), got 3"),
+        ({"head_dim": 63}, r"head_dim: expected a positive even integer, got 63"),
+        ({"attention": "local"}, r"attention: expected sliding or full, got 'local'"),
+        ({"window": None}, r"window: missing; expected an integer >= 2 for sliding attention"),
+        ({"attention": "full"}, r"window: expected null or absent for full attention"),
+        ({"rope_type": "yarn"}, r"rope_type: expected default or proportional, got 'yarn'"),
+        ({"partial_rotary_factor": 0.25}, r"partial_rotary_factor: expected 1.0 with rope_type default"),
+        ({"eps": 2}, r"eps: expected a number in \(0, 1\), got 2"),
+        ({"hiden": 256}, r"hiden: unknown field; expected one of version, hidden"),
+        ({"ple": -1}, r"ple: expected an integer >= 0"),
+    ],
+)
+def test_bad_shape_file_is_one_line_naming_file_and_field(tmp_path, change, message):
+    doc = dict(BASE)
+    for k, v in change.items():
+        doc[k] = v
+    if change.get("window", 0) is None:
+        del doc["window"]
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=message) as exc:
+        load_shape(p)
+    assert str(exc.value).startswith(f"{p}: ") and "\n" not in str(exc.value)
+
+
+def test_missing_field_and_bad_yaml(tmp_path):
+    doc = dict(BASE)
+    del doc["inter"]
+    p = tmp_path / "nointer.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=r"nointer.yaml: inter: missing; expected a positive integer"):
+        load_shape(p)
+    q = tmp_path / "broken.yaml"
+    q.write_text("version: 1\nhidden: [1,\n")
+    with pytest.raises(SpecError, match=r"broken.yaml:\d+: not valid YAML"):
+        load_shape(q)
+    with pytest.raises(SpecError, match=r"nosuch: no such shape file; expected a YAML file or one of: .*tiny"):
+        load_shape("nosuch")
+
+
+def test_cli_bad_shape_file_exits_2_with_one_line(tmp_path):
+    doc = dict(BASE, heads="four")
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    r = subprocess.run(
+        [sys.executable, "-m", "socketlab.cli", "layer-dump", str(p), "--context", "8",
+         "--out", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"orchestrate: error: {p}: heads: expected a positive integer, got 'four'"
+    ]
+    assert not (tmp_path / "d").exists()
