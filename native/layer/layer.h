@@ -1,0 +1,110 @@
+/* layer: one decoder layer of a ref_layer.py-format dump as a weight-stationary stage over pinned
+ * workers (see main.c's usage text). Shared declarations of the stage's parts. */
+#ifndef LAYER_H
+#define LAYER_H
+
+#include "sl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define L_MAX_BATCH 16
+#define L_MAX_WORKERS 256
+#define L_MAX_NODES 16
+
+/* ---- the dump (dump.c) ---- */
+/* the nine GEMV matrices, in the order the step runs them */
+enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PG, M_PP, NMAT };
+/* op boundaries checked against the FP32 reference, in ref_layer.py's order */
+enum {
+    B_XN, B_Q, B_QN, B_K, B_V, B_KN, B_VN, B_ATTN, B_O, B_H1, B_XN2, B_GATE, B_UP, B_ACT, B_DOWN,
+    B_H2, B_PG, B_PACT, B_PP, B_OUT, NBND
+};
+extern const char* const l_matrix_names[NMAT]; /* HF state-dict names */
+extern const char* const l_bnd_names[NBND];
+
+typedef struct {
+    /* per row (the batch's distinct inputs, each with its own KV history and reference) */
+    float *x_in, *pli, *cos, *sin;
+    uint16_t *kcache, *vcache; /* [kv_heads][cache_len][head_dim] */
+    float* ref[NBND];
+    double bar[NBND]; /* bf16_ref_err[b].rel_rms */
+    char dir[4096];
+} l_row;
+
+typedef struct {
+    int hidden, heads, kv_heads, head_dim, inter, ple, cache_len, window;
+    int sliding;
+    double eps, attn_scale;
+    float layer_scalar;
+    char shape[64], layer_type[32];
+    uint16_t* w[NMAT]; /* row-major [rows][cols] bf16, row 0's */
+    int rows[NMAT], cols[NMAT];
+    float *w_in, *w_pa, *w_preffn, *w_postffn, *w_ppn, *w_qn, *w_kn; /* norm weights, widened */
+    int batch;
+    l_row row[L_MAX_BATCH];
+} l_dump;
+
+/* Reads row 0 from dir and rows 1..batch-1 from dir/row<i>; any problem is one line, exit 2. */
+void l_dump_load(l_dump* d, const char* dir, int batch);
+
+/* ---- kernels (kern.c) ---- */
+enum { G_SCALAR, G_AVX2, G_AVX512, G_AMX };
+extern const char* const l_gemv_names[]; /* "scalar", "avx2", "avx512", "amx", NULL */
+/* Bytes of one worker's packed slice of `rows` rows x `cols` cols for the kernel. */
+size_t l_slice_bytes(int kernel, int rows, int cols);
+/* Packs rows [r0, r0 + rows) of the row-major bf16 W (cols wide) into dst for the kernel:
+ * row-major for scalar/avx2, 16-row VNNI blocks (gemv.h's layout, zero rows past the end) for
+ * avx512/amx. */
+void l_pack(int kernel, uint16_t* dst, const uint16_t* w, int r0, int rows, int cols);
+/* y[b * ldy + r] = sum_k W[r][k] x[b * cols + k] for r < rows, b < batch; x is bf16.
+ * Padded kernels write whole 16-row blocks, so ldy >= rows rounded up to 16. */
+void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x, int batch,
+            float* y, int ldy);
+/* rows the padded kernels write (>= rows) */
+int l_rows_written(int kernel, int rows);
+void l_kernel_thread_init(int kernel);
+void l_kernel_thread_done(int kernel);
+extern int l_amx_emulated; /* 1 in the SL_AMX_EMULATE build */
+
+/* ---- exchange of one output vector (xchg.c) ---- */
+enum { X_DIRECT, X_REP, X_REPCLD, X_REPNT, X_FID };
+extern const char* const l_xchg_names[];
+typedef struct {
+    int esz, n, batch, workers, mode;
+    int off[L_MAX_WORKERS], len[L_MAX_WORKERS]; /* producer w owns elements [off, off+len) */
+    size_t seg[L_MAX_WORKERS], bytes; /* rep: segment byte offsets (64 B aligned, B rows each) */
+    int line0[L_MAX_WORKERS], lines; /* fid: first line of producer w, lines in all */
+    uint8_t* direct; /* [batch][n] */
+    uint8_t* rep[L_MAX_NODES]; /* rep modes */
+    uint8_t* fid[L_MAX_NODES][2]; /* fid: per node, per step parity */
+} l_vec;
+/* partition: producer w's elements; the buffers are allocated by l_vec_alloc_node */
+void l_vec_init(l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off,
+                const int* len);
+/* called by one worker of each node after pinning (first touch homes them there) */
+void l_vec_alloc_node(l_vec* v, int node);
+/* producer w publishes src ([batch][len] packed) */
+void l_vec_publish(l_vec* v, int w, const void* src, uint32_t tag);
+/* reader on node gathers the whole [batch][n] vector; returns where it is (direct: in place) */
+const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag);
+/* bytes a reader moves per gather */
+size_t l_vec_gather_bytes(const l_vec* v);
+
+/* barriers over the workers: dissemination flags or per-node counters -> leaders -> node gate */
+enum { BAR_DISS, BAR_HIER };
+extern const char* const l_barrier_names[];
+typedef struct {
+    _Alignas(SL_PAD) volatile uint64_t v;
+    char pad[SL_PAD - 8];
+} l_line;
+typedef struct {
+    int kind, n, nnodes;
+    int node_of[L_MAX_WORKERS], node_first[L_MAX_NODES], node_count[L_MAX_NODES];
+    l_line (*diss)[16]; /* [worker][round] */
+    l_line *arrive, *done, *gate; /* [node] */
+} l_barrier;
+void l_barrier_init(l_barrier* b, int kind, int n, const int* node_of);
+void l_barrier_wait(l_barrier* b, int id, uint64_t epoch); /* epoch counts from 1 */
+
+#endif

@@ -1,0 +1,1128 @@
+/* layer: one decoder layer of a ref_layer.py-format dump as a weight-stationary stage over pinned
+ * workers, checked against the dump's FP32 reference at every op boundary. */
+#include "layer.h"
+
+#include <getopt.h>
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: layer --dump DIR [options]\n"
+    "One decoder layer (a ref_layer.py-format dump: manifest.txt, raw tensors, meta.json) as a\n"
+    "weight-stationary stage: one worker per listed CPU, pinned before it allocates; every GEMV's\n"
+    "output rows split over the workers (4-row units, 16-row tiles with amx), each worker's slices\n"
+    "and KV positions in one arena it touches first; split-K attention with (max, sum, partial)\n"
+    "partials and a distributed combine. A step has 8 exchanges:\n"
+    "  qkv | attention | combine | o | gate,up,act | down | ple gate | ple proj\n"
+    "and recomputes the same token, so outputs repeat. Numerics follow ref_layer.py's BF16 mode.\n"
+    "  --dump DIR          the dump (rows 1..B-1 in DIR/row<i>)\n"
+    "  --batch B           1..16 distinct rows (default 1)\n"
+    "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
+    "  --gemv K            scalar | avx2 (portable, FP32 FMA on widened bf16) | avx512 (VDPBF16PS)\n"
+    "                      | amx (TDPBF16PS, weights packed to VNNI tiles at load) (default avx2)\n"
+    "  --xchg M            direct | rep | repcld | repnt | fid (default direct)\n"
+    "  --nobcast           after step 0 every worker reads private snapshots of the exchanged\n"
+    "                      vectors (same values: the step repeats): the all-gather leaves the timing\n"
+    "  --barrier B         diss (dissemination) | hier (per node, then node leaders) (default diss)\n"
+    "  --steps N           steps (default 200; the first 10%% are excluded from the statistics)\n"
+    "  --page MODE         4k | thp | hugetlb for the worker arenas (default thp)\n"
+    "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256)\n"
+    "  --prefetch-dist N   software prefetch N KV rows ahead (default 8; 0 = off)\n"
+    "  --prefetch-hint H   t0 | t1 | t2 | nta (default t0)\n"
+    "  --ctx N             attend the last N cached positions (default: all of the dump's KV)\n"
+    "  --ctx-repeat N      tile the KV N times (timing only: numerics are not checked)\n"
+    "  --resident-kib K    per worker, weight bytes beyond K KiB (FFN rows last) stream with\n"
+    "                      PREFETCHNTA instead of staying resident (default 0 = all resident)\n"
+    "  --slice W/N         run only what workers W.. of an N-worker layer own (one per listed CPU):\n"
+    "                      their rows, their KV positions; exchanges become local copies of the\n"
+    "                      same byte counts, no barriers; numerics are not checked\n"
+    "  --pv-unsplit        avx512/amx: round P to one bf16 in the PV product (the gate catches it)\n"
+    "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
+    "                      one q_proj row after loading): planted errors for the gate's tests\n"
+    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+    "  --help              this text\n"
+    "Gate: every boundary's rel RMS <= 1.5 x the dump's bf16_ref_err[b].rel_rms (bars below 1e-6 are\n"
+    "raised to 1e-6: the FP32 rounding of the stage's own norms), output cosine >= 0.99999, on the\n"
+    "first and the last step, every row against its own reference, and the two steps identical.\n"
+    "Output: JSON lines: meta, step p50/p95/p99/max, per-phase compute/gemv/barrier, bytes, gate.\n"
+    "Exit: 0 ok, 1 gate failed (names the boundary), 2 usage error, 3 unsupported here.\n";
+
+#define GATE_FACTOR 1.5
+#define GATE_FLOOR 1e-6
+#define GATE_COSINE 0.99999
+#define NPH 8
+static const char* const phase_names[NPH] = { "qkv",     "attention", "combine",  "o",
+                                              "gateup",  "down",      "ple_gate", "ple_proj" };
+static const char* const hint_names[] = { "t0", "t1", "t2", "nta", NULL };
+enum { V_Q, V_K, V_V, V_ATTN, V_O, V_ACT, V_DOWN, V_PACT, V_PP, NVEC };
+
+typedef struct {
+    int id, cpu, node;
+    pthread_t thread;
+    int r0[NMAT], r1[NMAT];
+    uint16_t* ws[NMAT];
+    int nres[NMAT]; /* rows of the slice kept resident; the rest stream (--resident-kib) */
+    int p0, p1, np, last; /* KV positions [p0, p1) of the attended range; np incl. repeats, new row */
+    int e0, e1; /* combine's element slice of heads * head_dim */
+    sl_buf arena;
+    uint16_t *K[L_MAX_BATCH], *V[L_MAX_BATCH]; /* per row: [kv_heads] blocks */
+    size_t kbytes_head, vbytes_head;
+    size_t page_size;
+    double thp_fraction;
+    uint64_t ph[NPH], gm[NPH], wt[NPH];
+    uint64_t* step_cyc;
+} worker;
+
+static struct {
+    l_dump d;
+    int kernel, xmode, nobcast, barrier, steps, batch, tile_kib, pf_dist, pf_hint, ctx, ctx_repeat;
+    int resident_kib, slice, slice_w, slice_n, pv_unsplit, drop_combine, perturb;
+    sl_page_mode page;
+    sl_cpus cpus;
+    int nw; /* workers of the layer's partition (N in slice mode) */
+    int nrun; /* workers running here */
+    int nnodes, tile_pos;
+    worker* w;
+    l_vec vec[NVEC];
+    l_barrier bar;
+    pthread_barrier_t start;
+    float *pm, *pl, *po; /* [2 parity][nw][B][heads] (po: [..][heads * head_dim]) */
+    float* snap[2][NBND]; /* first / last step, [B][len] */
+    int blen[NBND];
+    void* slice_src[NVEC]; /* slice mode: the source of the local copies */
+} g;
+
+/* ---- small math, as ref_layer.py ---- */
+static void rms_norm(float* y, const float* x, int n, const float* w, double eps)
+{
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    const float r = (float)(1.0 / sqrt(s / n + eps));
+    for (int i = 0; i < n; i++)
+        y[i] = w ? x[i] * r * w[i] : x[i] * r;
+}
+
+static float gelu_tanh(float x)
+{
+    const float c = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+static void rope(float* x, const float* cos, const float* sin, int hd)
+{
+    const int h = hd / 2;
+    float tmp[1024];
+    for (int i = 0; i < hd; i++)
+        tmp[i] = x[i] * cos[i] + (i < h ? -x[i + h] : x[i - h]) * sin[i];
+    memcpy(x, tmp, sizeof(float) * (size_t)hd);
+}
+
+static void to_bf16(uint16_t* d, const float* s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        d[i] = sl_f32_to_bf16(s[i]);
+}
+
+static void split_units(int rows, int unit, int nw, int w, int* r0, int* r1)
+{
+    const int units = (rows + unit - 1) / unit, base = units / nw, extra = units % nw;
+    const int u0 = w * base + (w < extra ? w : extra), cnt = base + (w < extra);
+    *r0 = u0 * unit < rows ? u0 * unit : rows;
+    *r1 = (u0 + cnt) * unit < rows ? (u0 + cnt) * unit : rows;
+}
+
+static void split_even(int n, int nw, int w, int* a, int* b)
+{
+    *a = (int)((long)n * w / nw);
+    *b = (int)((long)n * (w + 1) / nw);
+}
+
+/* ---- KV layout per row and kv head: positions in tiles of g.tile_pos ----
+ * portable: K and V row-major [np][hd]. avx512/amx: K in 16-position VNNI blocks (a GEMV over
+ * positions), V transposed per tile into 16-dim VNNI blocks over the tile's positions (a GEMV
+ * over dims with the probabilities as input), tiles padded to 32 positions. */
+static int packed_kv(void) { return g.kernel == G_AVX512 || g.kernel == G_AMX; }
+static int round32(int n) { return (n + 31) / 32 * 32; }
+
+static size_t kv_head_bytes(int np, int hd)
+{
+    return packed_kv() ? (size_t)round32(np) * hd * 2 + (size_t)g.tile_pos * hd * 2
+                       : (size_t)np * hd * 2;
+}
+
+static void kv_put(worker* w, int b, int kh, int t, const uint16_t* krow, const uint16_t* vrow)
+{
+    const int hd = g.d.head_dim;
+    uint16_t* K = w->K[b] + kh * w->kbytes_head / 2;
+    uint16_t* V = w->V[b] + kh * w->vbytes_head / 2;
+    if (!packed_kv()) {
+        memcpy(K + (size_t)t * hd, krow, (size_t)hd * 2);
+        memcpy(V + (size_t)t * hd, vrow, (size_t)hd * 2);
+        return;
+    }
+    const int kpairs = hd / 2, blk = t / 16, r = t % 16;
+    for (int kp = 0; kp < kpairs; kp++) {
+        K[((size_t)blk * kpairs + kp) * 32 + 2 * r] = krow[2 * kp];
+        K[((size_t)blk * kpairs + kp) * 32 + 2 * r + 1] = krow[2 * kp + 1];
+    }
+    const int j = t / g.tile_pos, tt = t % g.tile_pos;
+    const int width = w->np - j * g.tile_pos < g.tile_pos ? round32(w->np - j * g.tile_pos)
+                                                          : g.tile_pos;
+    uint16_t* T = V + (size_t)j * g.tile_pos * hd;
+    const int tpairs = width / 2;
+    for (int dd = 0; dd < hd; dd++)
+        T[((size_t)(dd / 16) * tpairs + tt / 2) * 32 + 2 * (dd % 16) + (tt & 1)] = vrow[dd];
+}
+
+static inline void prefetch(const void* p)
+{
+    switch (g.pf_hint) {
+    case 0: _mm_prefetch((const char*)p, _MM_HINT_T0); break;
+    case 1: _mm_prefetch((const char*)p, _MM_HINT_T1); break;
+    case 2: _mm_prefetch((const char*)p, _MM_HINT_T2); break;
+    default: _mm_prefetch((const char*)p, _MM_HINT_NTA); break;
+    }
+}
+
+/* scratch of one worker */
+typedef struct {
+    uint16_t *xb, *xq, *xp; /* GEMV inputs (bf16) */
+    float *y, *pub, *h1, *h2, *qn, *kn, *vn, *sc, *acc, *m, *l, *tmp;
+    uint16_t* pubh;
+    void* loc[NVEC]; /* gathered copies */
+    void* priv[NVEC]; /* --nobcast snapshots */
+    uint64_t gcyc; /* GEMV cycles of the current phase */
+} scratch;
+
+static void gemv_timed(scratch* s, int m, worker* w, const uint16_t* x, float* y, int ldy)
+{
+    const uint64_t t0 = sl_rdtsc();
+    const int rows = w->r1[m] - w->r0[m], cols = g.d.cols[m];
+    if (w->nres[m] < rows) {
+        /* streamed part: request the next block's lines non-temporally while the kernel runs
+         * (the kernel itself is the same; only where the bytes come from differs) */
+        const size_t from = l_slice_bytes(g.kernel, w->nres[m], cols),
+                     to = l_slice_bytes(g.kernel, rows, cols);
+        for (size_t i = from; i < to; i += 64)
+            _mm_prefetch((const char*)w->ws[m] + i, _MM_HINT_NTA);
+    }
+    l_gemv(g.kernel, w->ws[m], rows, cols, x, g.batch, y, ldy);
+    s->gcyc += sl_rdtsc() - t0;
+}
+
+/* attention of one row b over this worker's positions: partials m, l (per head) and
+ * unnormalised o (per head x hd) into pm/pl/po */
+static void attention(worker* w, scratch* s, int b, const float* qn, int par)
+{
+    const int NH = g.d.heads, KVH = g.d.kv_heads, hd = g.d.head_dim, grp = NH / KVH;
+    const int B = g.batch, nw = g.nw, wid = w->id;
+    float* pm = g.pm + (((size_t)par * nw + wid) * B + b) * NH;
+    float* pl = g.pl + (((size_t)par * nw + wid) * B + b) * NH;
+    float* po = g.po + (((size_t)par * nw + wid) * B + b) * (size_t)NH * hd;
+    const float scale = (float)g.d.attn_scale;
+    for (int h = 0; h < NH; h++) {
+        pm[h] = -INFINITY;
+        pl[h] = 0;
+    }
+    memset(po, 0, sizeof(float) * (size_t)NH * hd);
+    if (!w->np)
+        return;
+    for (int kh = 0; kh < KVH; kh++) {
+        const uint16_t* K = w->K[b] + kh * w->kbytes_head / 2;
+        const uint16_t* V = w->V[b] + kh * w->vbytes_head / 2;
+        /* heads of the group in chunks of up to 8: hi + lo rows fill a 16-row AMX A tile */
+        for (int h0 = 0; h0 < grp; h0 += 8) {
+            const int gc = grp - h0 < 8 ? grp - h0 : 8, hb = kh * grp + h0;
+            float *m = s->m, *l = s->l, *acc = s->acc;
+            for (int h = 0; h < gc; h++) {
+                m[h] = -INFINITY;
+                l[h] = 0;
+            }
+            memset(acc, 0, sizeof(float) * (size_t)gc * hd);
+            if (packed_kv())
+                for (int h = 0; h < gc; h++)
+                    for (int dd = 0; dd < hd; dd++) {
+                        /* q = hi + lo in bf16: FP32-accurate scores through bf16 products */
+                        const float q = qn[(size_t)(hb + h) * hd + dd];
+                        const uint16_t hi = sl_f32_to_bf16(q);
+                        s->xq[(size_t)h * hd + dd] = hi;
+                        s->xq[(size_t)(gc + h) * hd + dd] = sl_f32_to_bf16(q - sl_bf16_to_f32(hi));
+                    }
+            for (int t0 = 0, j = 0; t0 < w->np; t0 += g.tile_pos, j++) {
+                const int tn = w->np - t0 < g.tile_pos ? w->np - t0 : g.tile_pos;
+                float* sc = s->sc; /* [gc][tile_pos] */
+                if (packed_kv()) {
+                    const int ldy = g.tile_pos + 16;
+                    if (g.pf_dist)
+                        for (int t = 0; t < g.pf_dist && t0 + tn + t < w->np; t += 1)
+                            prefetch(K + (size_t)(t0 + tn + t) * hd);
+                    l_gemv(g.kernel, K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
+                    for (int h = 0; h < gc; h++)
+                        for (int t = 0; t < tn; t++)
+                            sc[(size_t)h * g.tile_pos + t] =
+                                (s->tmp[(size_t)h * ldy + t] + s->tmp[(size_t)(gc + h) * ldy + t])
+                                * scale;
+                } else {
+                    for (int t = 0; t < tn; t++) {
+                        const uint16_t* kr = K + (size_t)(t0 + t) * hd;
+                        if (g.pf_dist && t0 + t + g.pf_dist < w->np) {
+                            prefetch(kr + (size_t)g.pf_dist * hd);
+                            prefetch(V + (size_t)(t0 + t + g.pf_dist) * hd);
+                        }
+                        for (int h = 0; h < gc; h++) {
+                            const float* q = qn + (size_t)(hb + h) * hd;
+                            float a = 0;
+                            for (int dd = 0; dd < hd; dd++)
+                                a += sl_bf16_to_f32(kr[dd]) * q[dd];
+                            sc[(size_t)h * g.tile_pos + t] = a * scale;
+                        }
+                    }
+                }
+                /* online softmax: rescale what the earlier tiles accumulated */
+                for (int h = 0; h < gc; h++) {
+                    float* sh = sc + (size_t)h * g.tile_pos;
+                    float mx = m[h];
+                    for (int t = 0; t < tn; t++)
+                        mx = sh[t] > mx ? sh[t] : mx;
+                    const float r = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx);
+                    m[h] = mx;
+                    float sum = 0;
+                    for (int t = 0; t < tn; t++) {
+                        sh[t] = expf(sh[t] - mx);
+                        sum += sh[t];
+                    }
+                    l[h] = l[h] * r + sum;
+                    for (int dd = 0; dd < hd; dd++)
+                        acc[(size_t)h * hd + dd] *= r;
+                }
+                if (packed_kv()) {
+                    const int width = round32(tn), rows = g.pv_unsplit ? gc : 2 * gc;
+                    for (int h = 0; h < gc; h++)
+                        for (int t = 0; t < width; t++) {
+                            const float p = t < tn ? sc[(size_t)h * g.tile_pos + t] : 0.0f;
+                            const uint16_t hi = sl_f32_to_bf16(p);
+                            s->xp[(size_t)h * width + t] = hi;
+                            if (!g.pv_unsplit) /* P = hi + lo: the TMUL's bf16 inputs stay FP32-exact */
+                                s->xp[(size_t)(gc + h) * width + t] =
+                                    sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
+                        }
+                    const int ldy = hd + 16;
+                    l_gemv(g.kernel, V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows,
+                           s->tmp, ldy);
+                    for (int h = 0; h < gc; h++)
+                        for (int dd = 0; dd < hd; dd++)
+                            acc[(size_t)h * hd + dd] += s->tmp[(size_t)h * ldy + dd]
+                                + (g.pv_unsplit ? 0.0f : s->tmp[(size_t)(gc + h) * ldy + dd]);
+                } else {
+                    for (int t = 0; t < tn; t++) {
+                        const uint16_t* vr = V + (size_t)(t0 + t) * hd;
+                        for (int h = 0; h < gc; h++) {
+                            const float p = sc[(size_t)h * g.tile_pos + t];
+                            float* a = acc + (size_t)h * hd;
+                            for (int dd = 0; dd < hd; dd++)
+                                a[dd] += p * sl_bf16_to_f32(vr[dd]);
+                        }
+                    }
+                }
+            }
+            for (int h = 0; h < gc; h++) {
+                pm[hb + h] = m[h];
+                pl[hb + h] = l[h];
+                memcpy(po + (size_t)(hb + h) * hd, acc + (size_t)h * hd, sizeof(float) * (size_t)hd);
+            }
+        }
+    }
+}
+
+static void capture(int s, int bnd, int b, int off, const float* src, int n)
+{
+    const int which = s == 0 ? 0 : s == g.steps - 1 ? 1 : -1;
+    if (which < 0)
+        return;
+    memcpy(g.snap[which][bnd] + (size_t)b * g.blen[bnd] + off, src, sizeof(float) * (size_t)n);
+}
+
+static const void* gather(scratch* sc, worker* w, int v, int s, uint32_t tag)
+{
+    l_vec* vec = &g.vec[v];
+    const size_t bytes = (size_t)g.batch * vec->n * vec->esz;
+    if (g.slice) { /* the same bytes moved, from a local source */
+        memcpy(sc->loc[v], g.slice_src[v], l_vec_gather_bytes(vec) < bytes ? l_vec_gather_bytes(vec) : bytes);
+        return sc->loc[v];
+    }
+    if (g.nobcast && s > 0)
+        return sc->priv[v];
+    const void* p = l_vec_gather(vec, w->node, sc->loc[v], tag);
+    if (g.nobcast)
+        memcpy(sc->priv[v], p, bytes);
+    return g.nobcast ? sc->priv[v] : p;
+}
+
+static void publish(scratch* sc, worker* w, int v, const void* src, uint32_t tag)
+{
+    l_vec* vec = &g.vec[v];
+    if (g.slice) {
+        memcpy(sc->loc[v], src, (size_t)g.batch * vec->len[w->id] * vec->esz);
+        return;
+    }
+    l_vec_publish(vec, w->id, src, tag);
+}
+
+/* one GEMV phase's rows: y (ldy wide) -> pub packed [B][rows] */
+static void pack_rows(float* pub, const float* y, int ldy, int rows)
+{
+    for (int b = 0; b < g.batch; b++)
+        memmove(pub + (size_t)b * rows, y + (size_t)b * ldy, sizeof(float) * (size_t)rows);
+}
+
+static void* worker_main(void* arg)
+{
+    worker* w = arg;
+    sl_pin_self(w->cpu);
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden, NH = d->heads, KVH = d->kv_heads, hd = d->head_dim;
+    const int I = d->inter, P = d->ple, QD = NH * hd, KD = KVH * hd;
+
+    /* one arena: the weight slices in phase order, then the KV positions */
+    size_t wbytes = 0, off[NMAT];
+    for (int m = 0; m < NMAT; m++) {
+        off[m] = wbytes;
+        wbytes += (l_slice_bytes(g.kernel, w->r1[m] - w->r0[m], d->cols[m]) + 63) / 64 * 64;
+    }
+    w->kbytes_head = (kv_head_bytes(w->np, hd) + 63) / 64 * 64;
+    w->vbytes_head = w->kbytes_head;
+    const size_t kvb = (size_t)B * KVH * (w->kbytes_head + w->vbytes_head);
+    sl_alloc(&w->arena, wbytes + kvb + 64, g.page);
+    uint8_t* base = w->arena.base;
+    memset(base, 0, wbytes + kvb);
+    for (int m = 0; m < NMAT; m++) {
+        w->ws[m] = (uint16_t*)(base + off[m]);
+        l_pack(g.kernel, w->ws[m], d->w[m], w->r0[m], w->r1[m] - w->r0[m], d->cols[m]);
+    }
+    for (int b = 0; b < B; b++) {
+        w->K[b] = (uint16_t*)(base + wbytes + (size_t)b * KVH * (w->kbytes_head + w->vbytes_head));
+        w->V[b] = w->K[b] + KVH * w->kbytes_head / 2;
+        const int base_np = w->p1 - w->p0, first = d->cache_len - g.ctx;
+        for (int kh = 0; kh < KVH && base_np; kh++)
+            for (int t = 0; t < base_np * g.ctx_repeat; t++) {
+                const size_t row = ((size_t)kh * d->cache_len + first + w->p0 + t % base_np) * hd;
+                kv_put(w, b, kh, t, d->row[b].kcache + row, d->row[b].vcache + row);
+            }
+    }
+    w->page_size = sl_page_size_obtained(&w->arena, &w->thp_fraction);
+
+    scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    const int maxc = I > H ? (I > QD ? I : QD) : (H > QD ? H : QD);
+    const int ldy = (maxc + 31) / 32 * 32 + 32;
+    sc.xb = aligned_alloc(64, (size_t)B * maxc * 2 + 128);
+    sc.y = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2);
+    sc.pub = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2 + 128);
+    sc.pubh = aligned_alloc(64, (size_t)B * ldy * 2 + 128);
+    sc.h1 = malloc(sizeof(float) * (size_t)B * H);
+    sc.h2 = malloc(sizeof(float) * (size_t)B * H);
+    sc.qn = malloc(sizeof(float) * (size_t)B * QD);
+    sc.kn = malloc(sizeof(float) * (size_t)B * KD);
+    sc.vn = malloc(sizeof(float) * (size_t)B * KD);
+    sc.sc = malloc(sizeof(float) * 8 * (size_t)g.tile_pos);
+    sc.acc = malloc(sizeof(float) * 8 * (size_t)hd);
+    sc.m = malloc(sizeof(float) * 8);
+    sc.l = malloc(sizeof(float) * 8);
+    const int tw = g.tile_pos > hd ? g.tile_pos : hd;
+    sc.tmp = aligned_alloc(64, sizeof(float) * 16 * (size_t)(tw + 16));
+    sc.xq = aligned_alloc(64, 2 * 16 * (size_t)hd + 128);
+    sc.xp = aligned_alloc(64, 2 * 16 * (size_t)g.tile_pos + 128);
+    float* tmpv = malloc(sizeof(float) * (size_t)(maxc + 64));
+    for (int v = 0; v < NVEC; v++) {
+        const size_t bytes = (size_t)B * g.vec[v].n * g.vec[v].esz + 128;
+        sc.loc[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        memset(sc.loc[v], 0, bytes);
+        if (g.nobcast) {
+            sc.priv[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            memset(sc.priv[v], 0, bytes);
+        }
+    }
+    if (!g.slice && w->id == g.bar.node_first[w->node])
+        for (int v = 0; v < NVEC; v++)
+            l_vec_alloc_node(&g.vec[v], w->node);
+    l_kernel_thread_init(g.kernel);
+    pthread_barrier_wait(&g.start);
+
+    uint64_t epoch = 0;
+    const int skip = g.steps / 10;
+#define BARRIER(p)                                                                               \
+    do {                                                                                         \
+        const uint64_t tc = sl_rdtsc();                                                          \
+        if (!g.slice && (g.xmode != X_FID || (p) == 1))                                          \
+            l_barrier_wait(&g.bar, w->id, ++epoch);                                              \
+        const uint64_t tb = sl_rdtsc();                                                          \
+        if (s >= skip) {                                                                         \
+            w->ph[p] += tc - prev;                                                               \
+            w->wt[p] += tb - tc;                                                                 \
+            w->gm[p] += sc.gcyc;                                                                 \
+        }                                                                                        \
+        sc.gcyc = 0;                                                                             \
+        prev = tb;                                                                               \
+    } while (0)
+    for (int s = 0; s < g.steps; s++) {
+        const uint32_t tag = (uint32_t)s + 1;
+        const int par = s & 1;
+        const uint64_t t_start = sl_rdtsc();
+        uint64_t prev = t_start;
+        int rows, m;
+        /* 0: qkv */
+        for (int b = 0; b < B; b++) {
+            rms_norm(tmpv, d->row[b].x_in, H, d->w_in, d->eps);
+            if (w->id == 0)
+                capture(s, B_XN, b, 0, tmpv, H);
+            to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
+        }
+        const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V }, qkvv[3] = { V_Q, V_K, V_V };
+        for (int i = 0; i < 3; i++) {
+            m = qkv[i];
+            rows = w->r1[m] - w->r0[m];
+            gemv_timed(&sc, m, w, sc.xb, sc.y, ldy);
+            pack_rows(sc.pub, sc.y, ldy, rows);
+            for (int b = 0; b < B; b++)
+                capture(s, qkvb[i], b, w->r0[m], sc.pub + (size_t)b * rows, rows);
+            publish(&sc, w, qkvv[i], sc.pub, tag);
+        }
+        BARRIER(0);
+        /* 1: attention (norms and RoPE redundantly on every worker) */
+        const float* q = gather(&sc, w, V_Q, s, tag);
+        const float* k = gather(&sc, w, V_K, s, tag);
+        const float* v = gather(&sc, w, V_V, s, tag);
+        for (int b = 0; b < B; b++) {
+            const l_row* r = &d->row[b];
+            float *qn = sc.qn + (size_t)b * QD, *kn = sc.kn + (size_t)b * KD, *vn = sc.vn + (size_t)b * KD;
+            for (int h = 0; h < NH; h++) {
+                rms_norm(qn + h * hd, q + (size_t)b * QD + h * hd, hd, d->w_qn, d->eps);
+                rope(qn + h * hd, r->cos, r->sin, hd);
+            }
+            for (int h = 0; h < KVH; h++) {
+                rms_norm(kn + h * hd, k + (size_t)b * KD + h * hd, hd, d->w_kn, d->eps);
+                rope(kn + h * hd, r->cos, r->sin, hd);
+                rms_norm(vn + h * hd, v + (size_t)b * KD + h * hd, hd, NULL, d->eps);
+            }
+            if (w->id == 0) {
+                capture(s, B_QN, b, 0, qn, QD);
+                capture(s, B_KN, b, 0, kn, KD);
+                capture(s, B_VN, b, 0, vn, KD);
+            }
+            if (w->last) { /* the new token's row, as the kernel stores it (overwrites itself) */
+                uint16_t kb[1024], vb[1024];
+                for (int h = 0; h < KVH; h++) {
+                    to_bf16(kb, kn + h * hd, (size_t)hd);
+                    to_bf16(vb, vn + h * hd, (size_t)hd);
+                    kv_put(w, b, h, w->np - 1, kb, vb);
+                }
+            }
+            const uint64_t ta = sl_rdtsc();
+            attention(w, &sc, b, qn, par);
+            sc.gcyc += sl_rdtsc() - ta;
+        }
+        BARRIER(1);
+        /* 2: combine: this worker's element slice of every head, over all workers' partials */
+        {
+            const int n = w->e1 - w->e0;
+            for (int b = 0; b < B; b++) {
+                float f[L_MAX_WORKERS];
+                for (int e = w->e0; e < w->e1;) {
+                    /* per head once: the global max, each worker's rescale factor, the sum */
+                    const int h = e / hd, he = (h + 1) * hd < w->e1 ? (h + 1) * hd : w->e1;
+                    float mx = -INFINITY, L = 0;
+                    for (int u = 0; u < g.nw; u++) {
+                        const float mu = g.pm[(((size_t)par * g.nw + u) * B + b) * NH + h];
+                        mx = mu > mx ? mu : mx;
+                    }
+                    for (int u = 0; u < g.nw; u++) {
+                        const size_t i = ((size_t)par * g.nw + u) * B + b;
+                        const float mu = g.pm[i * NH + h];
+                        /* planted error (--debug drop-combine): no rescale, no division */
+                        f[u] = g.drop_combine ? 1.0f : mu == -INFINITY ? 0.0f : expf(mu - mx);
+                        L += g.pl[i * NH + h] * f[u];
+                    }
+                    if (g.drop_combine)
+                        L = 1;
+                    float* out = sc.pub + (size_t)b * n - w->e0;
+                    for (; e < he; e++) {
+                        float acc = 0;
+                        for (int u = 0; u < g.nw; u++)
+                            acc += g.po[(((size_t)par * g.nw + u) * B + b) * (size_t)QD + e] * f[u];
+                        out[e] = acc / L;
+                    }
+                }
+                capture(s, B_ATTN, b, w->e0, sc.pub + (size_t)b * n, n);
+            }
+            to_bf16(sc.pubh, sc.pub, (size_t)B * n);
+            publish(&sc, w, V_ATTN, sc.pubh, tag);
+        }
+        BARRIER(2);
+        /* 3: o */
+        const uint16_t* attn = gather(&sc, w, V_ATTN, s, tag);
+        m = M_O;
+        rows = w->r1[m] - w->r0[m];
+        gemv_timed(&sc, m, w, attn, sc.y, ldy);
+        pack_rows(sc.pub, sc.y, ldy, rows);
+        for (int b = 0; b < B; b++)
+            capture(s, B_O, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
+        publish(&sc, w, V_O, sc.pub, tag);
+        BARRIER(3);
+        /* 4: gate, up, act */
+        const float* o = gather(&sc, w, V_O, s, tag);
+        for (int b = 0; b < B; b++) {
+            float* h1 = sc.h1 + (size_t)b * H;
+            rms_norm(tmpv, o + (size_t)b * H, H, d->w_pa, d->eps);
+            for (int i = 0; i < H; i++)
+                h1[i] = d->row[b].x_in[i] + tmpv[i];
+            rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
+            if (w->id == 0) {
+                capture(s, B_H1, b, 0, h1, H);
+                capture(s, B_XN2, b, 0, tmpv, H);
+            }
+            to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
+        }
+        rows = w->r1[M_GATE] - w->r0[M_GATE];
+        float* yg = sc.y;
+        float* yu = sc.y + (size_t)B * ldy;
+        gemv_timed(&sc, M_GATE, w, sc.xb, yg, ldy);
+        gemv_timed(&sc, M_UP, w, sc.xb, yu, ldy);
+        for (int b = 0; b < B; b++) {
+            float* act = sc.pub + (size_t)b * rows;
+            for (int i = 0; i < rows; i++)
+                act[i] = gelu_tanh(yg[(size_t)b * ldy + i]) * yu[(size_t)b * ldy + i];
+            capture(s, B_GATE, b, w->r0[M_GATE], yg + (size_t)b * ldy, rows);
+            capture(s, B_UP, b, w->r0[M_GATE], yu + (size_t)b * ldy, rows);
+            capture(s, B_ACT, b, w->r0[M_GATE], act, rows);
+        }
+        to_bf16(sc.pubh, sc.pub, (size_t)B * rows);
+        publish(&sc, w, V_ACT, sc.pubh, tag);
+        BARRIER(4);
+        /* 5: down */
+        const uint16_t* act = gather(&sc, w, V_ACT, s, tag);
+        m = M_DOWN;
+        rows = w->r1[m] - w->r0[m];
+        gemv_timed(&sc, m, w, act, sc.y, ldy);
+        pack_rows(sc.pub, sc.y, ldy, rows);
+        for (int b = 0; b < B; b++)
+            capture(s, B_DOWN, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
+        publish(&sc, w, V_DOWN, sc.pub, tag);
+        BARRIER(5);
+        /* 6: ple gate */
+        const float* down = gather(&sc, w, V_DOWN, s, tag);
+        for (int b = 0; b < B; b++) {
+            float* h2 = sc.h2 + (size_t)b * H;
+            rms_norm(tmpv, down + (size_t)b * H, H, d->w_postffn, d->eps);
+            for (int i = 0; i < H; i++)
+                h2[i] = sc.h1[(size_t)b * H + i] + tmpv[i];
+            if (w->id == 0)
+                capture(s, B_H2, b, 0, h2, H);
+            to_bf16(sc.xb + (size_t)b * H, h2, (size_t)H);
+        }
+        m = M_PG;
+        rows = w->r1[m] - w->r0[m];
+        gemv_timed(&sc, m, w, sc.xb, sc.y, ldy);
+        for (int b = 0; b < B; b++) {
+            float* pact = sc.pub + (size_t)b * rows;
+            for (int i = 0; i < rows; i++)
+                pact[i] = gelu_tanh(sc.y[(size_t)b * ldy + i]) * d->row[b].pli[w->r0[m] + i];
+            capture(s, B_PG, b, w->r0[m], sc.y + (size_t)b * ldy, rows);
+            capture(s, B_PACT, b, w->r0[m], pact, rows);
+        }
+        to_bf16(sc.pubh, sc.pub, (size_t)B * rows);
+        publish(&sc, w, V_PACT, sc.pubh, tag);
+        BARRIER(6);
+        /* 7: ple proj */
+        const uint16_t* pact = gather(&sc, w, V_PACT, s, tag);
+        m = M_PP;
+        rows = w->r1[m] - w->r0[m];
+        gemv_timed(&sc, m, w, pact, sc.y, ldy);
+        pack_rows(sc.pub, sc.y, ldy, rows);
+        for (int b = 0; b < B; b++)
+            capture(s, B_PP, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
+        publish(&sc, w, V_PP, sc.pub, tag);
+        BARRIER(7);
+        /* the layer's output (the next layer's input), on every worker */
+        const float* pp = gather(&sc, w, V_PP, s, tag);
+        for (int b = 0; b < B; b++) {
+            rms_norm(tmpv, pp + (size_t)b * H, H, d->w_ppn, d->eps);
+            for (int i = 0; i < H; i++)
+                tmpv[i] = (sc.h2[(size_t)b * H + i] + tmpv[i]) * d->layer_scalar;
+            if (w->id == 0)
+                capture(s, B_OUT, b, 0, tmpv, H);
+        }
+        w->step_cyc[s] = sl_rdtsc() - t_start;
+        (void)P;
+    }
+    l_kernel_thread_done(g.kernel);
+    return NULL;
+}
+
+/* ---- setup, metrics, gate ---- */
+static double per_step_us(uint64_t cyc, int n) { return n ? cyc / (sl_tsc_ghz() * 1e3) / n : 0; }
+
+static void meta_common(void)
+{
+    sl_json_str("gemv", l_gemv_names[g.kernel]);
+    sl_json_str("xchg", l_xchg_names[g.xmode]);
+    sl_json_str("barrier", l_barrier_names[g.barrier]);
+    sl_json_bool("nobcast", g.nobcast);
+    sl_json_int("batch", g.batch);
+    sl_json_int("workers", g.nw);
+    sl_json_str("shape", g.d.shape);
+    sl_json_int("ctx", g.ctx);
+    if (g.slice)
+        sl_json_int("slice_worker", g.slice_w);
+}
+
+static void metric(const char* name, double value, const char* unit)
+{
+    sl_metric_begin(name, value, unit);
+    meta_common();
+}
+
+static int gate(int numerics)
+{
+    const int B = g.batch;
+    int failed = -1;
+    char why[256] = "";
+    for (int bnd = 0; bnd < NBND; bnd++) {
+        double worst = 0, worst_ratio = 0, worst_bar = 0, min_cos = 1, max_abs = 0, repeat = 0;
+        int worst_row = 0;
+        bool pass = true;
+        for (int b = 0; b < B; b++) {
+            const float* ref = g.d.row[b].ref[bnd];
+            const double bar = g.d.row[b].bar[bnd];
+            const double limit = GATE_FACTOR * bar > GATE_FLOOR ? GATE_FACTOR * bar : GATE_FLOOR;
+            for (int which = 0; which < 2; which++) {
+                const float* got = g.snap[which][bnd] + (size_t)b * g.blen[bnd];
+                sl_match mt = { 0 };
+                double ma = 0;
+                for (int i = 0; i < g.blen[bnd]; i++) {
+                    sl_match_add(&mt, got[i], ref[i]);
+                    const double e = fabs((double)got[i] - ref[i]);
+                    ma = e > ma || e != e ? e : ma;
+                }
+                const double rr = sl_match_rel_rms(&mt), cs = sl_match_cosine(&mt);
+                if (!(rr <= worst) || rr != rr) {
+                    if (rr > worst || rr != rr) {
+                        worst = rr;
+                        worst_row = b;
+                        worst_bar = bar;
+                        worst_ratio = bar > 0 ? rr / bar : INFINITY;
+                    }
+                }
+                min_cos = cs < min_cos || cs != cs ? cs : min_cos;
+                max_abs = ma > max_abs || ma != ma ? ma : max_abs;
+                if (!(rr <= limit)) {
+                    pass = false;
+                    if (failed < 0)
+                        snprintf(why, sizeof(why), "rel RMS %.3g > %.3g (1.5 x the BF16 bar %.3g), "
+                                 "row %d, %s step", rr, limit, bar, b, which ? "last" : "first");
+                }
+                if (bnd == B_OUT && !(cs >= GATE_COSINE)) {
+                    pass = false;
+                    if (failed < 0)
+                        snprintf(why, sizeof(why), "cosine %.9f < %.5f, row %d, %s step", cs,
+                                 GATE_COSINE, b, which ? "last" : "first");
+                }
+                if (!pass && failed < 0)
+                    failed = bnd;
+            }
+            for (int i = 0; i < g.blen[bnd]; i++) {
+                const double e = fabs((double)g.snap[0][bnd][(size_t)b * g.blen[bnd] + i]
+                                      - g.snap[1][bnd][(size_t)b * g.blen[bnd] + i]);
+                repeat = e > repeat || e != e ? e : repeat;
+            }
+        }
+        if (!(repeat == 0)) {
+            if (pass && failed < 0) {
+                failed = bnd;
+                snprintf(why, sizeof(why), "the first and the last step differ by up to %.3g "
+                         "(every step recomputes the same token)", repeat);
+            }
+            pass = false;
+        }
+        if (!numerics)
+            continue;
+        sl_metric_begin("gate_rel_rms", worst, "ratio");
+        meta_common();
+        sl_json_str("boundary", l_bnd_names[bnd]);
+        sl_json_int("row", worst_row);
+        sl_json_num("bf16_bar", worst_bar);
+        sl_json_num("ratio_to_bar", worst_ratio);
+        sl_json_num("cosine", min_cos);
+        sl_json_num("max_abs", max_abs);
+        sl_json_num("repeat_max_abs", repeat);
+        sl_json_bool("pass", pass);
+        sl_json_end();
+    }
+    if (!numerics)
+        return 0;
+    if (failed >= 0)
+        sl_check_failed("gate failed at boundary %s: %s", l_bnd_names[failed], why);
+    return 0;
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "layer";
+    const char *dump = NULL, *slice_arg = NULL;
+    g.batch = 1;
+    g.kernel = G_AVX2;
+    g.xmode = X_DIRECT;
+    g.barrier = BAR_DISS;
+    g.steps = 200;
+    g.page = SL_PAGE_THP;
+    g.tile_kib = 256;
+    g.pf_dist = 8;
+    g.pf_hint = 0;
+    g.ctx = -1;
+    g.ctx_repeat = 1;
+    g.cpus.n = 1;
+    g.cpus.cpu[0] = 0;
+    double timeout = 600;
+    static const char* const debug_names[] = { "drop-combine", "perturb-row", NULL };
+    static const struct option opts[] = {
+        { "dump", required_argument, 0, 'd' }, { "batch", required_argument, 0, 'b' },
+        { "cpus", required_argument, 0, 'C' }, { "gemv", required_argument, 0, 'g' },
+        { "xchg", required_argument, 0, 'x' }, { "nobcast", no_argument, 0, 'n' },
+        { "barrier", required_argument, 0, 'B' }, { "steps", required_argument, 0, 's' },
+        { "page", required_argument, 0, 'p' }, { "kv-tile-kib", required_argument, 0, 'K' },
+        { "prefetch-dist", required_argument, 0, 'D' }, { "prefetch-hint", required_argument, 0, 'H' },
+        { "ctx", required_argument, 0, 'c' }, { "ctx-repeat", required_argument, 0, 'R' },
+        { "resident-kib", required_argument, 0, 'r' }, { "slice", required_argument, 0, 'S' },
+        { "pv-unsplit", no_argument, 0, 'u' }, { "debug", required_argument, 0, 'G' },
+        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
+        { 0, 0, 0, 0 }
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'd': dump = optarg; break;
+        case 'b': g.batch = (int)sl_parse_long("--batch", optarg, 1, L_MAX_BATCH); break;
+        case 'C': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
+        case 'g': g.kernel = sl_parse_choice("--gemv", optarg, l_gemv_names); break;
+        case 'x': g.xmode = sl_parse_choice("--xchg", optarg, l_xchg_names); break;
+        case 'n': g.nobcast = 1; break;
+        case 'B': g.barrier = sl_parse_choice("--barrier", optarg, l_barrier_names); break;
+        case 's': g.steps = (int)sl_parse_long("--steps", optarg, 2, 10000000); break;
+        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
+        case 'K': g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 1, 1 << 20); break;
+        case 'D': g.pf_dist = (int)sl_parse_long("--prefetch-dist", optarg, 0, 4096); break;
+        case 'H': g.pf_hint = sl_parse_choice("--prefetch-hint", optarg, hint_names); break;
+        case 'c': g.ctx = (int)sl_parse_long("--ctx", optarg, 0, 1 << 24); break;
+        case 'R': g.ctx_repeat = (int)sl_parse_long("--ctx-repeat", optarg, 1, 1 << 16); break;
+        case 'r': g.resident_kib = (int)sl_parse_long("--resident-kib", optarg, 0, 1 << 24); break;
+        case 'S': slice_arg = optarg; break;
+        case 'u': g.pv_unsplit = 1; break;
+        case 'G': {
+            const int which = sl_parse_choice("--debug", optarg, debug_names);
+            g.drop_combine |= which == 0;
+            g.perturb |= which == 1;
+            break;
+        }
+        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: sl_bad_option(argv, optind, optopt, c == ':');
+        }
+    }
+    sl_no_operands(argc, argv, optind);
+    if (!dump)
+        sl_usage_error("--dump DIR is required (see --help)");
+    if (slice_arg) {
+        char* end;
+        g.slice_w = (int)strtol(slice_arg, &end, 10);
+        g.slice_n = *end == '/' ? (int)strtol(end + 1, &end, 10) : 0;
+        if (*end || g.slice_n < 1 || g.slice_n > L_MAX_WORKERS || g.slice_w < 0
+            || g.slice_w + g.cpus.n > g.slice_n)
+            sl_usage_error("--slice '%s': expected W/N with 0 <= W and W + (CPUs in --cpus) <= N "
+                           "<= %d", slice_arg, L_MAX_WORKERS);
+        g.slice = 1;
+    }
+    if (g.pv_unsplit && g.kernel != G_AVX512 && g.kernel != G_AMX)
+        sl_usage_error("--pv-unsplit: only with --gemv avx512 or amx (the portable path is FP32)");
+    if (g.cpus.n > L_MAX_WORKERS)
+        sl_usage_error("--cpus: at most %d workers", L_MAX_WORKERS);
+    const char* why = "";
+    if (g.kernel == G_AVX2 && !sl_have_avx2(&why))
+        sl_unsupported("--gemv avx2: %s", why);
+    if (g.kernel == G_AVX512 && !sl_have_avx512bf16(&why))
+        sl_unsupported("--gemv avx512: %s", why);
+    if (g.kernel == G_AMX && !l_amx_emulated && !sl_have_amx(&why))
+        sl_unsupported("--gemv amx: %s", why);
+
+    l_dump* d = &g.d;
+    l_dump_load(d, dump, g.batch);
+    if (g.ctx < 0)
+        g.ctx = d->cache_len;
+    if (g.ctx > d->cache_len)
+        sl_usage_error("--ctx %d: larger than the dump's KV (%s/meta.json cache_len = %d)", g.ctx,
+                       dump, d->cache_len);
+    if (packed_kv() || g.kernel == G_AVX2)
+        for (int m = 0; m < NMAT; m++)
+            if (d->cols[m] % (g.kernel == G_AVX2 ? 8 : 32))
+                sl_usage_error("%s: %s has %d columns; --gemv %s needs a multiple of %d", dump,
+                               l_matrix_names[m], d->cols[m], l_gemv_names[g.kernel],
+                               g.kernel == G_AVX2 ? 8 : 32);
+    if (packed_kv() && d->head_dim % 32)
+        sl_usage_error("%s: head_dim %d; --gemv %s needs a multiple of 32", dump, d->head_dim,
+                       l_gemv_names[g.kernel]);
+    if (d->head_dim > 1024)
+        sl_usage_error("%s: head_dim %d > 1024", dump, d->head_dim);
+    g.nrun = g.cpus.n;
+    g.nw = g.slice ? g.slice_n : g.nrun;
+    const int unit = g.kernel == G_AMX ? 16 : 4;
+    int units_max = 0;
+    for (int m = 0; m < NMAT; m++) {
+        const int u = (d->rows[m] + unit - 1) / unit;
+        units_max = u > units_max ? u : units_max;
+    }
+    if (g.nw > units_max)
+        sl_usage_error("%d workers but the largest matrix has only %d %d-row units: use at most %d",
+                       g.nw, units_max, unit, units_max);
+    if (g.perturb) /* planted error: one q_proj row off by +1 in every column */
+        for (int k = 0; k < d->cols[M_Q]; k++) {
+            uint16_t* p = &d->w[M_Q][(size_t)7 * d->cols[M_Q] + k];
+            *p = sl_f32_to_bf16(sl_bf16_to_f32(*p) + 1.0f);
+        }
+    sl_watchdog(timeout);
+    const int numerics = !g.slice && g.ctx_repeat == 1;
+    /* KV tile: positions per tile from K+V bytes, a multiple of 32 (the AMX K chunk) */
+    g.tile_pos = (int)((size_t)g.tile_kib * 1024 / ((size_t)d->head_dim * 4)) / 32 * 32;
+    g.tile_pos = g.tile_pos < 32 ? 32 : g.tile_pos;
+
+    const int B = g.batch, NH = d->heads, hd = d->head_dim, QD = NH * hd;
+    g.w = calloc((size_t)g.nrun, sizeof(worker));
+    int node_ids[L_MAX_NODES], node_of[L_MAX_WORKERS];
+    g.nnodes = 0;
+    for (int i = 0; i < g.nrun; i++) {
+        const int nd = sl_cpu_node(g.cpus.cpu[i]);
+        int k = 0;
+        while (k < g.nnodes && node_ids[k] != nd)
+            k++;
+        if (k == g.nnodes) {
+            if (g.nnodes == L_MAX_NODES)
+                sl_usage_error("--cpus spans more than %d NUMA nodes", L_MAX_NODES);
+            node_ids[g.nnodes++] = nd;
+        }
+        node_of[i] = k;
+    }
+    /* the partition of every matrix, the KV positions and the combine over nw workers */
+    int offs[NVEC][L_MAX_WORKERS], lens[NVEC][L_MAX_WORKERS];
+    static const int vec_mat[NVEC] = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP };
+    static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4 };
+    const int vec_n[NVEC] = { QD, d->kv_heads * hd, d->kv_heads * hd, QD, d->hidden, d->inter,
+                              d->hidden, d->ple, d->hidden };
+    for (int u = 0; u < g.nw; u++)
+        for (int v = 0; v < NVEC; v++) {
+            int a, b;
+            if (vec_mat[v] < 0)
+                split_units(QD, 4, g.nw, u, &a, &b); /* combine slices: whole 4-element units */
+            else
+                split_units(d->rows[vec_mat[v]], unit, g.nw, u, &a, &b);
+            offs[v][u] = a;
+            lens[v][u] = b - a;
+        }
+    for (int v = 0; v < NVEC; v++)
+        l_vec_init(&g.vec[v], g.xmode, vec_esz[v], vec_n[v], B, g.nw, offs[v], lens[v]);
+    double wmax = 0, wsum = 0;
+    size_t kv_step = 0;
+    for (int u = 0; u < g.nw; u++) {
+        double wb = 0;
+        for (int m = 0; m < NMAT; m++) {
+            int a, b;
+            split_units(d->rows[m], unit, g.nw, u, &a, &b);
+            wb += 2.0 * (b - a) * d->cols[m];
+        }
+        wmax = wb > wmax ? wb : wmax;
+        wsum += wb;
+    }
+    for (int i = 0; i < g.nrun; i++) {
+        worker* w = &g.w[i];
+        w->id = g.slice ? g.slice_w + i : i;
+        w->cpu = g.cpus.cpu[i];
+        w->node = node_of[i];
+        for (int m = 0; m < NMAT; m++)
+            split_units(d->rows[m], unit, g.nw, w->id, &w->r0[m], &w->r1[m]);
+        split_even(g.ctx, g.nw, w->id, &w->p0, &w->p1);
+        w->last = w->id == g.nw - 1;
+        w->np = (w->p1 - w->p0) * g.ctx_repeat + w->last;
+        w->e0 = offs[V_ATTN][w->id];
+        w->e1 = w->e0 + lens[V_ATTN][w->id];
+        w->step_cyc = calloc((size_t)g.steps, sizeof(uint64_t));
+        /* --resident-kib: the first K KiB of the slice in phase order stay resident */
+        size_t budget = (size_t)g.resident_kib * 1024, used = 0;
+        for (int m = 0; m < NMAT; m++) {
+            const int rows = w->r1[m] - w->r0[m];
+            if (!g.resident_kib) {
+                w->nres[m] = rows;
+                continue;
+            }
+            const size_t rb = (size_t)d->cols[m] * 2 * (g.kernel == G_AMX || g.kernel == G_AVX512 ? 16 : 1);
+            const int step_rows = g.kernel == G_AMX || g.kernel == G_AVX512 ? 16 : 1;
+            const size_t fit = used < budget ? (budget - used) / rb : 0;
+            int keep = (int)fit * step_rows;
+            keep = keep > rows ? rows : keep;
+            w->nres[m] = keep;
+            used += l_slice_bytes(g.kernel, keep, d->cols[m]);
+        }
+        kv_step += (size_t)B * d->kv_heads * w->np * hd * 4;
+    }
+    l_barrier_init(&g.bar, g.barrier, g.nrun, node_of);
+    const size_t nparts = (size_t)2 * g.nw * B;
+    g.pm = calloc(nparts * NH, sizeof(float));
+    g.pl = calloc(nparts * NH, sizeof(float));
+    g.po = calloc(nparts * QD, sizeof(float));
+    for (size_t i = 0; i < nparts * NH; i++)
+        g.pm[i] = -INFINITY; /* workers that never run here (slice mode) have no positions */
+    const int blen[NBND] = { d->hidden, QD, QD, d->kv_heads * hd, d->kv_heads * hd, d->kv_heads * hd,
+                             d->kv_heads * hd, QD, d->hidden, d->hidden, d->hidden, d->inter,
+                             d->inter, d->inter, d->hidden, d->hidden, d->ple, d->ple, d->hidden,
+                             d->hidden };
+    for (int b = 0; b < NBND; b++) {
+        g.blen[b] = blen[b];
+        for (int k = 0; k < 2; k++) {
+            g.snap[k][b] = malloc(sizeof(float) * (size_t)B * blen[b]);
+            memset(g.snap[k][b], 0xff, sizeof(float) * (size_t)B * blen[b]); /* NaN until written */
+        }
+    }
+    if (g.slice) { /* local copy sources: the reference's values, so the compute sees real data */
+        static const int vec_bnd[NVEC] = { B_Q, B_K, B_V, B_ATTN, B_O, B_ACT, B_DOWN, B_PACT, B_PP };
+        for (int v = 0; v < NVEC; v++) {
+            const int n = vec_n[v];
+            g.slice_src[v] = aligned_alloc(64, (size_t)B * n * 4 + g.vec[v].bytes + (size_t)g.vec[v].lines * 64 + 128);
+            for (int b = 0; b < B; b++)
+                for (int i = 0; i < n; i++) {
+                    const float x = d->row[b].ref[vec_bnd[v]][i];
+                    if (vec_esz[v] == 2)
+                        ((uint16_t*)g.slice_src[v])[(size_t)b * n + i] = sl_f32_to_bf16(x);
+                    else
+                        ((float*)g.slice_src[v])[(size_t)b * n + i] = x;
+                }
+        }
+    }
+    pthread_barrier_init(&g.start, NULL, (unsigned)g.nrun + 1);
+    sl_tsc_ghz();
+    for (int i = 0; i < g.nrun; i++)
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    pthread_barrier_wait(&g.start);
+    size_t page_min = g.w[0].page_size;
+    for (int i = 1; i < g.nrun; i++)
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    sl_meta_begin(&g.cpus);
+    meta_common();
+    sl_json_str("dump", dump);
+    sl_json_str("layer_type", d->layer_type);
+    sl_json_int("hidden", d->hidden);
+    sl_json_int("heads", d->heads);
+    sl_json_int("kv_heads", d->kv_heads);
+    sl_json_int("head_dim", d->head_dim);
+    sl_json_int("inter", d->inter);
+    sl_json_int("ple", d->ple);
+    sl_json_int("cache_len", d->cache_len);
+    sl_json_int("steps", g.steps);
+    sl_json_int("row_unit", unit);
+    sl_json_num("weight_bytes_per_worker_max", wmax);
+    sl_json_num("weight_bytes_per_worker_mean", wsum / g.nw);
+    sl_json_str("page_mode", sl_page_names[g.page]);
+    sl_json_int("page_size", (long long)page_min);
+    sl_json_int("kv_tile_kib", g.tile_kib);
+    sl_json_int("kv_tile_positions", g.tile_pos);
+    sl_json_int("prefetch_dist", g.pf_dist);
+    sl_json_str("prefetch_hint", hint_names[g.pf_hint]);
+    sl_json_int("ctx_repeat", g.ctx_repeat);
+    sl_json_int("resident_kib", g.resident_kib);
+    sl_json_bool("slice", g.slice);
+    if (g.slice)
+        sl_json_int("slice_of", g.slice_n);
+    sl_json_bool("amx_emulated", g.kernel == G_AMX && l_amx_emulated);
+    sl_json_bool("pv_split", packed_kv() && !g.pv_unsplit);
+    sl_json_bool("numerics_checked", numerics);
+    if (!numerics)
+        sl_json_str("numerics", g.slice ? "not checked: slice mode (exchanges are local copies)"
+                                        : "not checked: --ctx-repeat tiles the KV");
+    if (g.drop_combine || g.perturb)
+        sl_json_str("debug", g.drop_combine ? "drop-combine" : "perturb-row");
+    sl_json_end();
+    for (int i = 0; i < g.nrun; i++)
+        pthread_join(g.w[i].thread, NULL);
+
+    /* steps: per step the slowest worker; the first 10% are warm-up */
+    const int skip = g.steps / 10, n = g.steps - skip;
+    double* us = malloc(sizeof(double) * (size_t)n);
+    for (int s = skip; s < g.steps; s++) {
+        uint64_t mx = 0;
+        for (int i = 0; i < g.nrun; i++)
+            mx = g.w[i].step_cyc[s] > mx ? g.w[i].step_cyc[s] : mx;
+        us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
+    }
+    const char* qn[4] = { "step_p50", "step_p95", "step_p99", "step_max" };
+    const double qv[4] = { 0.5, 0.95, 0.99, 1.0 };
+    for (int k = 0; k < 4; k++) {
+        metric(qn[k], sl_quantile(us, n, qv[k]), "us");
+        sl_json_end();
+    }
+    for (int p = 0; p < NPH; p++) {
+        double cmax = 0, csum = 0, gmax = 0, gsum = 0, bsum = 0;
+        for (int i = 0; i < g.nrun; i++) {
+            const double cu = per_step_us(g.w[i].ph[p], n), gu = per_step_us(g.w[i].gm[p], n);
+            cmax = cu > cmax ? cu : cmax;
+            gmax = gu > gmax ? gu : gmax;
+            csum += cu;
+            gsum += gu;
+            bsum += per_step_us(g.w[i].wt[p], n);
+        }
+        metric("phase_compute", cmax, "us");
+        sl_json_str("phase", phase_names[p]);
+        sl_json_num("mean", csum / g.nrun);
+        sl_json_end();
+        metric("phase_gemv", gmax, "us");
+        sl_json_str("phase", phase_names[p]);
+        sl_json_num("mean", gsum / g.nrun);
+        sl_json_end();
+        metric("phase_barrier", bsum / g.nrun, "us");
+        sl_json_str("phase", phase_names[p]);
+        sl_json_end();
+    }
+    /* bytes each worker's GEMVs read per phase, so a bench can turn phase_gemv into GB/s */
+    static const int phase_mats[NPH][3] = { { M_Q, M_K, M_V }, { -1, -1, -1 }, { -1, -1, -1 },
+                                            { M_O, -1, -1 },   { M_GATE, M_UP, -1 },
+                                            { M_DOWN, -1, -1 }, { M_PG, -1, -1 },
+                                            { M_PP, -1, -1 } };
+    for (int p = 0; p < NPH; p++) {
+        if (phase_mats[p][0] < 0)
+            continue;
+        double mx = 0;
+        for (int i = 0; i < g.nrun; i++) {
+            double bytes = 0;
+            for (int j = 0; j < 3 && phase_mats[p][j] >= 0; j++) {
+                const int m = phase_mats[p][j];
+                bytes += (double)l_slice_bytes(g.kernel, g.w[i].r1[m] - g.w[i].r0[m], d->cols[m]);
+            }
+            mx = bytes > mx ? bytes : mx;
+        }
+        metric("phase_weight_bytes", mx, "B");
+        sl_json_str("phase", phase_names[p]);
+        sl_json_end();
+    }
+    metric("weight_bytes_per_worker", wmax, "B");
+    sl_json_num("mean", wsum / g.nw);
+    sl_json_end();
+    metric("kv_bytes_per_step", (double)kv_step, "B");
+    sl_json_end();
+    size_t gather = 0;
+    for (int v = 0; v < NVEC; v++)
+        gather += l_vec_gather_bytes(&g.vec[v]);
+    metric("gather_bytes_per_step", (double)gather, "B");
+    sl_json_str("per", "worker");
+    sl_json_end();
+    return gate(numerics);
+}
