@@ -25,6 +25,17 @@ from socketlab.layer.history import hidden_states, kv_rows
 from socketlab.layer.reference import BOUNDARIES
 from socketlab.layer.shapes import load_shape
 
+
+@pytest.fixture(autouse=True)
+def _builtin_sys_intern(monkeypatch):
+    """ansible-core, once imported in-process by other tests, replaces sys.intern with a callable
+    object; torch._dynamo (imported by transformers' Gemma-4 module) accepts only a function
+    there and fails to import. Give these tests the builtin back."""
+    original = getattr(type(sys.intern), "unpatched_implementation", None)
+    if original is not None:
+        monkeypatch.setattr(sys, "intern", original)
+
+
 META_KEYS = (
     "layer", "ctx", "layer_type", "hidden", "heads", "kv_heads", "head_dim", "window",
     "cache_len", "eps", "inter", "ple", "moe", "kv_eq", "tp", "rank", "full_heads",
