@@ -6,8 +6,13 @@ VENV     := .venv
 PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
 EXTRAS   ?= dev,serve,ref
+# guidellm for the serving peer check (tests/test_serve_peer_guidellm.py), in a venv of its own
+# (its pins may clash with ours); under .cache/, which git ignores. torch pinned as in
+# pyproject.toml, so the local CPU wheel is used and no CUDA build is downloaded.
+GUIDELLM_VENV := .cache/venv-guidellm
+GUIDELLM_STAMP := $(GUIDELLM_VENV)/.installed
 
-.PHONY: setup system-deps run quickstart test lint native clean
+.PHONY: setup system-deps run quickstart test lint native clean guidellm-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +24,13 @@ system-deps:
 	bash scripts/system-deps.sh
 
 setup: system-deps $(STAMP)
+
+$(GUIDELLM_STAMP):
+	test -x $(GUIDELLM_VENV)/bin/python || $(PYTHON) -m venv $(GUIDELLM_VENV)
+	$(GUIDELLM_VENV)/bin/python -m pip install -q 'guidellm==0.8.1' 'torch==2.13.*'
+	touch $@
+
+guidellm-venv: $(GUIDELLM_STAMP)
 
 native: setup
 	$(MAKE) -C native
@@ -46,7 +58,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests bench collectors playbooks
 	$(VENV)/bin/ansible-lint --profile production playbooks roles
 
-test: setup
+test: setup guidellm-venv
 	$(MAKE) lint
 	$(PY) -m pytest
 

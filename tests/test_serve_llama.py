@@ -6,6 +6,7 @@ comparison and placement tables."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -176,3 +177,31 @@ def test_orchestrate_run_drives_the_serving_kind(tmp_path, capsys):
     report = capsys.readouterr().out
     assert "| llama-placement | workers | workers | c2 |" in report
     assert (results / "serving-cli" / "serving-report.md").exists()
+
+
+def test_summary_json_round_trips_through_import_vllm(campaign, tmp_path, capsys):
+    """Our summary.json is a vLLM result (layout serve-start-times) with vLLM's meanings:
+    import-vllm takes it back and vLLM's definitions give back every number it holds."""
+    from socketlab.cli import main
+    from socketlab.serve import vllm_defs
+
+    spec, plan, store, records = campaign
+    path = Path(records[0].raw_dir) / "c2" / "summary.json"
+    doc = json.loads(path.read_text())
+    assert vllm_defs.layout(doc) == vllm_defs.STARTS
+    assert doc["errors"] == [""] * doc["num_prompts"] and doc["max_concurrency"] == 2
+    assert isinstance(doc["error_counts"], dict) and "label" not in doc
+    assert main(["import-vllm", str(path), "--campaign", "rt", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "(vLLM layout serve-start-times)" in out and "limitation:" not in out
+    with Store(tmp_path / "rt" / "store.sqlite", create=False) as again:
+        (run,) = again.runs("rt")
+        frame = again.metrics_frame("rt")
+    assert run.extra["load"] == "c2" and run.status == "ok"
+    agreement = run.extra["vllm_agreement"]
+    for field in ("median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "median_e2el_ms",
+                  "output_throughput", "max_concurrent_requests", "max_output_tokens_per_s"):
+        assert agreement[field] < 1e-9, (field, agreement[field])
+    value = dict(zip(frame[frame.parser == "serving/1"].metric,
+                     frame[frame.parser == "serving/1"].value, strict=True))
+    assert value["max_concurrent_requests"] == doc["max_concurrent_requests"] <= 2

@@ -126,8 +126,14 @@ def test_tpot_itl_and_goodput_definitions():
     bad = _rec(2, 0, [], status="error")
     s = metrics.compute([r, one, bad, _rec(3, 0, [(1, 1)], phase="warmup")], slo)
     assert (s["completed"], s["failed"], s["num_prompts"]) == (2, 1, 3)
-    assert s["errors"] == {"HTTP 500: boom": 1}
+    assert s["error_counts"] == {"HTTP 500: boom": 1}
+    assert s["errors"] == ["", "", "HTTP 500: boom"]  # vLLM's per-request list
+    assert s["output_lens"] == [6, 1, 0] and s["latencies"][2] == 0.0  # vLLM: 0 when failed
     assert s["slo_attainment"] == 0.0
+    assert s["request_goodput"] == 0.0  # r: TPOT 4 > 3 ms; one: TTFT 50 > 40 ms
+    # vLLM's goodput rule takes a one-token output's TPOT as 0: `one` passes TPOT 3 ms
+    s = metrics.compute([r, one, bad], metrics.Slo(ttft_ms=60, tpot_ms=3))
+    assert s["request_goodput"] == pytest.approx(1 / s["duration"])
 
 
 def test_window_throughput_counts_only_events_inside():
@@ -136,8 +142,12 @@ def test_window_throughput_counts_only_events_inside():
     s = metrics.compute([a, b], None, window=(0, 100 * MS))
     assert s["window_output_tok_s"] == pytest.approx(200 / 0.1)
     assert s["output_throughput"] == pytest.approx(300 / 0.2)  # vLLM: whole run
-    assert s["max_concurrent_requests"] == 2
+    assert s["peak_concurrency"] == 2 and s["max_concurrent_requests"] == 2
     assert s["mean_concurrency"] == pytest.approx(2.0)
+    # vLLM's max_concurrent_requests: successful requests only, to their last token
+    c = _rec(2, 50 * MS, [(60 * MS, 1)], status="error")
+    s = metrics.compute([a, b, c], None, window=(0, 100 * MS))
+    assert (s["peak_concurrency"], s["max_concurrent_requests"]) == (3, 2)
 
 
 def test_scripted_endpoint_that_fails_to_start_is_reported(tmp_path):

@@ -137,7 +137,7 @@ def test_generator_health_marks_invalid_levels():
     from socketlab.serve.campaign import health
     from socketlab.serve.config import Level
 
-    ok = {"p99_queue_client_ms": 0.4, "output_lens": [16, 16], "error_list": ["", ""],
+    ok = {"p99_queue_client_ms": 0.4, "output_lens": [16, 16], "errors": ["", ""],
           "completed": 2}
     assert health(Level(rate=2.0), ok, 16) is None
     late = ok | {"p99_queue_client_ms": 4.0}
@@ -147,5 +147,5 @@ def test_generator_health_marks_invalid_levels():
     assert health(Level(concurrency=4), late, 16) is None  # closed loop: pool wait, not lateness
     short = ok | {"output_lens": [16, 9]}
     assert "1 of 2 outputs are shorter than 90%" in health(Level(concurrency=1), short, 16)
-    failed = ok | {"output_lens": [16, 0], "error_list": ["", "HTTP 500"]}
+    failed = ok | {"output_lens": [16, 0], "errors": ["", "HTTP 500"]}
     assert health(Level(concurrency=1), failed, 16) is None  # failures are reported as such

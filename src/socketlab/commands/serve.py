@@ -1,4 +1,5 @@
-"""`orchestrate serving-report CAMPAIGN` and `orchestrate import-vllm FILE`."""
+"""`orchestrate serving-report CAMPAIGN`, `orchestrate import-vllm FILE` and
+`orchestrate import-guidellm FILE`."""
 
 from __future__ import annotations
 
@@ -36,6 +37,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     imp.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
     imp.set_defaults(func=import_file)
 
+    gdl = sub.add_parser(
+        "import-guidellm", help="store a guidellm benchmarks JSON as serving runs",
+        description="Import a `guidellm run --output kind=json` file: one run per benchmark "
+        "(load level); records rebuilt from its per-request timings, our metrics recomputed "
+        "and guidellm's own numbers stored under honest names (its ITL is vLLM's TPOT, "
+        "token-weighted; its TPOT includes TTFT).")
+    gdl.add_argument("file", type=Path)
+    gdl.add_argument("--campaign", required=True)
+    gdl.add_argument("--experiment", default="guidellm-import")
+    gdl.add_argument("--arm", default="guidellm", help="arm name for the report")
+    gdl.add_argument("--placement", default="unknown")
+    gdl.add_argument("--host", default="imported")
+    gdl.add_argument("--repetition", type=int, default=0)
+    gdl.add_argument("--baseline", help="the experiment's baseline arm for the report")
+    gdl.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    gdl.set_defaults(func=import_guidellm_file)
+
 
 def report(args: argparse.Namespace) -> int:
     from socketlab.serve.report import serving_report
@@ -57,9 +75,7 @@ def import_file(args: argparse.Namespace) -> int:
     from socketlab.serve.vllm_import import import_vllm, store_import
     from socketlab.store import Store, store_path
 
-    if not args.file.is_file():
-        what = "a folder" if args.file.is_dir() else "no such file"
-        raise SpecError(f"{args.file}: {what} (expected a vLLM bench-serve JSON file)")
+    _check_file(args.file, "a vLLM bench-serve JSON file")
     got = import_vllm(args.file, args.load)  # a bad file is refused before a store is made
     path = store_path(args.campaign, Path(args.results or paths.RESULTS))
     with Store(path) as store:
@@ -68,6 +84,39 @@ def import_file(args: argparse.Namespace) -> int:
                               placement=args.placement, host=args.host,
                               repetition=args.repetition, load=args.load,
                               baseline=args.baseline, got=got)
-    print(f"imported {args.file} as run {record.run_key[:12]} ({record.status}"
-          f"{': ' + record.reason if record.reason else ''}) into {path}")
+    print(f"imported {args.file} (vLLM layout {got['layout']}) as run {record.run_key[:12]} "
+          f"({record.status}{': ' + record.reason if record.reason else ''}) into {path}")
+    if got["agreement"]:
+        worst = max(got["agreement"], key=got["agreement"].get)
+        print(f"vLLM's own summary fields recomputed from the arrays: {len(got['agreement'])} "
+              f"fields, largest relative difference {got['agreement'][worst]:.1e} ({worst})")
+    for line in got["limitations"]:
+        print(f"limitation: {line}")
+    return 0
+
+
+def _check_file(path: Path, what: str) -> None:
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "no such file"
+        raise SpecError(f"{path}: {kind} (expected {what})")
+
+
+def import_guidellm_file(args: argparse.Namespace) -> int:
+    from socketlab.serve.guidellm_import import import_guidellm, store_import
+    from socketlab.store import Store, store_path
+
+    _check_file(args.file, "a guidellm benchmarks JSON file")
+    got = import_guidellm(args.file)  # a bad file is refused before a store is made
+    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
+    with Store(path) as store:
+        records = store_import(store, args.file, got, campaign=args.campaign,
+                               experiment=args.experiment, arm=args.arm,
+                               placement=args.placement, host=args.host,
+                               repetition=args.repetition, baseline=args.baseline)
+    for rec, lv in zip(records, got["levels"], strict=True):
+        print(f"imported {args.file} benchmark {lv['label']} (guidellm {got['version']}) as run "
+              f"{rec.run_key[:12]} ({rec.status}{': ' + rec.reason if rec.reason else ''}) "
+              f"into {path}")
+    for line in dict.fromkeys(x for lv in got["levels"] for x in lv["limitations"]):
+        print(f"limitation: {line}")
     return 0

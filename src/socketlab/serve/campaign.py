@@ -80,7 +80,7 @@ def health(level: Level, summary: dict[str, Any], output_tokens: int) -> str | N
         if delay is not None and delay > limit:
             return (f"{level.label}: the load generator fell behind (dispatch delay p99 "
                     f"{delay:.2f} ms > {limit:.2f} ms)")
-    short = sum(1 for n, e in zip(summary["output_lens"], summary["error_list"], strict=True)
+    short = sum(1 for n, e in zip(summary["output_lens"], summary["errors"], strict=True)
                 if not e and n < 0.9 * output_tokens)
     if short:
         return (f"{level.label}: {short} of {summary['completed']} outputs are shorter than 90% "
@@ -141,7 +141,15 @@ def run_level(cfg: ServingConfig, level: Level, base_url: str, client_cpus: list
                             f"{tail[0][:160] if tail else 'no output'}")
     res: LoadResult = read_result(out)
     summary = metrics_mod.compute(res.records, cfg.slo, res.window)
-    summary.update(label=level.label, client_cpus=res.meta["client_cpus"],
+    # vLLM's header fields with vLLM's meanings, so summary.json reads as a `vllm bench serve`
+    # result (layout serve-start-times) and `orchestrate import-vllm` takes it back
+    summary.update(date=time.strftime("%Y%m%d-%H%M%S"),
+                   backend="openai-chat" if cfg.endpoint.endswith("chat/completions")
+                   else "openai", model_id=cfg.model,
+                   request_rate=level.rate or "inf", burstiness=cfg.burstiness,
+                   max_concurrency=level.concurrency or cfg.max_concurrency,
+                   generator="socketlab.serve.loadgen")
+    summary.update(load=level.label, client_cpus=res.meta["client_cpus"],
                    client_cpu_s=res.meta["client_cpu_s"],
                    event_loop_lag_p99_ms=res.meta["event_loop_lag_p99_ms"],
                    short_outputs=res.meta["short_outputs"])
@@ -255,7 +263,7 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
             if why:
                 out.invalid(why)
             if s["failed"]:
-                top = Counter(s["error_list"]).most_common(1)[0]
+                top = Counter(e for e in s["errors"] if e).most_common(1)[0]
                 out.fail(f"{lr.level.label}: {s['failed']} of {s['num_prompts']} requests failed "
                          f"({top[0]} x{top[1]})")
     except ServerFailure as exc:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from socketlab.serve import vllm_defs
 from socketlab.serve.records import RequestRecord
 
 NS = 1e9
@@ -98,12 +99,29 @@ def _completion(r: RequestRecord) -> int | None:
     return r.t_done if r.t_done is not None else r.t_end
 
 
+def _vllm_goodput(ok: list[RequestRecord], lats: dict[int, dict[str, Any]], slo: Slo) -> int:
+    """Requests good by vLLM's rule: inclusive, and a one-token output's TPOT counts as 0."""
+    limits = {k: v * MS for k, v in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms),
+                                     ("e2el", slo.e2el_ms)) if v is not None}
+    return sum(1 for r in ok if all((lats[id(r)][k] or 0) <= v for k, v in limits.items()))
+
+
 def compute(
     records: list[RequestRecord],
     slo: Slo | None = None,
     window: tuple[int, int] | None = None,
+    *,
+    placed: bool = True,
+    duration_s: float | None = None,
 ) -> dict[str, Any]:
-    """The summary of one load point. Warm-up records are ignored; errors are never dropped."""
+    """The summary of one load point. Warm-up records are ignored; errors are never dropped.
+
+    ``placed=False``: the requests' send times are unknown (each record's times are relative
+    to its own send, e.g. a vLLM file without ``start_times``): only per-request latencies are
+    computed, rates use ``duration_s`` (the source's own run duration), and every field that
+    needs the requests' placement in time (window, concurrency, per-second peaks, dispatch
+    delay) is left out rather than computed from a made-up timeline.
+    """
     slo = slo or Slo()
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.ok]
@@ -115,26 +133,72 @@ def compute(
     ends = [c for r in measured if (c := _completion(r)) is not None]
     start = min(sends) if sends else 0
     stop = max(ends + sends) if sends else 0
-    duration = max(stop - start, 1) / NS
-    if window is None:
-        window = (start, max((r.t_end for r in ok if r.t_end is not None), default=stop))
-    w0, w1 = window
-    wlen = max(w1 - w0, 1) / NS
-
+    duration = max(stop - start, 1) / NS if placed else duration_s
     n_out = {id(r): (r.n_out if r.n_out is not None else sum(n for _, n in r.events))
              for r in measured}
     total_in = sum(r.n_in or 0 for r in ok)
     total_out = sum(n_out[id(r)] for r in ok)
     good = [r for r in ok if is_good(r, lats[id(r)], slo)]
+    rate = (lambda x: x / duration) if duration else (lambda x: None)
     out.update(
         duration=duration,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
-        request_throughput=len(ok) / duration,
-        output_throughput=total_out / duration,
-        total_token_throughput=(total_in + total_out) / duration,
-        request_goodput=len(good) / duration if slo.as_dict() else None,
+        request_throughput=rate(len(ok)),
+        output_throughput=rate(total_out),
+        total_token_throughput=rate(total_in + total_out),
+        # vLLM's goodput rule (ours, judged the guidellm way, is goodput_req_s / slo_attainment)
+        request_goodput=rate(_vllm_goodput(ok, lats, slo)) if slo.as_dict() else None,
+        slo_attainment=len(good) / len(measured) if measured and slo.as_dict() else None,
+        slo=slo.as_dict(),
     )
+    if placed:
+        out.update(_timeline(measured, ok, good, lats, slo, window, start, stop))
+
+    def pool(key: str, rs: list[RequestRecord]) -> list[float]:
+        vals: list[float] = []
+        for r in rs:
+            v = lats[id(r)][key]
+            if isinstance(v, list):
+                vals.extend(v)
+            elif v is not None:
+                vals.append(v)
+        return vals
+
+    for name in ("ttft", "tpot", "itl", "e2el", "ttft_sched", "itl_token"):
+        out.update(stats(pool(name, ok), name))
+    if placed:
+        out.update(stats(pool("queue_client", measured), "queue_client"))
+        out["dispatch_delay_p99_ms"] = out["p99_queue_client_ms"]
+        # Little's law: request rate x mean latency should equal the mean concurrency.
+        if out["mean_e2el_ms"] is not None:
+            out["littles_law_concurrency"] = (out["window_request_throughput"]
+                                              * out["mean_e2el_ms"] / 1e3)
+
+    out["error_counts"] = dict(Counter(r.error or "unknown" for r in measured if not r.ok))
+    # vLLM's per-request arrays (seconds), measured requests in dispatch order, with vLLM's
+    # meanings: a failed request has output length and latency 0 and a non-empty error.
+    out["input_lens"] = [r.n_in for r in measured]
+    out["output_lens"] = [n_out[id(r)] if r.ok else 0 for r in measured]
+    out["ttfts"] = [(lats[id(r)]["ttft"] or 0) / NS for r in measured]
+    out["latencies"] = [(lats[id(r)]["e2el"] or 0) / NS if r.ok else 0.0 for r in measured]
+    out["itls"] = [[g / NS for g in lats[id(r)]["itl"]] for r in measured]
+    out["errors"] = ["" if r.ok else (r.error or "unknown") for r in measured]
+    if placed:
+        out["start_times"] = [(r.t_send or 0) / NS for r in measured]
+        out["queue_times"] = [(lats[id(r)]["queue_client"] or 0) / NS for r in measured]
+        out.update(vllm_defs.peaks([r.ok for r in measured], out["start_times"], out["ttfts"],
+                                   out["itls"], out["latencies"], vllm_defs.STARTS))
+    return out
+
+
+def _timeline(measured, ok, good, lats, slo, window, start, stop) -> dict[str, Any]:
+    """The fields that need every request's place in time: window rates, concurrency, peaks."""
+    out: dict[str, Any] = {}
+    if window is None:
+        window = (start, max((r.t_end for r in ok if r.t_end is not None), default=stop))
+    w0, w1 = window
+    wlen = max(w1 - w0, 1) / NS
 
     def in_w(t: int | None) -> bool:
         return t is not None and w0 <= t <= w1
@@ -150,26 +214,10 @@ def compute(
         goodput_req_s=sum(1 for r in good if in_w(r.t_end)) / wlen if slo.as_dict() else None,
         goodput_tok_s=(sum(n for r in good for t, n in r.events if in_w(t)) / wlen
                        if slo.as_dict() else None),
-        slo_attainment=len(good) / len(measured) if measured and slo.as_dict() else None,
-        slo=slo.as_dict(),
     )
-
-    def pool(key: str, rs: list[RequestRecord]) -> list[float]:
-        vals: list[float] = []
-        for r in rs:
-            v = lats[id(r)][key]
-            if isinstance(v, list):
-                vals.extend(v)
-            elif v is not None:
-                vals.append(v)
-        return vals
-
-    for name in ("ttft", "tpot", "itl", "e2el", "ttft_sched", "itl_token"):
-        out.update(stats(pool(name, ok), name))
-    out.update(stats(pool("queue_client", measured), "queue_client"))
-    out["dispatch_delay_p99_ms"] = out["p99_queue_client_ms"]
-
-    # Concurrency: exact sweep over send/completion events; the mean is time-weighted in W.
+    # Concurrency: exact sweep over send/completion events of every measured request (failed
+    # ones too, to their end); the mean is time-weighted in W. vLLM's max_concurrent_requests
+    # (successful requests only, to the last token) is computed apart, by its definition.
     edges = sorted([(r.t_send, 1) for r in measured if r.t_send is not None]
                    + [(c, -1) for r in measured if r.t_send is not None
                       and (c := _completion(r)) is not None], key=lambda e: (e[0], e[1]))
@@ -183,28 +231,13 @@ def compute(
         last = max(last, t)
         cur += d
         peak = max(peak, cur)
-    out["max_concurrent_requests"] = peak
+    out["peak_concurrency"] = peak
     out["mean_concurrency"] = area / (wlen * NS)
-    # Little's law: request rate x mean latency should equal the mean concurrency.
-    if out["mean_e2el_ms"] is not None:
-        out["littles_law_concurrency"] = (out["window_request_throughput"]
-                                          * out["mean_e2el_ms"] / 1e3)
-
     buckets: Counter[int] = Counter()
     for r in measured:
         for t, n in r.events:
             buckets[int((t - start) // NS)] += n
-    out["max_output_tokens_per_s"] = max(buckets.values(), default=0)
-
-    out["errors"] = dict(Counter(r.error or "unknown" for r in measured if not r.ok))
-    # vLLM's per-request arrays (seconds), measured requests in dispatch order.
-    out["input_lens"] = [r.n_in for r in measured]
-    out["output_lens"] = [n_out[id(r)] for r in measured]
-    out["ttfts"] = [(lats[id(r)]["ttft"] or 0) / NS for r in measured]
-    out["latencies"] = [(lats[id(r)]["e2el"] or 0) / NS for r in measured]
-    out["itls"] = [[g / NS for g in lats[id(r)]["itl"]] for r in measured]
-    out["start_times"] = [(r.t_send or 0) / NS for r in measured]
-    out["error_list"] = [r.error or "" for r in measured]
+    out["peak_output_tokens_1s"] = max(buckets.values(), default=0)
     return out
 
 
@@ -217,7 +250,7 @@ def scalar_metrics(summary: dict[str, Any]) -> list[tuple[str, float, str]]:
         if k.endswith("_ms"):
             unit = "ms"
         elif k.endswith("tok_s") or k in ("output_throughput", "total_token_throughput",
-                                          "max_output_tokens_per_s"):
+                                          "max_output_tokens_per_s", "peak_output_tokens_1s"):
             unit = "tok/s"
         elif k.endswith("throughput") or k in ("request_goodput", "goodput_req_s"):
             unit = "req/s"

@@ -143,6 +143,13 @@ def serving_report(store: Any, campaign: str) -> str:
                   "arrive batched), so compare these rows with care:", ""]
         parts += [f"- {exp} arm {arm} (placement {pl})" for exp, arm, pl in shared]
         parts.append("")
+    limited = [r for r in runs if r.extra.get("limitations")]
+    if limited:  # imports whose source lacks something: what was not computed, and why
+        parts += ["## Limitations of imported runs", ""]
+        parts += [f"- {r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
+                  f"({r.extra.get('source_format', 'import')}): {line}"
+                  for r in limited for line in r.extra["limitations"]]
+        parts.append("")
     failed = [r for r in runs if r.status != "ok"]
     if failed:  # their numbers are in the tables above when they have any: say which
         parts += ["## Runs not ok", ""]
