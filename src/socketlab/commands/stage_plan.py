@@ -1,0 +1,155 @@
+"""`orchestrate stage-plan MODEL`: how many sockets, which partition, what time per token, from
+measured constants (docs/planner.md).
+
+MODEL is a shipped model (gemma4-e2b, gemma4-e4b, gemma4-12b, gemma4-26b-a4b, gemma4-31b), a
+model file, a Hugging Face config.json or a checkpoint directory. Constants come from the
+host's measured runs in the store (--host, with the run keys printed) or a constants file
+(--constants; default: the seed's published constants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from socketlab.commands._options import add_results_argument
+from socketlab.errors import PlanError
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return v
+    return parse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "stage-plan", help="plan a model onto sockets from measured constants",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--host", metavar="H", help="constants from H's measured runs in the store")
+    src.add_argument("--constants", metavar="FILE",
+                     help="constants file (default: experiments/models/constants/seed-oct-2026.yaml)")
+    p.add_argument("--budget-kib", type=_positive(int), default=1344, metavar="K",
+                   help="L2 weight KiB per core (1344 = 12 lock ways, 1568 = 14; default 1344)")
+    p.add_argument("--cores", type=_positive(int), default=90, help="cores per socket (90)")
+    p.add_argument("--batch", type=_positive(int), default=1, metavar="B")
+    p.add_argument("--context", type=_positive(int), default=2048, metavar="C")
+    p.add_argument("--split", choices=("tp", "pipe"), default="tp")
+    p.add_argument("--experts", choices=("l2", "l3"), default="l2",
+                   help="MoE experts in L2 only, or L2 + L3 (--l3-kib per core)")
+    p.add_argument("--l3-kib", type=_positive(int), default=480 * 1024 // 90, metavar="K",
+                   help="L3 KiB per core experts may use with --experts l3 (default 480 MiB / 90)")
+    p.add_argument("--min-rows", type=_positive(int), default=16,
+                   help="smallest row piece per core (16 = an AMX tile; 4 for AVX-512)")
+    p.add_argument("--kernel", default="avx2", help="GEMV kernel of the measured runs (--host)")
+    p.add_argument("--project", action="store_true",
+                   help="the cluster projection: hop / all-reduce sensitivity, TPOT, tok/s/socket")
+    p.add_argument("--hop-us", type=_positive(float), help="pipeline hop µs (default: constants)")
+    p.add_argument("--allreduce-us", type=_positive(float),
+                   help="cross-socket all-reduce µs (default: constants)")
+    p.add_argument("--calibration", type=_positive(float), default=1.0,
+                   help="--project: measured / predicted on-socket ratio (default 1)")
+    p.add_argument("--stages", action="store_true", help="list every stage with its terms")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    add_results_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from socketlab.plan.stage import Budget, plan
+    from socketlab.plan.stage_cluster import SENSITIVITY, project, sensitivity
+    from socketlab.plan.stage_constants import SEED, constants_from_store, load_constants
+    from socketlab.plan.stage_model import load_model, units
+
+    model = load_model(args.model)
+    if args.host:
+        from pathlib import Path
+        c = constants_from_store(args.host, kernel=args.kernel, batch=args.batch,
+                                 results=Path(args.results) if args.results else None)
+    else:
+        c = load_constants(args.constants or SEED)
+    if args.hop_us:
+        c = c.replace(hop_us=args.hop_us)
+    if args.allreduce_us:
+        c = c.replace(allreduce_us=args.allreduce_us)
+    budget = Budget(cores=args.cores, bytes_per_core=args.budget_kib * 1024, batch=args.batch,
+                    context=args.context, min_rows_per_core=args.min_rows, split=args.split,
+                    expert_tier=args.experts, l3_bytes_per_core=args.l3_kib * 1024)
+    us = units(model)
+    pl = plan(us, budget, c)
+    s = pl.summary
+    proj = []
+    if args.project:
+        rows = SENSITIVITY if not (args.hop_us or args.allreduce_us) else (
+            (c.hop_us, c.allreduce_us),)
+        proj = [dataclasses.asdict(x) for x in sensitivity(pl, args.calibration, rows)]
+        for b in (1, 16):
+            if b != args.batch:
+                other = plan(us, dataclasses.replace(budget, batch=b), c)
+                proj += [dict(dataclasses.asdict(project(other, h, a, args.calibration)),
+                              batch=b) for h, a in rows]
+        for x in proj:
+            x.setdefault("batch", args.batch)
+    if args.json:
+        doc = {
+            "model": model.name, "model_file": model.where, "budget": dataclasses.asdict(budget),
+            "constants": dataclasses.asdict(c), "summary": dataclasses.asdict(s),
+            "stages": [{"index": st.index, "label": st.label, "sockets": st.sockets,
+                        "bytes_per_core": st.bytes_per_core, "fill": st.fill,
+                        "exchanges": st.load.exchanges, "allreduces": st.load.allreduces,
+                        "kv_bytes": st.load.kv_bytes, "act_bytes": st.load.act_bytes,
+                        "kv_replicas_of": list(st.kv_replicas_of), **st.pred.terms()}
+                       for st in pl.stages],
+            "projection": proj,
+        }
+        json.dump(doc, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    print(f"{model.name} ({model.where}): {s.layers} layers, {s.weight_bytes / 2**30:.2f} GiB "
+          f"BF16; {budget.cores} cores x {args.budget_kib:,} KiB, B={budget.batch}, "
+          f"ctx {budget.context}, split {budget.split}, experts {budget.expert_tier}")
+    print(f"constants ({c.host or 'file'}; kernel {c.kernel or '-'}): GEMV "
+          f"{c.gemv_gbps_per_core:.4g} GB/s/core, exchange {c.exchange_us:.4g} µs, KV "
+          f"{c.kv_gbps:.4g} GB/s, all-gather {c.act_gbps:.4g} GB/s/core, hop {c.hop_us:g} µs, "
+          f"all-reduce {c.allreduce_us:g} µs")
+    for k, v in c.provenance.items():
+        print(f"  {k}: {v}")
+    if args.stages:
+        print("| stage | sockets | KiB/core | fill | gemv | sync | kv | act | allreduce | total µs |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for st in pl.stages:
+            t = st.pred
+            print(f"| {st.label} | {st.sockets} | {st.bytes_per_core / 1024:,.0f} | "
+                  f"{st.fill:.2f} | {t.gemv_us:.1f} | {t.sync_us:.1f} | {t.kv_us:.1f} | "
+                  f"{t.act_us:.1f} | {t.allreduce_us:.1f} | {t.total_us:.1f} |")
+    print("| model | B | ctx | stages | sockets | layers/stage | bottleneck µs | token latency ms "
+          "| tok/s (seqs in flight) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(f"| {model.name} | {budget.batch} | {budget.context // 1024}K | {s.stages} | "
+          f"{s.sockets} | {s.layers_per_stage:.2f} | {s.bottleneck_us:.1f} | "
+          f"{s.token_latency_us / 1e3:.1f} | {s.tokens_per_s:,.0f} ({s.sequences_in_flight}) |")
+    print(f"bottleneck stage: {s.bottleneck_stage}")
+    if proj:
+        print(f"projection (calibration {args.calibration:g}; hop and all-reduce assumed, "
+              f"not measured):")
+        print("| B | hop µs | all-reduce µs | sockets | TPOT B=1 ms | TPOT at saturation ms | "
+              "tok/s | tok/s per socket |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for x in sorted(proj, key=lambda x: (x["batch"], x["hop_us"], x["allreduce_us"])):
+            print(f"| {x['batch']} | {x['hop_us']:g} | {x['allreduce_us']:g} | {x['sockets']} | "
+                  f"{x['token_latency_us'] / 1e3:.2f} | {x['tpot_saturated_us'] / 1e3:.1f} | "
+                  f"{x['tokens_per_s']:,.0f} | {x['tokens_per_s_per_socket']:.1f} |")
+    return 0
+
+
+__all__ = ["register", "run", "PlanError"]

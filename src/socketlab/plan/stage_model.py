@@ -1,0 +1,177 @@
+"""A decoder's planning units from its shape: a model file (experiments/models/<name>.yaml) or a
+Hugging Face config.json (docs/planner.md).
+
+Both are read as the same thing, a Gemma-4 text config (HF `Gemma4TextConfig` field names), so
+the shipped models and a user's checkpoint go through one code path. A model file is
+`{version: 1, model, config: {...HF fields...}, derived: {field: how}}`; a config.json may hold
+the text config at the top or under `text_config`. Every size the planner needs must be there
+(no silent HF defaults): a missing one is one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from socketlab.errors import SpecError
+from socketlab.paths import EXPERIMENTS
+from socketlab.plan.stage import Unit
+
+MODELS_DIR = EXPERIMENTS / "models"
+BF16 = 2
+FP32 = 4
+REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "layer_types", "vocab_size")
+LAYER_TYPES = ("sliding_attention", "full_attention")
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    config: dict[str, Any]
+    where: str  #: the file it came from (error messages, provenance)
+    derived: dict[str, str]  #: which numbers were derived, and how (model files)
+
+
+def load_model(arg: str | Path) -> Model:
+    """A model by name (experiments/models/<name>.yaml), model file, config.json or a checkpoint
+    directory holding config.json."""
+    p = Path(arg)
+    if p.is_dir():
+        p = p / "config.json"
+    elif not p.exists() and "/" not in str(arg) and not p.suffix:
+        p = MODELS_DIR / f"{arg}.yaml"
+    if not p.is_file():
+        names = ", ".join(m.stem for m in model_files())
+        raise SpecError(f"{arg}: no such model; expected a config.json, a checkpoint directory, "
+                        f"a model file or one of: {names}")
+    try:
+        text = p.read_text()
+        doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{p}: can't read ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise SpecError(f"{p}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{p}: expected a mapping, got {type(doc).__name__}")
+    if p.suffix == ".json":
+        tc = doc.get("text_config", doc)
+        name = p.parent.name or p.stem
+        derived: dict[str, str] = {}
+    else:
+        if doc.get("version") != 1:
+            raise SpecError(f"{p}: version: expected 1, got {doc.get('version')!r}")
+        tc = doc.get("config")
+        name = str(doc.get("model") or p.stem)
+        derived = {str(k): str(v) for k, v in (doc.get("derived") or {}).items()}
+    if not isinstance(tc, dict):
+        raise SpecError(f"{p}: config: expected a mapping of Hugging Face text-config fields")
+    model = Model(name=name, config=tc, where=str(p), derived=derived)
+    units(model)  # check every field now: a bad file fails at load, naming the field
+    return model
+
+
+def model_files() -> list[Path]:
+    return sorted(MODELS_DIR.glob("*.yaml"))
+
+
+def _int(tc: dict, key: str, where: str, *, minimum: int = 1, default: Any = ...) -> int:
+    v = tc.get(key, default)
+    if v is ...:
+        raise SpecError(f"{where}: {key}: missing; expected an integer >= {minimum}")
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise SpecError(f"{where}: {key}: expected an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def units(model: Model) -> list[Unit]:
+    """The decoder's units in execution order (see socketlab.plan.stage)."""
+    tc, where = model.config, model.where
+    for key in REQUIRED:
+        if key not in tc:
+            raise SpecError(f"{where}: {key}: missing; the planner needs it (HF text config)")
+    hidden = _int(tc, "hidden_size", where)
+    n = _int(tc, "num_hidden_layers", where)
+    heads = _int(tc, "num_attention_heads", where)
+    kv_heads = _int(tc, "num_key_value_heads", where)
+    head_dim = _int(tc, "head_dim", where)
+    inter = _int(tc, "intermediate_size", where)
+    vocab = _int(tc, "vocab_size", where)
+    types = tc["layer_types"]
+    if not isinstance(types, list) or len(types) != n or any(t not in LAYER_TYPES for t in types):
+        raise SpecError(f"{where}: layer_types: expected {n} entries (num_hidden_layers), each "
+                        f"sliding_attention or full_attention")
+    shared = _int(tc, "num_kv_shared_layers", where, minimum=0, default=0)
+    if shared >= n:
+        raise SpecError(f"{where}: num_kv_shared_layers: expected < {n}, got {shared}")
+    window = None
+    if "sliding_attention" in types:
+        window = _int(tc, "sliding_window", where, minimum=1)
+    ple = _int(tc, "hidden_size_per_layer_input", where, minimum=0, default=0)
+    global_dim = _int(tc, "global_head_dim", where, default=head_dim)
+    k_eq_v = bool(tc.get("attention_k_eq_v", False))
+    global_kv = _int(tc, "num_global_key_value_heads", where, default=kv_heads)
+    double = bool(tc.get("use_double_wide_mlp", False))
+    moe = bool(tc.get("enable_moe_block", False))
+    if moe:
+        experts = _int(tc, "num_experts", where)
+        top_k = _int(tc, "top_k_experts", where)
+        e_inter = _int(tc, "moe_intermediate_size", where)
+        if top_k > experts:
+            raise SpecError(f"{where}: top_k_experts: expected <= num_experts ({experts})")
+    first_shared = n - shared
+
+    def dims(layer: int) -> tuple[int, int]:
+        """(head_dim, kv_heads) of a layer: full layers take the global values."""
+        if types[layer] == "full_attention":
+            return global_dim, global_kv if k_eq_v else kv_heads
+        return head_dim, kv_heads
+
+    out: list[Unit] = []
+    if ple:
+        out.append(Unit("ple_proj", None, rows=n * ple, row_bytes=hidden * BF16,
+                        fixed_bytes=ple * BF16, exchanges=1))
+    for layer in range(n):
+        hd, kvh = dims(layer)
+        q, kv = heads * hd, kvh * hd
+        own = layer < first_shared
+        src = layer
+        if not own:
+            src = next(s for s in range(first_shared - 1, -1, -1) if types[s] == types[layer])
+        kv_src = dims(src)[1] * dims(src)[0]
+        n_kv_mats = 1 if k_eq_v and types[layer] == "full_attention" else 2
+        kvw = (n_kv_mats * kv * hidden + hd) * BF16 if own else 0
+        attn = (2 * q * hidden + hd + 2 * hidden) * BF16  # q, o, q_norm, in/post-attn norms
+        out.append(Unit(
+            "attn", layer, fixed_bytes=attn + kvw, exchanges=4, kv_row_bytes=2 * kv_src * BF16,
+            window=window if types[layer] == "sliding_attention" else None,
+            kv_source=None if own else src,
+            act_fixed=hidden * FP32,  # o (FP32) ...
+            act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
+            heads=heads, kv_heads=kvh, kv_weight_bytes=kvw,
+        ))
+        width = inter * (2 if double and not own else 1)
+        out.append(Unit("ffn", layer, rows=width, row_bytes=3 * hidden * BF16,
+                        fixed_bytes=2 * hidden * BF16, exchanges=2,
+                        act_fixed=hidden * FP32, act_per_row=BF16))  # down (FP32), act (BF16)
+        if ple:
+            out.append(Unit("ple", layer, fixed_bytes=(2 * ple * hidden + hidden) * BF16,
+                            exchanges=2, act_fixed=ple * BF16 + hidden * FP32,
+                            act_out=hidden * FP32))
+        if moe:
+            out.append(Unit("router", layer,
+                            fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
+                            exchanges=1, act_fixed=experts * FP32))
+            out.append(Unit("experts", layer, rows=experts, row_bytes=3 * e_inter * hidden * BF16,
+                            exchanges=2, act_per_row=e_inter * BF16, top_k=top_k))
+    out.append(Unit("head", None, rows=vocab, row_bytes=hidden * BF16, fixed_bytes=hidden * BF16,
+                    exchanges=1, act_fixed=hidden * FP32))
+    return out
