@@ -86,7 +86,8 @@ def test_markdown_has_a_row_for_every_published_cell(report):
     assert "| 32 (one node), dissemination | 1.09 |" in md
     assert "deviates: 1.2" in md
     assert f"{ncells} published cells:" in report_md
-    assert "not run: needs the real-layer stage benchmark" in md
+    assert "not run: needs the pseudo-lock driver" in md  # stage cells are measured now
+    assert "needs the real-layer stage" not in md
     # provenance: host facts, isolation state and verify result
     assert "INTEL(R) XEON(R) 6975P-C" in md and "isolation applied: yes" in md
     # the CPU sets the runs were placed on (the published placement on the c8i topology) and

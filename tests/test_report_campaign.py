@@ -14,6 +14,7 @@ import pytest
 from socketlab.collect import METRIC_SOURCES
 from socketlab.cpulist import parse_cpulist
 from socketlab.errors import SpecError
+from socketlab.report.derived import DERIVED
 from socketlab.report.published import load_published
 from socketlab.spec.expand import expand_points
 from socketlab.spec.hosts import host_entry
@@ -35,8 +36,19 @@ NATIVE_METRICS = {
              "layer_bytes_max_over_mean", "layer_bytes_per_worker_max",
              "layer_bytes_per_worker_mean"},
     "kvstream": {"kv_bw", "step_p50", "step_p99"},
+    # native/layer (its --help), plus the phase sums socketlab.report.derived makes of them
+    "layer": {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_gemv",
+              "phase_barrier", "weight_bytes_per_worker", "kv_bytes_per_step"} | set(DERIVED),
     "sleep": set(),
 }
+
+
+def _program(command) -> str:
+    """The measuring program: after `layer-stage ... --` when the dump wrapper runs it."""
+    argv = [str(a) for a in command]
+    if "layer-stage" in argv:
+        return Path(argv[argv.index("--") + 1]).name
+    return Path(argv[0]).name
 
 
 def _topology(name: str):
@@ -61,7 +73,7 @@ def test_every_measured_published_cell_has_a_campaign_point():
             continue
         exp = experiments.get(cell.experiment)
         assert exp is not None, f"{cell.id}: no experiment {cell.experiment}"
-        program = Path(exp.command[0]).name
+        program = _program(exp.command)
         source = METRIC_SOURCES.get(cell.metric)
         if source:
             assert source in exp.collectors, f"{cell.id}: {source} not collected"
@@ -80,13 +92,16 @@ def test_every_measured_published_cell_has_a_campaign_point():
 def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     spec, plan = _plan("this-machine", "quick")
     skipped = {s.experiment: s.reason for s in plan.skipped}
-    amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx"}
+    amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx", "layer-p2-amx",
+           "layer-p4-amx", "layer-p5-amx"}
     assert set(skipped) == amx | {"exchange-umwait"}
     assert all("lacks CPU flags amx_bf16" in skipped[e] for e in amx)
     assert "lacks CPU flags waitpkg" in skipped["exchange-umwait"]
     counts = {e: c["runs"] for e, c in plan.counts()["this-machine"].items()}
     # the quick profile stays small; tile-balance's runs are arithmetic (milliseconds each)
-    assert sum(c for e, c in counts.items() if e != "tile-balance") <= 60
+    # (the layer experiments' own budget: tests/test_campaign_layer.py)
+    assert sum(c for e, c in counts.items()
+               if e != "tile-balance" and not e.startswith("layer-")) <= 60
     assert counts["tile-balance"] == 6
     ladder = [p for p in plan.points if p.experiment == "ladder"]
 

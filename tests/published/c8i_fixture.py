@@ -52,7 +52,14 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
     "tile-balance": {"binary": "gemv", "row_unit": 4},
     "kvstream": {"binary": "kvstream", "steps": 200, "tile_tokens": 1024},
     "noise-idle": None,
+    # native/layer: the steps are a sweep parameter (5,000 published; P3 long runs 200,000)
+    **dict.fromkeys(("layer-p2", "layer-p2-amx", "layer-p3", "layer-p4", "layer-p4-amx",
+                     "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice"),
+                    {"binary": "layer", "steps": 5000}),
+    "layer-p3-long": {"binary": "layer", "steps": 200000},
 }
+#: the stage kernel each published `gemv` value means (campaign-oct.yaml)
+LAYER_KERNEL = {"avx": "avx512", "amx": "amx"}
 
 
 def recorded_shape(experiment: str, cond: dict[str, Any]) -> tuple[dict, dict, dict]:
@@ -81,6 +88,11 @@ def recorded_shape(experiment: str, cond: dict[str, Any]) -> tuple[dict, dict, d
         dims.update(workers=WORKERS, kernel=cond.get("kernel"))
         if "batch" in cond:
             meta["batch"] = dims["batch"] = cond["batch"]
+    elif binary == "layer":  # the kernel and workers it ran with, as its meta and metrics say
+        stage_kernel = LAYER_KERNEL[cond.get("gemv", "avx")]
+        meta.update(workers=WORKERS, gemv=stage_kernel, batch=cond.get("batch", 1),
+                    steps=cond.get("steps", meta["steps"]))
+        dims.update(workers=WORKERS, gemv=stage_kernel, batch=cond.get("batch", 1))
     else:  # kvstream
         meta.update(threads=WORKERS, tokens=cond["context"], kv_bytes=cond["kv_mib"] * MIB)
         dims.update(workers=WORKERS, tokens=cond["context"], tile_kib=256, prefetch_kib=2)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from socketlab.report.coreclass import CoreMatch, core_class, missing_flags, short_model
+from socketlab.report.derived import derive
 from socketlab.report.published import Cell, Published
 
 #: Run statuses whose metrics count. Anything else (failed, timeout, invalid, ...) is ignored.
@@ -181,7 +182,12 @@ CONDITION_SOURCES: dict[str, tuple[tuple[Any, ...], ...]] = {
     "load": (("meta", "kernel"),),  # what ran beside the noise sampler
     "batch": (("dim", "batch"), ("meta", "batch")),
     "context": (("dim", "tokens"), ("meta", "tokens")),
+    "gemv": (("dim", "gemv"), ("meta", "gemv")),  # native/layer's kernel, as it ran
 }
+#: Join keys a run asks for and its binary records as it ran: ``gemv: avx512`` picks the runs,
+#: and a host without AVX-512 BF16 runs the portable avx2 kernel (campaign-oct.yaml), which
+#: makes the cell "kernel differs", never silently compared.
+CHECKED_JOIN_KEYS: dict[str, dict[str, str]] = {"gemv": {"avx": "avx512"}}  #: key -> aliases
 #: Conditions a profile shortens or thins out (named as the profile's doing when one was used).
 PROFILE_CONDITIONS = ("duration_s", "steps", "reps")
 #: Conditions that follow from the core count: on another host the host difference says it.
@@ -227,8 +233,10 @@ def condition_differences(cell: Cell, counted: list[Mapping[str, Any]],
     records show differently. ``meta``: run key -> that run's binary meta record."""
     out: list[tuple[str, str, str]] = []
     for key, published in cell.conditions.items():
-        if key in cell.join:
+        if key in cell.join and key not in CHECKED_JOIN_KEYS:
             continue
+        # the published file writes the stage's kernels as published ("avx" = AVX-512 BF16)
+        published = CHECKED_JOIN_KEYS.get(key, {}).get(published, published)
         if key == "reps":  # more repetitions than published is the same measurement, repeated
             if len(counted) < int(published):
                 out.append((key, str(len(counted)), _show(published)))
@@ -247,8 +255,9 @@ def _differences_text(diffs: list[tuple[str, str, str]], profile: str | None) ->
     """'profile quick: 0.2 s per rep vs 2 s, 2 reps vs 3 published' and 'conditions differ:
     workers 93 vs 90'. Shorter runs under a profile are named as the profile's doing."""
     by_profile = [d for d in diffs if profile and d[0] in PROFILE_CONDITIONS]
-    rest = [d for d in diffs if d not in by_profile]
-    parts = []
+    kernel = [d for d in diffs if d[0] in CHECKED_JOIN_KEYS]
+    rest = [d for d in diffs if d not in by_profile and d not in kernel]
+    parts = [f"kernel differs: {m} ran, {p} published" for _, m, p in kernel]
     if by_profile:
         items = [f"{m} s per rep vs {p} s" if k == "duration_s" else
                  f"{m} steps vs {p}" if k == "steps" else
@@ -373,6 +382,7 @@ def compare(
     when its shorter runs make a cell not comparable.
     """
     records = metrics.to_dict("records") if hasattr(metrics, "to_dict") else list(metrics)
+    records = derive(records)  # the stage's phase sums the published tables name
     skip_reason = {(h, e): r for h, e, r in skips}
     all_runs = list(runs)
     meta = {str(r["run_key"]): r.get("meta") or {} for r in all_runs if r.get("run_key")}

@@ -140,7 +140,10 @@ def expand_points(
                 f": {entry['isolation_error']}" if entry.get("isolation_error") else ""
             )
         base = base_context(
-            facts=facts, host=host, vars=entry.get("vars") or {}, campaign=spec.campaign
+            facts=facts, host=host, vars=entry.get("vars") or {}, campaign=spec.campaign,
+            # the host's interpreter (the controller's for local hosts): a command that needs
+            # socketlab on the host, such as `-m socketlab.cli layer-stage`, starts with it
+            python=entry.get("python") or "python3",
         )
         for exp in spec.experiments:
             reason = unmet(exp.requires, entry, host)

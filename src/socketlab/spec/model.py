@@ -12,7 +12,7 @@ from typing import Any
 from socketlab.spec.points import ParserSpec, SanityRules
 
 #: Names a template sees besides the experiment's parameters. Parameters may not shadow them.
-CONTEXT_NAMES = ("facts", "params", "host", "vars", "experiment", "campaign")
+CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign")
 
 
 @dataclass(frozen=True)
