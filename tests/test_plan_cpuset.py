@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import random
 import subprocess
@@ -17,6 +18,7 @@ from socketlab.errors import PlanError
 from socketlab.plan.cpuset import (
     Job,
     make_view,
+    node_distances,
     plan_jobs,
     take_distributed,
     take_packed,
@@ -70,7 +72,7 @@ def test_c8i_worked_example_pack():
     assert plan.sharing("B") == ["A"]
     assert format_cpulist(plan.free) == "28-31,66-95,124-127,162-191"
     assert a.pin_order[:16] == tuple(range(2, 18)) and a.pin_order[16:] == tuple(range(98, 114))
-    assert b.score == (2, 0, 0, 1, 159)
+    assert b.score == (2, 12, 0, 0, 1, 159)  # 12: same-socket SNC nodes, no table
 
 
 def test_c8i_worked_example_isolate():
@@ -83,7 +85,7 @@ def test_c8i_worked_example_isolate():
     }
     assert plan.placement("B").nodes == (1, 2)
     assert plan.sharing("A") == [] and plan.sharing("B") == []
-    assert plan.placement("B").score == (2, 0, 0, 2, 171)
+    assert plan.placement("B").score == (2, 12, 0, 0, 2, 171)
 
 
 def test_c8i_first_fit_decreasing_places_b_first():
@@ -169,7 +171,9 @@ def test_distributed_dual_socket(dual):
     assert sum(c % 2 == 0 for c in got) == 10
     # 6 free whole-core CPUs short on node 0: 8 CPUs go to node 1 for the best balance.
     free = everything - set(range(0, 12, 2))
-    assert format_cpulist(take_distributed(8, free, dual, whole_cores=True)) == "1,3,5,7,17,19,21,23"
+    assert (
+        format_cpulist(take_distributed(8, free, dual, whole_cores=True)) == "1,3,5,7,17,19,21,23"
+    )
     # An odd count can't be grouped in cores: packed, as kubelet does.
     assert take_distributed(3, everything, dual) == take_packed(3, everything, dual)
 
@@ -437,3 +441,162 @@ def test_cli_localhost():
 def test_cli_errors(args, message):
     line = one_line_error(orchestrate("cpuset", *args))
     assert message in line
+
+
+# -- issue 18: the four defects, each on a topology built for it ---------------------------------
+
+
+def _usable_by(level: str, t: Topology, cpus: set[int]) -> dict[int, int]:
+    """Free CPUs of complete cores per node/LLC (an independent count from the topology)."""
+    tpc = t.threads_per_core
+    whole = {c for core in t.cores if len(core.cpus) == tpc for c in core.cpus}
+    out: dict[int, int] = {}
+    for cpu in t.cpus:
+        if cpu.id in cpus and cpu.id in whole:
+            key = cpu.node if level == "node" else cpu.llc
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _fewest(n: int, capacity: dict[int, int]) -> int:
+    total = 0
+    for k, cap in enumerate(sorted(capacity.values(), reverse=True), start=1):
+        total += cap
+        if total >= n:
+            return k
+    raise AssertionError("does not fit")
+
+
+def test_offline_sibling_never_splits_a_core():
+    # 32 cores / 64 threads, CPU 35 (sibling of 3) offline: before the fix A got 2-3 (CPU 2
+    # without 34, plus the half core 3) and CPU 34 was stranded.
+    t = topo("offline-sibling")
+    assert t.cpu(3).siblings == (3,) and 35 not in {c.id for c in t.cpus}
+    iso = plan_isolation(t)
+    plan = plan_jobs([Job("A", 2), Job("B", 2)], t, iso, order="given")
+    assert jobs_of(plan) == {"A": "2,34", "B": "4,36"}
+    for p in plan.placements:
+        assert all(len(t.cpu(c).siblings) == 2 and set(t.cpu(c).siblings) <= set(p.cpus)
+                   for c in p.cpus)  # fmt: skip
+    # The half core is left for a first-thread job, not wasted.
+    threads = plan_jobs([Job("A", 58), Job("T", 1, whole_cores=False)], t, iso, order="given")
+    assert 3 not in threads.placement("A").cpus
+    assert threads.placement("T").cpus == (3,)
+    # Whole-core jobs can use at most the 29 complete worker cores.
+    with pytest.raises(PlanError, match="only 58 CPUs in whole free cores"):
+        plan_jobs([Job("A", 60)], t, iso)
+
+
+@pytest.mark.parametrize("name", ["genoa-1s-nps1", "genoa-1s-nps4"])
+@pytest.mark.parametrize("ccds", [4, 5, 6, 7, 8])
+def test_twelve_ccds_fewest_llcs(name, ccds):
+    # 12 CCDs per socket: C(12, 4) = 495 LLC sets, above the old cap of 256, so the LLC search
+    # was skipped and the job got one CCD more than it needed.
+    t = topo(name)
+    iso = plan_isolation(t)
+    universe = set(iso.workers + iso.siblings)
+    n = ccds * 16
+    by_node = _usable_by("node", t, universe)
+    k_nodes = _fewest(n, by_node)
+    best_llcs = min(
+        _fewest(n, _usable_by("llc", t, universe & set().union(*(t.nodes[x] for x in combo))))
+        for combo in itertools.combinations(sorted(by_node), k_nodes)
+        if sum(by_node[x] for x in combo) >= n
+    )
+    p = plan_jobs([Job("A", n)], t, iso).placement("A")
+    assert len(p.nodes) == k_nodes
+    assert len(p.llcs) == best_llcs, (format_cpulist(p.cpus), p.llcs)
+    assert p.search == "exact"
+    assert len(p.cpus) == n and set(p.cpus) <= universe
+
+
+def test_twenty_four_ccds_bounded_search_still_fewest_llcs():
+    # Two Genoa sockets in NPS1: a job bigger than a node spans both nodes' 24 LLCs; C(24, 13)
+    # sets can't be enumerated, so the search is bounded and says so, but the count is the
+    # fewest (the fullest LLCs first), checked here independently.
+    t = topo("genoa-2s-nps1")
+    iso = plan_isolation(t)
+    universe = set(iso.workers + iso.siblings)
+    n = 200
+    p = plan_jobs([Job("A", n)], t, iso).placement("A")
+    assert len(p.nodes) == 2
+    assert len(p.llcs) == _fewest(n, _usable_by("llc", t, universe))
+    print(f"24-CCD search: {p.search}, {len(p.llcs)} LLCs, {p.candidates} candidates")
+    assert p.search == "bounded"
+    assert plan_jobs([Job("A", 64)], t, iso).placement("A").search == "exact"
+
+
+def test_snc2_prefers_a_same_socket_pair_of_nodes():
+    # Two sockets, SNC2: a 28-CPU job needs two nodes. Before the distance term, {0, 2} (one
+    # node per socket, lower CPU ids with the interleaved numbering) won on the highest CPU.
+    s = snapshot("snc2-two-socket")
+    t = topology_from_snapshot(s)
+    iso = plan_isolation(t, 1)
+    table = node_distances(s)
+    assert table[0] == {0: 10, 1: 12, 2: 21, 3: 21}
+    for distances in (table, None):  # the sysfs table, or the socket-derived fallback
+        p = plan_jobs([Job("A", 28)], t, iso, distances=distances).placement("A")
+        assert p.nodes == (0, 1), format_cpulist(p.cpus)
+        assert {t.cpu(c).package for c in p.cpus} == {0}
+        assert p.score[1] == 12
+    # The table, not the socket ids, decides: a table that puts node 2 nearest to 0 wins.
+    odd = {a: dict(row) for a, row in table.items()}
+    odd[0][2] = odd[2][0] = 11
+    p = plan_jobs([Job("A", 28)], t, iso, distances=odd).placement("A")
+    assert p.nodes == (0, 2)
+
+
+def _bad(mutate):
+    s = copy.deepcopy(snapshot("two-socket"))
+    mutate(s)
+    return s
+
+
+MALFORMED = [
+    (lambda s: s.update(nodes=list(s["nodes"].values())), "nodes: expected an object"),
+    (lambda s: s["cpus"].update({"3": "3"}), "cpus.3: expected an object, got '3'"),
+    (lambda s: s["cpus"]["3"].update(cache=[1]), "cpus.3.cache: expected an object"),
+    (lambda s: s["cpus"]["3"]["cache"].update(index3=7), "cpus.3.cache.index3: expected an"),
+    (lambda s: s["cpus"]["3"].update(core_id="\u0664"), "cpus.3.core_id: expected an integer"),
+    (lambda s: s["nodes"].update({"\u0661": s["nodes"].pop("1")}), "nodes.\u0661: expected an"),
+    (lambda s: s.update(irqs="none"), "irqs: expected a list"),
+    (lambda s: s.update(irqs=["x"]), "irqs[0]: expected an object"),
+    (lambda s: s.update(cpuinfo=["x"]), "cpuinfo: expected an object"),
+    (lambda s: s.update(irqbalance_pids=["a"]), "irqbalance_pids: expected an integer"),
+    (lambda s: s["nodes"]["0"].update(distance="10 x"), "nodes.0.distance: expected 2 whole"),
+    (lambda s: s["nodes"]["1"].update(distance="21 10 10"), "nodes.0.distance: expected 2"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", MALFORMED)
+def test_cli_malformed_snapshot_is_one_line(tmp_path, mutate, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(_bad(mutate)))
+    line = one_line_error(orchestrate("cpuset", "A=2", "--topology", str(path)))
+    assert str(path) in line and message in line, line
+
+
+def test_cli_not_an_object_and_unicode_counts(tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    line = one_line_error(orchestrate("cpuset", "A=2", "--topology", str(path)))
+    assert "expected a JSON object" in line
+    # U+0664 is an Arabic-Indic four: \d and int() accept it, a CPU count must not.
+    line = one_line_error(orchestrate("cpuset", "A=\u0664", "--topology", C8I))
+    assert "expected NAME=CPUS" in line
+    line = one_line_error(orchestrate("cpuset", "A=2", "--hugepages", "A=\u0664", "--topology",
+                                      C8I))  # fmt: skip
+    assert "expected NAME=PAGES" in line
+
+
+def test_cli_offline_sibling_and_distances_from_the_snapshot():
+    proc = orchestrate("cpuset", "A=2", "B=2", "--order", "given", "--json", "--topology",
+                       str(FIXTURES / "offline-sibling.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    jobs = {j["name"]: j for j in json.loads(proc.stdout)["hosts"][0]["cpuset"]["jobs"]}
+    assert jobs["A"]["cpulist"] == "2,34" and jobs["A"]["search"] == "exact"
+    proc = orchestrate("cpuset", "A=28", "--housekeeping", "1", "--json", "--topology",
+                       str(FIXTURES / "snc2-two-socket.json"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (job,) = json.loads(proc.stdout)["hosts"][0]["cpuset"]["jobs"]
+    assert job["nodes"] == [0, 1] and job["score"]["distance"] == 12

@@ -18,18 +18,33 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from socketlab.errors import HostError, PlanError, SocketlabError
 from socketlab.facts import gather_all
 from socketlab.inventory import load_inventory
-from socketlab.plan.cpuset import DECREASING, ORDERS, POLICIES, CpusetPlan, plan_jobs
+from socketlab.plan.cpuset import (
+    DECREASING,
+    ORDERS,
+    POLICIES,
+    CpusetPlan,
+    node_distances,
+    plan_jobs,
+)
 from socketlab.plan.isolation import plan_isolation
-from socketlab.topology import Topology, read_topology, topology_from_snapshot
+from socketlab.topology import Topology, read_snapshot, topology_from_snapshot
 
-_JOB = re.compile(r"^([A-Za-z0-9_.:-]+)=(\d+)$")
+#: ASCII digits only: \d would take "A=٤" (Arabic-Indic four) as 4.
+_JOB = re.compile(r"^([A-Za-z0-9_.:-]+)=([0-9]+)$", re.ASCII)
 PIN_HEAD = 8  #: pin-order entries shown in the table
+
+
+@dataclass(frozen=True)
+class Host:
+    topology: Topology
+    distances: dict[int, dict[int, int]] | None  #: node distance table, None when not recorded
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -127,10 +142,11 @@ def parse_jobs(words: list[str], args: argparse.Namespace) -> list[dict[str, Any
     return list(jobs.values())
 
 
-def load_topology_file(path: str) -> Topology:
+def load_snapshot_file(path: str) -> dict:
+    """A host_facts.py snapshot from a JSON file or a recorded sysfs tree (HostError if not)."""
     p = Path(path)
     if p.is_dir():
-        return read_topology(p)
+        return read_snapshot(p)
     if not p.is_file():
         raise HostError(
             f"{path}: --topology: no such file; expected a host_facts.py snapshot (JSON) or a "
@@ -140,15 +156,34 @@ def load_topology_file(path: str) -> Topology:
         snapshot = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise HostError(f"{path}: --topology: not a JSON snapshot ({exc})") from None
-    return topology_from_snapshot(snapshot)
+    if not isinstance(snapshot, dict):
+        raise HostError(
+            f"{path}: --topology: expected a JSON object (a host_facts.py snapshot), got "
+            f"{type(snapshot).__name__}"
+        )
+    return snapshot
 
 
-def topologies(args: argparse.Namespace) -> list[tuple[str, Topology]]:
+def host_of_snapshot(snapshot: dict, where: str) -> Host:
+    """The topology and node distance table of a snapshot; errors name ``where``."""
+    try:
+        topology = topology_from_snapshot(snapshot)
+        return Host(topology, node_distances(snapshot, topology.source))
+    except SocketlabError as exc:
+        message = str(exc)
+        raise HostError(message if where in message else f"{where}: {message}") from None
+
+
+def load_topology_file(path: str) -> Topology:
+    return host_of_snapshot(load_snapshot_file(path), path).topology
+
+
+def topologies(args: argparse.Namespace) -> list[tuple[str, Host]]:
     if args.topology:
         if args.inventory or args.limit:
             raise PlanError("--topology: can't be combined with --inventory/--limit; pick one")
-        topology = load_topology_file(args.topology)
-        return [(topology.source, topology)]
+        host = host_of_snapshot(load_snapshot_file(args.topology), args.topology)
+        return [(host.topology.source, host)]
     hosts = load_inventory(args.inventory, args.limit)
     gathered = gather_all(hosts, timeout=args.timeout)
     out = []
@@ -156,7 +191,7 @@ def topologies(args: argparse.Namespace) -> list[tuple[str, Topology]]:
         facts = gathered[host.name]
         if isinstance(facts, SocketlabError):
             raise facts
-        out.append((host.name, topology_from_snapshot(facts["snapshot"])))
+        out.append((host.name, host_of_snapshot(facts["snapshot"], host.name)))
     return out
 
 
@@ -211,10 +246,13 @@ def run(args: argparse.Namespace) -> int:
         raise PlanError(f"--order: expected one of {', '.join(ORDERS)}, got {args.order!r}")
     jobs = parse_jobs(args.jobs, args)
     report = []
-    for name, topology in topologies(args):
+    for name, host in topologies(args):
+        topology = host.topology
         isolation = plan_isolation(topology, args.housekeeping, args.prefer_irq_cores)
         try:
-            plan: CpusetPlan = plan_jobs(jobs, topology, isolation, args.policy, order=args.order)
+            plan: CpusetPlan = plan_jobs(
+                jobs, topology, isolation, args.policy, order=args.order, distances=host.distances
+            )
         except PlanError as exc:
             if name == topology.source:
                 raise

@@ -42,8 +42,13 @@ ORDERS = (DECREASING, GIVEN)
 #: at 8 nodes for the same reason); such a job is placed by the allocator over all free CPUs.
 MAX_COMBINATION_NODES = 8
 
-#: LLC combinations tried per job when the LLC level is used (12 LLCs choose 2 is 66).
-MAX_LLC_COMBINATIONS = 256
+#: Feasible LLC sets of the fewest LLCs ranked per node combination before the search is cut
+#: short (and the placement says ``search: "bounded"``); 12 LLCs choose 4 is 495.
+MAX_LLC_COMBINATIONS = 512
+#: Of the ranked LLC sets, this many best (by the cheap rank) are allocated and scored in full.
+LLC_SETS_SCORED = 6
+#: Node distance assumed when the host has no distance table: kernel SLIT conventions.
+LOCAL_DISTANCE, SAME_SOCKET_DISTANCE, OTHER_SOCKET_DISTANCE = 10, 12, 21
 
 CoreKey = tuple[int, int]
 
@@ -171,18 +176,26 @@ class _Accumulator:
         self.free = set(free)
         self.need = need
         self.result: set[int] = set()
+        self._counts: dict[str, dict[Any, int]] = {}  #: per level, until the next take
 
     def take(self, cpus: Iterable[int]) -> None:
         cpus = set(cpus)
         self.free -= cpus
         self.result |= cpus
         self.need -= len(cpus)
+        self._counts.clear()
 
     def counts(self, level: str) -> dict[Any, int]:
+        """Free CPUs per domain of ``level`` (cached: the planner asks for them many times)."""
+        cached = self._counts.get(level)
+        if cached is not None:
+            return cached
         out: dict[Any, int] = {}
+        owner = self.view.owner[level]
         for c in self.free:
-            key = self.view.owner[level][c]
+            key = owner[c]
             out[key] = out.get(key, 0) + 1
+        self._counts[level] = out
         return out
 
     def sorted_ids(self, level: str) -> list[Any]:
@@ -292,8 +305,14 @@ def _check_request(n: int, free: frozenset[int], view: TopologyView, whole_cores
 
 
 def _whole_free_cores(free: frozenset[int], view: TopologyView) -> frozenset[int]:
-    """The free CPUs whose whole core (in U) is free."""
-    return frozenset(c for c in free if view.core_cpus(c) <= free)
+    """The free CPUs whose whole core (in U) is free and complete.
+
+    A core with an offline SMT sibling has fewer threads than the view's cores; handing it to a
+    whole-core job would make the job take half a core elsewhere to reach its count, stranding
+    that core's other thread (issue 18). Such a core serves first-thread jobs only.
+    """
+    tpc = view.threads_per_core
+    return frozenset(c for c in free if len(view.core_cpus(c)) == tpc and view.core_cpus(c) <= free)
 
 
 def take_packed(
@@ -476,9 +495,10 @@ class Placement:
     nodes: tuple[int, ...]
     llcs: tuple[int, ...]
     pin_order: tuple[int, ...]  #: first thread of every core first, then the second threads...
-    score: tuple[int, ...]  #: (nodes, LLCs, other tenants, partial domains, highest CPU)
+    score: tuple[int, ...]  #: SCORE_FIELDS: nodes, distance, LLCs, tenants, partial, highest CPU
     candidates: int  #: distinct CPU sets considered
     hugepages: dict[str, Any] | None  #: None when the job asked for none
+    search: str = "exact"  #: EXACT, or BOUNDED when a candidate cap cut the search short
 
     def facts(self) -> dict[str, Any]:
         return {
@@ -494,11 +514,14 @@ class Placement:
             "distributed": self.job.distributed,
             "score": dict(zip(SCORE_FIELDS, self.score, strict=True)),
             "candidates": self.candidates,
+            "search": self.search,
             "hugepages": self.hugepages,
         }
 
 
-SCORE_FIELDS = ("nodes", "llcs", "tenants", "partial_domains", "max_cpu")
+SCORE_FIELDS = ("nodes", "distance", "llcs", "tenants", "partial_domains", "max_cpu")
+EXACT = "exact"  #: every candidate of the rules was scored
+BOUNDED = "bounded"  #: a cap cut the candidates short (the LLC count is still the fewest)
 
 
 @dataclass(frozen=True)
@@ -555,8 +578,45 @@ def _min_domains(n: int, free_by_domain: Mapping[int, int]) -> int:
     return max(k, 1)
 
 
+def node_distances(snapshot: Any, source: str = "host facts") -> dict[int, dict[int, int]] | None:
+    """The node distance table of a host-facts snapshot, or None when it has none.
+
+    Each ``nodes.N.distance`` is the sysfs row (``/sys/devices/system/node/nodeN/distance``,
+    e.g. "10 12 21 21"): one distance per online node, in ascending node order. A snapshot
+    without rows gives None (the planner then assumes SLIT-like distances from the sockets).
+    """
+    nodes = snapshot.get("nodes") if isinstance(snapshot, Mapping) else None
+    if not isinstance(nodes, Mapping) or not nodes:
+        return None
+    rows = [r.get("distance") if isinstance(r, Mapping) else None for r in nodes.values()]
+    if all(row in (None, "") for row in rows):
+        return None
+    ids = sorted(int(k) for k in nodes if isinstance(k, str) and k.isascii() and k.isdigit())
+    if len(ids) != len(nodes):
+        return None  # the topology model reports the bad node key itself
+    table: dict[int, dict[int, int]] = {}
+    for n in ids:
+        rec = nodes[str(n)]
+        row = rec.get("distance") if isinstance(rec, Mapping) else None
+        words = row.split() if isinstance(row, str) else []
+        if len(words) != len(ids) or not all(w.isascii() and w.isdigit() for w in words):
+            raise PlanError(
+                f"{source}: nodes.{n}.distance: expected {len(ids)} whole numbers (one per "
+                f"node, as in sysfs), got {row!r}"
+            )
+        table[n] = {m: int(words[i]) for i, m in enumerate(ids)}
+    return table
+
+
 class _Planner:
-    def __init__(self, topology: Topology, isolation: IsolationPlan, policy: str, llc: bool | None):
+    def __init__(
+        self,
+        topology: Topology,
+        isolation: IsolationPlan,
+        policy: str,
+        llc: bool | None,
+        distances: Mapping[int, Mapping[int, int]] | None = None,
+    ):
         self.topology = topology
         workers = isolation.workers
         self.universe = frozenset(workers + isolation.siblings)
@@ -569,13 +629,16 @@ class _Planner:
         self.free = set(self.universe)
         self.holders: dict[int, str] = {}  #: CPU -> job
         self.hugepages_used: dict[int, int] = {}
+        socket_of_node = {c.node: c.package for c in topology.cpus}
+        self.distance = _distance_table(sorted(topology.nodes), socket_of_node, distances)
 
     def locality_of(self, cpu: int) -> Any:
         return self.whole.owner[self.whole.locality][cpu]
 
     def score(self, cpus: Sequence[int]) -> tuple[int, ...]:
         w = self.whole
-        nodes = {w.owner["node"][c] for c in cpus}
+        nodes = sorted({w.owner["node"][c] for c in cpus})
+        spread = sum(self.distance[a][b] for a, b in itertools.combinations(nodes, 2))
         llcs = {w.owner["llc"][c] for c in cpus} if w.use_llc else set()
         touched = {self.locality_of(c) for c in cpus}
         tenants = 0
@@ -588,7 +651,7 @@ class _Planner:
         for members in w.domains[w.locality].values():
             used = len(members - left)
             partial += 0 < used < len(members)
-        return (len(nodes), len(llcs), tenants, partial, max(cpus))
+        return (len(nodes), spread, len(llcs), tenants, partial, max(cpus))
 
     def hugepages(self, job: Job, nodes: Iterable[int]) -> dict[str, Any] | None:
         if not job.hugepages_per_node:
@@ -606,56 +669,88 @@ class _Planner:
                 feasible = None
         return {"per_node": job.hugepages_per_node, "nodes": per_node, "feasible": feasible}
 
-    def candidates(self, job: Job, view: TopologyView, free: frozenset[int]) -> list[list[int]]:
-        take = take_distributed if job.distributed else take_packed
-        if job.distributed:
-            # KEP-2902 already picks its nodes (by balance); narrowing it to a combination would
-            # undo the spread the job asked for.
-            return [take(job.cpus, free, view, whole_cores=job.whole_cores)]
-        usable = _whole_free_cores(free, view) if job.whole_cores else free
-        by_node: dict[int, int] = {}
-        for c in usable:
-            node = view.owner["node"][c]
-            by_node[node] = by_node.get(node, 0) + 1
-        nodes = sorted(by_node)
-        if len(nodes) > MAX_COMBINATION_NODES:
-            combos = [tuple(nodes)]
-        else:
-            start = _min_domains(job.cpus, by_node)
-            combos = [
-                combo
-                for k in range(start, len(nodes) + 1)
-                for combo in itertools.combinations(nodes, k)
-            ]
-        domain_sets = [view.cpus_in("node", combo) for combo in combos]
+    def llc_tenants(self, llc: int) -> int:
+        if self.policy != ISOLATE:
+            return 0
+        members = self.whole.domains["llc"].get(llc, frozenset())
+        return len({job for c, job in self.holders.items() if c in members})
+
+    def llc_sets(self, need: int, by_llc: Mapping[int, int]) -> tuple[list[tuple[int, ...]], bool]:
+        """The sets of the fewest LLCs whose usable CPUs hold ``need``, best first.
+
+        The fewest count k is exact (the k fullest LLCs hold the most). The k-sets are found by a
+        depth-first search over LLCs sorted fullest first that prunes a branch as soon as even
+        its fullest completion falls short; it stops after MAX_LLC_COMBINATIONS feasible sets
+        (then ``complete`` is False). The sets are ranked by other jobs in them (isolate), CPUs
+        left over in them (best fit), then LLC ids, and the LLC_SETS_SCORED best are returned.
+        """
+        k = _min_domains(need, by_llc)
+        order = sorted(by_llc, key=lambda x: (-by_llc[x], x))
+        caps = [by_llc[x] for x in order]
+        found: list[tuple[int, ...]] = []
+        complete = True
+
+        def dfs(start: int, chosen: list[int], total: int) -> bool:
+            """False once the cap is reached."""
+            left = k - len(chosen)
+            if left == 0:
+                if total >= need:
+                    found.append(tuple(sorted(order[i] for i in chosen)))
+                    return len(found) < MAX_LLC_COMBINATIONS
+                return True
+            for i in range(start, len(order) - left + 1):
+                # caps is sorted descending: the best completion from i is caps[i:i+left].
+                if total + sum(caps[i : i + left]) < need:
+                    break
+                chosen.append(i)
+                going = dfs(i + 1, chosen, total + caps[i])
+                chosen.pop()
+                if not going:
+                    return False
+            return True
+
+        complete = dfs(0, [], 0)
+
+        def rank(llcs: tuple[int, ...]) -> tuple:
+            tenants = sum(self.llc_tenants(x) for x in llcs)
+            return (tenants, sum(by_llc[x] for x in llcs) - need, llcs)
+
+        found.sort(key=rank)
+        return found[:LLC_SETS_SCORED], complete
+
+    def combo_sets(
+        self,
+        job: Job,
+        view: TopologyView,
+        free: frozenset[int],
+        usable: frozenset[int],
+        combo: tuple[int, ...],
+    ) -> tuple[list[list[int]], bool]:
+        """CPU sets for ``job`` inside the nodes of ``combo``: kubelet's take over the nodes, and
+        (when LLCs are a level) the take inside each of the best sets of the fewest LLCs."""
+        subset = free & view.cpus_in("node", combo)
+        domain_sets = [subset]
+        complete = True
         if view.use_llc:
             # Affinity Tailor's objective is fewest LLCs; kubelet's take inside a node combination
-            # fills the fullest LLC first, so also try the smallest sets of LLCs that can hold it.
+            # fills the fullest LLC first, which can split a job that fits in fewer free LLCs.
             by_llc: dict[int, int] = {}
-            for c in usable:
+            for c in usable & subset:
                 llc = view.owner["llc"][c]
                 by_llc[llc] = by_llc.get(llc, 0) + 1
-            k = _min_domains(job.cpus, by_llc)
-            if math.comb(len(by_llc), k) <= MAX_LLC_COMBINATIONS:
-                domain_sets += [
-                    view.cpus_in("llc", combo)
-                    for combo in itertools.combinations(sorted(by_llc), k)
-                    if sum(by_llc[x] for x in combo) >= job.cpus
-                ]
-        seen: set[tuple[int, ...]] = set()
-        out: list[list[int]] = []
+            sets, complete = self.llc_sets(job.cpus, by_llc)
+            domain_sets += [free & view.cpus_in("llc", llcs) for llcs in sets]
+        out = []
         for cpus_of_domains in domain_sets:
-            subset = free & cpus_of_domains
-            if len(usable & subset) < job.cpus:
+            if len(usable & cpus_of_domains) < job.cpus:
                 continue
             try:
-                cpus = take(job.cpus, subset, view, whole_cores=job.whole_cores)
+                out.append(
+                    take_packed(job.cpus, cpus_of_domains, view, whole_cores=job.whole_cores)
+                )
             except PlanError:
                 continue
-            if tuple(cpus) not in seen:
-                seen.add(tuple(cpus))
-                out.append(cpus)
-        return out
+        return out, complete
 
     def place(self, job: Job) -> Placement:
         view = self.views[job.whole_cores]
@@ -673,12 +768,49 @@ class _Planner:
                 f"{self.topology.source}: job {job.name!r}: asks for {job.cpus} CPUs but only "
                 f"{len(usable)} {what} are left of {len(view.universe)} allocatable"
             )
-        scored = []
-        for cpus in self.candidates(job, view, free):
+        scored: list[tuple[bool, tuple[int, ...], list[int], Any]] = []
+        seen: set[tuple[int, ...]] = set()
+        exact = True
+
+        def consider(cpus: list[int]) -> None:
+            if tuple(cpus) in seen:
+                return
+            seen.add(tuple(cpus))
             nodes = {view.owner["node"][c] for c in cpus}
             hp = self.hugepages(job, nodes)
             fits = hp is None or hp["feasible"] is not False
             scored.append((not fits, self.score(cpus), cpus, hp))
+
+        if job.distributed:
+            # KEP-2902 already picks its nodes (by balance); narrowing it to a combination would
+            # undo the spread the job asked for.
+            consider(take_distributed(job.cpus, free, view, whole_cores=job.whole_cores))
+        else:
+            by_node: dict[int, int] = {}
+            for c in usable:
+                node = view.owner["node"][c]
+                by_node[node] = by_node.get(node, 0) + 1
+            nodes = sorted(by_node)
+            if len(nodes) > MAX_COMBINATION_NODES:
+                sizes: list[list[tuple[int, ...]]] = [[tuple(nodes)]]
+                exact = False
+            else:
+                start = _min_domains(job.cpus, by_node)
+                sizes = [
+                    list(itertools.combinations(nodes, k)) for k in range(start, len(nodes) + 1)
+                ]
+            for combos in sizes:
+                for combo in combos:
+                    if sum(by_node[x] for x in combo) < job.cpus:
+                        continue
+                    sets, complete = self.combo_sets(job, view, free, usable, combo)
+                    exact = exact and complete
+                    for cpus in sets:
+                        consider(cpus)
+                # Nodes touched is the first score term: once k nodes give a placement (with its
+                # hugepages), a bigger combination can only tie or lose on it.
+                if any(not short for short, *_ in scored):
+                    break
         if not scored:
             raise PlanError(
                 f"{self.topology.source}: job {job.name!r}: no placement of {job.cpus} CPUs fits "
@@ -704,7 +836,32 @@ class _Planner:
             score=score,
             candidates=len(scored),
             hugepages=hp,
+            search=EXACT if exact else BOUNDED,
         )
+
+
+def _distance_table(
+    nodes: Sequence[int],
+    socket_of_node: Mapping[int, int],
+    distances: Mapping[int, Mapping[int, int]] | None,
+) -> dict[int, dict[int, int]]:
+    """Node-to-node distances: the host's table, or SLIT-like values from the sockets."""
+    if distances:
+        missing = [n for n in nodes if n not in distances or set(nodes) - set(distances[n])]
+        if missing:
+            raise PlanError(
+                f"node distance table: node {missing[0]}: expected a distance to every node "
+                f"({format_cpulist(nodes)})"
+            )
+        return {a: {b: int(distances[a][b]) for b in nodes} for a in nodes}
+
+    def guess(a: int, b: int) -> int:
+        if a == b:
+            return LOCAL_DISTANCE
+        same = socket_of_node.get(a) == socket_of_node.get(b)
+        return SAME_SOCKET_DISTANCE if same else OTHER_SOCKET_DISTANCE
+
+    return {a: {b: guess(a, b) for b in nodes} for a in nodes}
 
 
 def plan_jobs(
@@ -715,13 +872,15 @@ def plan_jobs(
     *,
     order: str = DECREASING,
     llc: bool | None = None,
+    distances: Mapping[int, Mapping[int, int]] | None = None,
 ) -> CpusetPlan:
     """Place every job on disjoint CPUs of the isolation plan's worker cores (§9.5).
 
     ``policy``: "pack" (kubelet's best fit) or "isolate" (Affinity Tailor: also keep jobs out of
     each other's NUMA/LLC domains). ``order``: "decreasing" (first fit decreasing, ties by name)
-    or "given". Raises PlanError for an unknown policy/order, a bad or duplicate job, or a job
-    that does not fit in what is left.
+    or "given". ``distances``: the node distance table (``node_distances(snapshot)``); None
+    assumes SLIT-like distances from the sockets. Raises PlanError for an unknown policy/order,
+    a bad or duplicate job, or a job that does not fit in what is left.
     """
     if policy not in POLICIES:
         raise PlanError(f"policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
@@ -734,7 +893,7 @@ def plan_jobs(
         raise PlanError(f"job {duplicates[0]!r}: named twice; expected unique job names")
     if order == DECREASING:
         checked.sort(key=lambda j: (-j.cpus, j.name))
-    planner = _Planner(topology, isolation_plan, policy, llc)
+    planner = _Planner(topology, isolation_plan, policy, llc, distances)
     placements = tuple(planner.place(job) for job in checked)
     return CpusetPlan(
         source=topology.source,

@@ -201,10 +201,18 @@ class _Reader:
         return HostError(f"{self.source}: host facts: {where}: expected {expected}, got {got!r}")
 
     def integer(self, value: Any, where: str) -> int:
-        try:
-            return int(str(value).strip())
-        except (TypeError, ValueError):
-            raise self.fail(where, "an integer", value) from None
+        text = str(value).strip()
+        # ASCII only: int() would read Unicode digits ("٤" is 4), which sysfs never writes.
+        if not re.fullmatch(r"-?[0-9]+", text, re.ASCII):
+            raise self.fail(where, "an integer", value)
+        return int(text)
+
+    def record(self, value: Any, where: str, what: str = "an object") -> dict:
+        """A JSON object (valid JSON of the wrong shape must not reach .get())."""
+        if not isinstance(value, dict):
+            got = value if isinstance(value, (str, int, float)) else type(value).__name__
+            raise self.fail(where, what, got)
+        return value
 
     def cpus(self, value: Any, where: str) -> list[int]:
         try:
@@ -255,9 +263,12 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
     node_of: dict[int, int] = {}
     nodes: dict[int, tuple[int, ...]] = {}
     hugepages: dict[int, int | None] = {}
-    raw_nodes = snapshot.get("nodes") or {}
+    raw_nodes = r.record(snapshot.get("nodes") or {}, "nodes", "an object of node records")
+    for key in raw_nodes:
+        r.integer(key, f"nodes.{key}")
     for key, rec in sorted(raw_nodes.items(), key=lambda kv: int(kv[0])):
         n = r.integer(key, f"nodes.{key}")
+        rec = r.record(rec, f"nodes.{key}")
         cpus = [c for c in r.cpus(rec.get("cpulist") or "", f"nodes.{key}.cpulist") if c in usable]
         nodes[n] = tuple(cpus)
         hp = rec.get("hugepages_2m")
@@ -273,8 +284,8 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
     llc_members: dict[int, set[int]] = {}
     cache_groups: dict[tuple[int, str], dict[str, Any]] = {}
     for c in usable:
-        rec = raw_cpus[str(c)]
         where = f"cpus.{c}"
+        rec = r.record(raw_cpus[str(c)], where)
         package = r.integer(rec.get("physical_package_id"), f"{where}.physical_package_id")
         core_id = r.integer(rec.get("core_id"), f"{where}.core_id")
         siblings = r.cpus(
@@ -283,10 +294,11 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
         if c not in node_of:
             raise r.fail(f"{where}", "the CPU to be in one NUMA node's cpulist", None)
         llc = None
-        caches = rec.get("cache") or {}
+        caches = r.record(rec.get("cache") or {}, f"{where}.cache")
         top_level = 0
         for index, cache in sorted(caches.items()):
             cw = f"{where}.cache.{index}"
+            cache = r.record(cache, cw)
             level = r.integer(cache.get("level"), f"{cw}.level")
             ctype = str(cache.get("type") or "Unified")
             shared = r.cpus(cache.get("shared_cpu_list") or str(c), f"{cw}.shared_cpu_list")
@@ -325,7 +337,7 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
     possible = r.cpus(possible_text, "cpu_possible") if possible_text else present
     ncpus = max([*possible, *present, *usable]) + 1
 
-    info = snapshot.get("cpuinfo") or {}
+    info = r.record(snapshot.get("cpuinfo") or {}, "cpuinfo")
     numa_balancing = snapshot.get("numa_balancing")
     governors = {
         c: str(raw_cpus[str(c)]["scaling_governor"])
@@ -336,9 +348,12 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
 
     irqs: tuple[Irq, ...] | None = None
     if snapshot.get("irqs") is not None:
+        if not isinstance(snapshot["irqs"], list):
+            raise r.fail("irqs", "a list of IRQ records", snapshot["irqs"])
         items = []
         for i, rec in enumerate(snapshot["irqs"]):
             where = f"irqs[{i}]"
+            rec = r.record(rec, where)
             node = rec.get("node")
             items.append(
                 Irq(
@@ -379,7 +394,9 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
         numa_balancing=None
         if numa_balancing in (None, "")
         else r.integer(numa_balancing, "numa_balancing"),
-        irqbalance_pids=tuple(int(p) for p in snapshot.get("irqbalance_pids") or ()),
+        irqbalance_pids=tuple(
+            r.integer(p, "irqbalance_pids") for p in snapshot.get("irqbalance_pids") or ()
+        ),
         cpufreq_driver=", ".join(sorted(drivers)) or None,
         governors=governors,
         irqs=irqs,
