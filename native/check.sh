@@ -45,9 +45,28 @@ for k in avx512-bf16 avx512-fp32; do
     done
 done
 run $amx_rc $B/gemv --kernel amx-bf16 --rows 72 --cols 256 --batch 4 --steps 20 --warmup 2 $T
+for b in 1 3 16; do
+    run $avx2 $B/gemv --kernel avx2-bf16 --rows 72 --cols 256 --batch $b --steps 20 --warmup 2 $T
+done
+# the AVX-512 kernels on SIMDe (test-only; built where libsimde-dev is installed): on every host
+if [ -x $B/gemv_avx512_emu ]; then
+    for k in avx512-bf16 avx512-fp32; do
+        run 0 $B/gemv_avx512_emu --kernel $k --rows 72 --cols 256 --batch 5 --steps 2 --warmup 1 $T
+    done
+    run 0 $B/layer_avx512_emu --help
+else
+    echo "skip gemv_avx512_emu: not built (needs libsimde-dev, scripts/system-deps.sh)"
+fi
 # the layer partition is arithmetic only: it runs on every host, AMX or not
 run 0 $B/gemv --kernel amx-bf16 --layer 2048x1536,256x1536,1536x2048 --workers 90
 run $avx512 $B/kvstream --tokens 300 --heads 2 --head-dim 64 --tile-kib 2 --steps 5 --warmup 1 $T
+# residency: the host's best read kernel (avx2 at least) under A and C, AMX only where it exists;
+# --lock without the pseudo-lock driver must say unsupported (exit 3)
+run $avx2 $B/residency --slice 64K --steps 50 --scenario A $T
+run $avx2 $B/residency --slice 64K --steps 20 --scenario C --kv-bytes 4M --kv-step 64K $T
+run $amx_rc $B/residency --slice 64K --steps 5 --kernel amx --no-held $T
+run 3 $B/residency --slice 64K --lock --device /nonexistent/pseudo_lock
+run 2 $B/residency --slice 1000
 # exchange needs two CPUs; use the first two online ones
 cpus=$(awk -F'[-,]' '{print $1 "," ($2 == "" ? $1 : $2)}' /sys/devices/system/cpu/online)
 if [ "${cpus%,*}" != "${cpus#*,}" ]; then

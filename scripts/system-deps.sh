@@ -5,11 +5,15 @@ set -euo pipefail
 pkgs=(
   openssh-server openssh-client iproute2 rsync procps   # sshd test hosts in network namespaces
   build-essential clang-16 make                          # native/ with gcc and clang
+  libsimde-dev                                           # native/ AVX-512 kernels on SIMDe (test-only builds)
   likwid sysbench fio iperf3 numactl hwloc               # reference tools and platform suite
   chromium                                               # screenshot of the HTML report
   linux-perf linux-cpupower                              # perf_stat and clock_freq collectors (perf, turbostat)
   sqlite3
+  sudo                                                   # socketlab_become: orchestrate's agent via sudo -n (tests)
   cmake ninja-build                                      # llama-cpp-python[server] source build (serving tests)
+  ethtool                                                # platform suite: combined queues (ethtool -l)
+  linux-headers-amd64                                    # native/driver: Kbuild of pseudo_lock_sram.ko (tests/test_driver.py)
 )
 missing=()
 for p in "${pkgs[@]}"; do

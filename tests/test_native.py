@@ -35,6 +35,9 @@ HAS_AMX = {"amx_tile", "amx_bf16"} <= cpu_flags()
 HAS_WAITPKG = "waitpkg" in cpu_flags()
 HAS_AVX512 = {"avx512f", "avx512bw"} <= cpu_flags()
 HAS_AVX512_BF16 = HAS_AVX512 and "avx512_bf16" in cpu_flags()
+HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
+# the AVX-512 kernels on SIMDe (gemv_avx512_emu): built where libsimde-dev is installed
+SIMDE_H = Path("/usr/include/simde/x86/avx512.h")
 # bf16 kernels (gemv, kvstream, bf16 ladder) run on AVX-512 BF16; elsewhere they exit 3 and skip
 needs_avx512 = pytest.mark.skipif(not HAS_AVX512_BF16, reason="CPU lacks AVX-512 BF16")
 # the ladder read kernel of this host: avx512-read, else avx2-read (every x86-64 host since 2013)
@@ -265,15 +268,15 @@ def test_ladder_avx512_bf16_compute(build):
 
 def test_gemv_layer_balance_reproduces_the_published_figures(build):
     """gemv --layer: a whole layer's weight bytes per worker in row units, max / mean. With the
-    shapes campaign-oct.yaml derives, 90 workers give the campaign's 1,277,952 / 803,908 B and
+    shapes of experiments/shapes/ (the files campaign-oct.yaml's tile-balance reads), 90 workers give the campaign's 1,277,952 / 803,908 B and
     1,458,176 / 961,195 B, and max/mean 1.59 / 1.52 / 1.16 (16-row AMX tiles) and
     1.11 / 1.11 / 1.06 (4-row AVX-512 units)."""
     name, out = build
-    import yaml
+    from socketlab.layer.shapes import load_shape
 
-    spec = yaml.safe_load((REPO / "experiments" / "campaign-oct.yaml").read_text())
-    (exp,) = [e for e in spec["experiments"] if e["name"] == "tile-balance"]
-    shapes = dict(re.findall(r"'(E\dB L\d 2K)': '([0-9x,]+)'", exp["command"]))
+    shapes = {stage: load_shape(name).gemv_layer_arg() for stage, name in (
+        ("E2B L0 2K", "gemma4-e2b-l0"), ("E2B L4 2K", "gemma4-e2b-l4"),
+        ("E4B L5 2K", "gemma4-e4b-l5"))}  # fmt: skip
     want = {("E2B L0 2K", "amx-bf16"): (1.59, 1277952, 803908),
             ("E2B L4 2K", "amx-bf16"): (1.52, 1458176, 961195),
             ("E4B L5 2K", "amx-bf16"): (1.16, None, None),
@@ -303,7 +306,8 @@ def test_gemv_layer_balance_reproduces_the_published_figures(build):
     assert one["workers"] == len(TWO.split(",")) and one["value"] == pytest.approx(1.0)
 
 
-GEMV_NEEDS = {"avx512-bf16": (HAS_AVX512_BF16, "AVX-512 BF16"),
+GEMV_NEEDS = {"avx2-bf16": (HAS_AVX2, "AVX2 + FMA"),
+              "avx512-bf16": (HAS_AVX512_BF16, "AVX-512 BF16"),
               "avx512-fp32": (HAS_AVX512, "AVX-512 F/BW"),
               "amx-bf16": (HAS_AMX, "AMX-TILE/AMX-BF16")}
 
@@ -326,6 +330,42 @@ def test_gemv_matches_fp32_reference(build, kernel, batch):
     assert all(m["batch"] == batch and m["kernel"] == kernel for m in metrics)
     # 13 blocks of 16 rows over 2 workers: 7 blocks (112 rows) vs a mean of 100
     assert value["rows_max_over_mean"] == pytest.approx(1.12)
+
+
+@pytest.mark.parametrize("kernel", ["avx512-bf16", "avx512-fp32"])
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_gemv_avx512_emulated_matches_fp32_reference(build, kernel, batch):
+    """The AVX-512 kernels compiled against SIMDe (gemv_avx512_emu, test-only): the same FP32
+    check on every host, AVX-512 or not; 200 rows leave a partial 16-row block."""
+    name, out = build
+    if not SIMDE_H.exists():
+        pytest.fail(f"{SIMDE_H} missing: scripts/system-deps.sh installs libsimde-dev")
+    proc = run(out / "gemv_avx512_emu", "--kernel", kernel, "--rows", "200", "--cols", "256",
+               "--batch", str(batch), "--steps", "2", "--warmup", "1", "--cpus", TWO)
+    assert proc.returncode == 0, proc.stderr
+    meta, metrics = parse_contract(proc.stdout, "gemv", name)
+    assert meta["avx512_emulated"] is True and meta["kernel"] == kernel
+    value = {m["name"]: m["value"] for m in metrics}
+    assert 0 < value["rel_rms_err"] <= 1e-5 and value["cosine"] >= 0.99999
+    # and the check is live there too: below the real error it fails
+    proc = run(out / "gemv_avx512_emu", "--kernel", kernel, "--rows", "64", "--cols", "512",
+               "--steps", "2", "--warmup", "0", "--max-rel-rms", "1e-15")
+    assert proc.returncode == 1 and "self-check failed" in proc.stderr
+
+
+def test_gemv_real_build_reports_avx512_not_emulated(build):
+    """The real gemv says avx512_emulated false (AVX-512 hosts) or exits 3 (others): the
+    emulation never leaks into the timed binary. Host-dependent, the branch is printed."""
+    _, out = build
+    proc = run(out / "gemv", "--kernel", "avx512-fp32", "--rows", "64", "--cols", "64",
+               "--steps", "2", "--warmup", "0")
+    if HAS_AVX512:
+        print("branch: CPU has AVX-512, the real kernel ran")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.splitlines()[0])["avx512_emulated"] is False
+    else:
+        print("branch: CPU lacks AVX-512, expecting exit 3")
+        assert proc.returncode == 3 and "not available on this host" in proc.stderr
 
 
 @needs_avx512

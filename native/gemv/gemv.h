@@ -24,6 +24,10 @@ void gemv_reference(double* y, int rows, int cols, int batch);
 
 void gemv_avx512_bf16(const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch,
                       float* y, int ldy);
+/* avx2.c: W row-major (rows x cols bf16, no padding), x batch x cols bf16, cols a multiple of 16 */
+void gemv_avx2_bf16(const uint16_t* w, int rows, int cols, const uint16_t* x, int batch, float* y,
+                    int ldy);
+void pack_bf16_rowmajor(uint16_t* out, int row0, int rows, int cols);
 void gemv_avx512_fp32(const float* w, int nblocks, int cols, const float* x, int batch, float* y,
                       int ldy);
 /* amx.c: load the tile config for this batch (per thread), then run; release at the end */

@@ -3,7 +3,11 @@
 #include "gemv.h"
 #include "sl.h"
 
+#ifdef SL_AVX512_EMULATE
+#include "avx512_emu.h" /* test-only: SIMDe, see native/avx512_emu/ */
+#else
 #include <immintrin.h>
+#endif
 
 #define PARTIALS(B) ((B) == 1 ? 8 : (B) == 2 ? 4 : (B) <= 4 ? 2 : 1)
 

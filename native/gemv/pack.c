@@ -37,6 +37,13 @@ void pack_bf16_vnni(uint16_t* out, int row0, int nblocks, int rows_total, int co
         }
 }
 
+void pack_bf16_rowmajor(uint16_t* out, int row0, int rows, int cols)
+{
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++)
+            out[(size_t)r * cols + k] = gemv_weight(row0 + r, k);
+}
+
 void pack_fp32(float* out, int row0, int nblocks, int rows_total, int cols)
 {
     for (int blk = 0; blk < nblocks; blk++)

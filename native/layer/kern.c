@@ -1,7 +1,9 @@
-/* The stage's GEMV kernels. avx512 and amx are native/gemv's kernels (16-row VNNI blocks, packed
- * here from the dump's row-major matrices); scalar and avx2 are the portable path (FP32 FMA on
- * bf16 weights widened in registers) so the gate runs on every x86-64 host. All take bf16
- * inputs: the BF16 mode rounds every GEMV input, and so does the stage. */
+/* The stage's GEMV kernels. avx512, amx and avx2 are native/gemv's kernels (one source each:
+ * avx512/amx on 16-row VNNI blocks packed here from the dump's row-major matrices, avx2 on the
+ * row-major rows as they are: gemv/avx2.c, FP32 FMA on bf16 weights widened in registers);
+ * scalar is the reference-like fallback. avx2 is the portable path, so the gate runs on every
+ * x86-64 host. All take bf16 inputs: the BF16 mode rounds every GEMV input, and so does the
+ * stage. */
 #include "layer.h"
 #include "../gemv/gemv.h"
 
@@ -12,6 +14,11 @@
 
 const char* const l_gemv_names[] = { "scalar", "avx2", "avx512", "amx", NULL };
 
+#ifdef SL_AVX512_EMULATE
+int l_avx512_emulated = 1; /* gemv/kernels.c on SIMDe (layer_avx512_emu, test-only) */
+#else
+int l_avx512_emulated = 0;
+#endif
 #ifdef SL_AMX_EMULATE
 int l_amx_emulated = 1;
 /* the emulator keeps one tile state per process: workers take turns (test builds only) */
@@ -49,7 +56,7 @@ void l_pack(int kernel, uint16_t* dst, const uint16_t* w, int r0, int rows, int 
         }
 }
 
-/* per-thread fp32 copy of the bf16 inputs for the portable kernels */
+/* per-thread fp32 copy of the bf16 inputs for the scalar kernel (avx2 widens in registers) */
 static _Thread_local float* xw;
 static _Thread_local size_t xw_cap;
 
@@ -87,47 +94,6 @@ static void gemv_scalar(const uint16_t* w, int rows, int cols, const float* x, i
     }
 }
 
-static SL_TARGET_AVX2 inline __m256 load8_bf16(const uint16_t* p)
-{
-    const __m128i h = _mm_loadu_si128((const __m128i*)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-static SL_TARGET_AVX2 float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* one weight row against up to 4 inputs per pass; cols % 8 == 0 (checked at start) */
-static SL_TARGET_AVX2 void gemv_avx2(const uint16_t* w, int rows, int cols, const float* x,
-                                     int batch, float* y, int ldy)
-{
-    for (int r = 0; r < rows; r++) {
-        const uint16_t* wr = w + (size_t)r * cols;
-        for (int b0 = 0; b0 < batch; b0 += 4) {
-            const int nb = batch - b0 < 4 ? batch - b0 : 4;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            const float* x0 = x + (size_t)b0 * cols;
-            for (int k = 0; k < cols; k += 8) {
-                const __m256 wv = load8_bf16(wr + k);
-                a0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + k), a0);
-                if (nb > 1)
-                    a1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + cols + k), a1);
-                if (nb > 2)
-                    a2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + 2 * (size_t)cols + k), a2);
-                if (nb > 3)
-                    a3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x0 + 3 * (size_t)cols + k), a3);
-            }
-            const __m256 acc[4] = { a0, a1, a2, a3 };
-            for (int j = 0; j < nb; j++)
-                y[(size_t)(b0 + j) * ldy + r] = hsum8(acc[j]);
-        }
-    }
-}
-
 static _Thread_local int amx_rows; /* A rows of the loaded tile config, 0 = none */
 
 void l_kernel_thread_init(int kernel) { amx_rows = 0; }
@@ -147,8 +113,12 @@ void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x
     if (rows <= 0)
         return;
     switch (kernel) {
-    case G_SCALAR: gemv_scalar(w, rows, cols, widen_x(x, (size_t)batch * cols), batch, y, ldy); break;
-    case G_AVX2: gemv_avx2(w, rows, cols, widen_x(x, (size_t)batch * cols), batch, y, ldy); break;
+    case G_SCALAR:
+        gemv_scalar(w, rows, cols, widen_x(x, (size_t)batch * cols), batch, y, ldy);
+        break;
+    case G_AVX2:
+        gemv_avx2_bf16(w, rows, cols, x, batch, y, ldy);
+        break;
     case G_AVX512: gemv_avx512_bf16(w, (rows + 15) / 16, cols, x, batch, y, ldy); break;
     case G_AMX:
 #ifdef SL_AMX_EMULATE

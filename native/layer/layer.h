@@ -66,6 +66,7 @@ int l_rows_written(int kernel, int rows);
 void l_kernel_thread_init(int kernel);
 void l_kernel_thread_done(int kernel);
 extern int l_amx_emulated; /* 1 in the SL_AMX_EMULATE build */
+extern int l_avx512_emulated; /* 1 in the SL_AVX512_EMULATE build (SIMDe) */
 
 /* ---- exchange of one output vector (xchg.c) ---- */
 enum { X_DIRECT, X_REP, X_REPCLD, X_REPNT, X_FID };
@@ -88,6 +89,10 @@ void l_vec_alloc_node(l_vec* v, int node);
 void l_vec_publish(l_vec* v, int w, const void* src, uint32_t tag);
 /* reader on node gathers the whole [batch][n] vector; returns where it is (direct: in place) */
 const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag);
+/* fid's line store on this host (after l_vec_init): "nt64" = one 64-byte non-temporal store
+ * per line (AVX-512, as the original), "plain" = payload then the tail tag with release (no
+ * AVX-512: a 64-byte line can't be written by one instruction) */
+const char* l_fid_store(void);
 /* bytes a reader moves per gather */
 size_t l_vec_gather_bytes(const l_vec* v);
 

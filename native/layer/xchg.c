@@ -27,6 +27,11 @@ static void* zalloc(size_t bytes)
 
 static bool fid_nt; /* 64-byte non-temporal line stores (AVX-512) or ordered plain stores */
 
+const char* l_fid_store(void)
+{
+    return fid_nt ? "nt64" : "plain";
+}
+
 void l_vec_init(l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off,
                 const int* len)
 {

@@ -1,0 +1,29 @@
+/* Userspace residency classifier: calibrated L1/L2/L3/DRAM load latencies on a buffer of the
+ * owner core's node, then every line of a slice timed with RDTSCP and classed at the midpoints.
+ * Prefetchers are left as they are (userspace cannot switch them off), so lines are visited in an
+ * order without a constant stride (held.c), which keeps the stride and stream prefetchers from
+ * hiding misses; the driver's MEASURE (prefetchers off, IRQs off) is the stricter figure. */
+#ifndef RESIDENCY_HELD_H
+#define RESIDENCY_HELD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    double l1, l2, l3, dram; /* median cycles (TSC) per level */
+    double t12, t23, t3d; /* thresholds: midpoints between neighbouring levels */
+    int ordered; /* l1 <= l2 < l3 < dram: held and not held are separable */
+} held_cal;
+
+typedef struct {
+    uint64_t lines, l1, l2, l3, dram;
+    double p50; /* median cycles of the slice's lines */
+} held_count;
+
+/* Cache sizes of `cpu` from sysfs (bytes; 0 when unknown). */
+size_t held_cache_bytes(int cpu, int level);
+/* Run on the pinned owner core. scratch: >= 2 * L2 bytes + 256 KiB, node-local, first-touched. */
+void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes);
+void held_classify(const held_cal* c, const char* buf, size_t bytes, held_count* out);
+
+#endif
