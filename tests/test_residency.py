@@ -1,0 +1,196 @@
+"""native/residency: per-worker weight slices under the interference scenarios A-E, the
+userspace held-fraction classifier, the JSON-lines contract and the usage errors. Built with gcc
+and clang-16 through native/Makefile. Which read kernel ran (amx / avx512 / avx2) depends on the
+host; each test that runs the binary prints it, and the assertions hold for every kernel."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "native"
+COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
+TIMEOUT = 120
+
+
+def online_cpus() -> list[int]:
+    out: list[int] = []
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def cache_bytes(level: int, cpu: int = 0) -> int:
+    base = Path(f"/sys/devices/system/cpu/cpu{cpu}/cache")
+    for idx in sorted(base.glob("index*")):
+        if (idx / "level").read_text().strip() == str(level) and \
+                (idx / "type").read_text().strip() != "Instruction":
+            text = (idx / "size").read_text().strip()
+            return int(text[:-1]) * (1 << 20 if text.endswith("M") else 1 << 10)
+    return (1 << 20) if level == 2 else (32 << 20)
+
+
+@pytest.fixture(scope="module", params=sorted(COMPILERS))
+def binary(request, tmp_path_factory) -> Path:
+    cc = COMPILERS[request.param]
+    if shutil.which(cc) is None:
+        pytest.fail(f"{cc} is not installed (scripts/system-deps.sh installs it)")
+    out = tmp_path_factory.mktemp(f"residency-{request.param}")
+    proc = subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2", f"{out}/residency"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
+    return out / "residency"
+
+
+def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def records(binary: Path, *args: str) -> tuple[dict, list[dict]]:
+    proc = run(binary, *args)
+    assert proc.returncode == 0, proc.stderr
+    recs = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert recs[0]["type"] == "meta" and all(r["type"] == "metric" for r in recs[1:])
+    return recs[0], recs[1:]
+
+
+def value(metrics: list[dict], name: str, cpu: int | str) -> float:
+    hits = [m["value"] for m in metrics if m["name"] == name and m["cpu"] == cpu]
+    assert len(hits) == 1, (name, cpu, hits)
+    return hits[0]
+
+
+SMALL = ("--kv-bytes", "16M", "--kv-step", "64K", "--llc-kv", "512K", "--stream-bytes", "16M")
+
+
+@pytest.mark.parametrize("scenario", list("ABCDE"))
+def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
+    """Every scenario at small sizes: per-worker records, then the summary (cpu "all")."""
+    cpus = online_cpus()
+    workers, hk = ([cpus[0]], [cpus[1]]) if scenario == "D" and len(cpus) > 1 else (cpus[:2], [])
+    if scenario == "D" and not hk:
+        pytest.skip(f"scenario D needs a second CPU for its streamer; online: {cpus}")
+    args = ["--slice", "64K", "--cpus", ",".join(map(str, workers)), "--scenario", scenario,
+            "--steps", "200", *SMALL]
+    if hk:
+        args += ["--hk-cpus", ",".join(map(str, hk))]
+    meta, metrics = records(binary, *args)
+    print(f"kernel that ran here: {meta['kernel']} (isa {meta['isa']})")
+    assert meta["binary"] == "residency" and meta["scenario"] == scenario
+    assert meta["held_method"].startswith("userspace")
+    assert meta["page_size"] >= 4096
+    for cpu in workers:
+        assert value(metrics, "steps", cpu) == 200
+        p50, p99 = value(metrics, "step_p50", cpu), value(metrics, "step_p99", cpu)
+        assert 0 < p50 <= p99 <= value(metrics, "step_max", cpu)
+        assert value(metrics, "weight_bw", cpu) > 0
+        lines = sum(value(metrics, f"lines_{k}", cpu) for k in ("l1", "l2", "l3", "dram"))
+        assert lines == 64 * 1024 // 64
+        held = value(metrics, "held_fraction", cpu)
+        assert held == pytest.approx(
+            (value(metrics, "lines_l1", cpu) + value(metrics, "lines_l2", cpu)) / lines, rel=1e-4)
+    per_core = [value(metrics, "weight_bw", c) for c in workers]
+    assert value(metrics, "total_bw", "all") == pytest.approx(sum(per_core), rel=1e-4)
+    assert value(metrics, "min_bw", "all") == pytest.approx(min(per_core), rel=1e-4)
+
+
+def test_calibration_separates_l2_l3_dram(binary):
+    """The classifier's calibration on this host (printed): cached lines read faster than DRAM,
+    L1 <= L2 <= L3, thresholds at the midpoints, and cal_ordered says whether L2 and L3 came
+    apart (on a loaded AMD guest they can share one 10 ns TSC step)."""
+    _, metrics = records(binary, "--slice", "64K", "--steps", "50")
+    cal = {k: value(metrics, f"cal_{k}", 0) for k in ("l1", "l2", "l3", "dram")}
+    print(f"calibration (TSC ticks): {cal}")
+    assert cal["l1"] <= cal["l2"] <= cal["l3"] < cal["dram"]
+    assert value(metrics, "threshold_l2_l3", 0) == pytest.approx((cal["l2"] + cal["l3"]) / 2)
+    assert value(metrics, "threshold_l3_dram", 0) == pytest.approx((cal["l3"] + cal["dram"]) / 2)
+    assert value(metrics, "cal_ordered", 0) == (1 if cal["l2"] < cal["l3"] else 0)
+
+
+def held(binary: Path, scenario: str, tries: int, *extra: str) -> list[dict]:
+    """held_fraction and the DRAM share of an L2/4 slice on CPU 0, one dict per run"""
+    out = []
+    for _ in range(tries):
+        _, metrics = records(binary, "--slice", str(cache_bytes(2) // 4), "--cpus", "0",
+                             "--scenario", scenario, *extra)
+        lines = sum(value(metrics, f"lines_{k}", 0) for k in ("l1", "l2", "l3", "dram"))
+        out.append({"held": value(metrics, "held_fraction", 0),
+                    "dram": value(metrics, "lines_dram", 0) / lines})
+    return out
+
+
+def test_held_fraction_drops_when_the_core_streams_dram(binary):
+    """An L2/4 slice with no interference stays in the caches (best of 5 runs: on a shared
+    guest other processes run on the same CPU between steps) and leaves them once every step
+    streams two L3s of KV from DRAM on the same core. The held fractions are printed; the
+    assertions use the DRAM share, which the TSC separates on every host (L2 and L3 hits are
+    one 10 ns TSC step apart on AMD guests, see held.c)."""
+    quiet = held(binary, "A", 5, "--steps", "300")
+    step = 2 * cache_bytes(3)
+    loud = held(binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step",
+                str(step))
+    print(f"L2/4 slice: A {quiet}; C (KV step {step} B) {loud}")
+    assert min(r["dram"] for r in quiet) <= 0.05
+    # >= 0.99 in most runs on an idle core; 0.95 leaves room for a loaded shared guest, where
+    # another process can run on the CPU between the last step and the count
+    assert max(r["held"] for r in quiet) >= 0.95
+    assert max(r["dram"] for r in loud) >= 0.5
+    assert max(r["held"] for r in quiet) > max(r["held"] for r in loud)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--slice", "1000"], "multiple of 4 KiB"),
+        (["--slice", "64K", "--scenario", "Z"], "--scenario"),
+        (["--slice", "64K", "--kernel", "sse"], "--kernel"),
+        (["--slice", "64K", "--cpus", "4095"], "--cpus"),
+        (["--slice", "64K", "--scenario", "D"], "--hk-cpus"),
+        (["--slice", "64K", "--cpus", "0", "--scenario", "D", "--hk-cpus", "0"],
+         "also a worker"),
+        (["--slice", "64K", "--kv-bytes", "1M", "--kv-step", "3K"], "--kv-step"),
+        (["--cpus", "0"], "--slice is required"),
+        (["--slice", "64K", "--gap-ns", "-1"], "--gap-ns"),
+        (["--slice", "64K", "--lock-ways", "12"], "only used with --lock"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(binary, args, needle):
+    proc = run(binary, *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_gap_is_recorded_and_every_step_still_runs(binary):
+    """--gap-ns (the published gap sweep): recorded in meta, every step runs."""
+    meta, metrics = records(binary, "--slice", "64K", "--steps", "100", "--scenario", "C",
+                            *SMALL, "--gap-ns", "2000", "--no-held")
+    assert meta["gap_ns"] == 2000
+    assert value(metrics, "steps", 0) == 100
+
+
+def test_lock_without_the_driver_is_not_available(binary, tmp_path):
+    """--lock where /dev/pseudo_lock does not exist (no module here): exit 3, one line."""
+    proc = run(binary, "--slice", "64K", "--lock", "--device", str(tmp_path / "pseudo_lock"))
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().startswith("residency: not available on this host: pseudo-lock "
+                                          "driver not loaded"), proc.stderr
+
+
+def test_named_kernel_the_cpu_lacks_is_unsupported(binary):
+    """--kernel amx on a CPU without AMX exits 3; where AMX exists it runs (branch printed)."""
+    flags = Path("/proc/cpuinfo").read_text()
+    proc = run(binary, "--slice", "64K", "--kernel", "amx", "--steps", "5", "--no-held")
+    has_amx = " amx_tile" in flags
+    print(f"host has AMX: {has_amx}")
+    assert proc.returncode == (0 if has_amx else 3), proc.stderr
