@@ -1,18 +1,26 @@
 """Predicted vs measured real-layer stages on this host (docs/planner.md).
 
-1. Constants: short runs of the native binaries on CPUS, each stored in the toolkit's store
-   (results/planner-host/store.sqlite, host HOST, run key = sha256 of host + argv):
-   `layer --slice 0/W` on every dump (the GEMV kernel on one worker's share, no exchanges),
-   `exchange --mode diss` at 2,560 B and at a larger vector (exchange and all-gather rate),
-   `ladder --kernel avx2-read` at the 16K dump's KV bytes per worker (KV rate; kvstream
-   needs AVX-512).
-2. Stages: `layer --dump D --batch B --cpus CPUS --xchg direct` for every dump at B = 1 and 16,
-   stored the same way.
-3. Predictions: `socketlab.plan.stage.layer_stage` of each dump's shape with the constants read
-   back from the store (`constants_from_store`, GEMV rate from the slice run of that dump), and
-   the table: predicted, measured, error, by term (measured terms from the stage's phases).
+Every run is stored in the toolkit's store (results/planner-host/store.sqlite, host HOST, run
+key = sha256 of host + argv + repetition); the constants are read back from it by
+`socketlab.plan.stage_constants` exactly as `orchestrate stage-plan --host` and the report's
+planner section read them.
 
-usage: stage_plan_host.py BUILD_DIR [--cpus 0,1] [--host localhost] [--steps N] [--results DIR]
+1. Constants, on the same CPUS as the stages:
+   - GEMV: `layer --slice 0/W` of every dump at B = 1 and 16: the stage's own kernel on the W
+     workers' shares at once, exchanges as local copies, no barriers; rate = weight bytes per
+     worker / (step p50 - attention p50);
+   - KV: `layer --slice --ctx N` of the 16K dump at 1K and 4K (experiment kv-attn): attention's
+     own arithmetic, extrapolated to the 16K stage;
+   - exchange and all-gather: `exchange --mode diss` at 2,560 B and 37,376 B (W >= 2 only; one
+     worker has no peer to wait for or gather from, both terms are 0).
+2. Stages: `layer --dump D --batch B --cpus CPUS --xchg direct` for every dump at B = 1 and 16.
+   Slice and stage runs alternate, REPS times, so a change in the machine's load hits both; the
+   measured figure is the median of the stage's step p50s, the constants medians of theirs.
+3. Predictions: `socketlab.plan.stage.layer_stage` of each dump's shape, and the table:
+   predicted, measured, error, by term (measured terms: p50s of the stage's phases).
+
+usage: stage_plan_host.py BUILD_DIR [--cpus 0,1] [--host localhost] [--steps N] [--reps N]
+       [--results DIR]
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import argparse
 import dataclasses
 import hashlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,48 +39,44 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from socketlab.layer.shapes import load_shape  # noqa: E402
 from socketlab.parse import Metric  # noqa: E402
 from socketlab.parse.jsonl import parse_jsonl  # noqa: E402
-from socketlab.plan.stage import Budget, layer_stage  # noqa: E402
-from socketlab.plan.stage_constants import constants_from_store, measured_constants  # noqa: E402
-from socketlab.plan.stage_model import Model, units  # noqa: E402
+from socketlab.plan.stage import Budget, Constants, layer_stage  # noqa: E402
+from socketlab.plan.stage_constants import (  # noqa: E402
+    constants_from_store,
+    measured_constants,
+    stored_runs,
+)
+from socketlab.plan.stage_model import layer_model, units  # noqa: E402
 from socketlab.store import RunRecord, Store  # noqa: E402
 
 STAGES = [("tiny", 100), ("gemma4-e2b-l0", 2048), ("tiny-full", 16384)]
 CAMPAIGN = "planner-host"
 
 
-def run_stored(store: Store, host: str, experiment: str, argv: list[str], params: dict) -> dict:
-    key = hashlib.sha256(json.dumps([host, argv]).encode()).hexdigest()
+def run_stored(store: Store, host: str, experiment: str, argv: list[str], params: dict,
+               rep: int = 0) -> dict:
+    key = hashlib.sha256(json.dumps([host, argv, rep]).encode()).hexdigest()
     t0 = time.time()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(argv)}: exit {proc.returncode}: {proc.stderr.strip()[-500:]}")
     metrics, _, _ = parse_jsonl(proc.stdout)
     store.add_run(RunRecord(run_key=key, campaign=CAMPAIGN, experiment=experiment, host=host,
-                            repetition=0, params=params, status="ok", exit_code=0, started=t0,
+                            repetition=rep, params=params, status="ok", exit_code=0, started=t0,
                             finished=time.time(), duration_s=time.time() - t0, argv=argv),
                   [Metric(m["name"], m["value"], m["unit"], m["dims"], "jsonl/1")
                    for m in metrics])
     return {"key": key, "metrics": metrics}
 
 
-def model_of(shape_name: str) -> Model:
-    """One layer of the shape file as a one-layer model (the stage runs exactly that layer)."""
-    s = load_shape(shape_name)
-    tc = {"hidden_size": s.hidden, "num_hidden_layers": 1, "num_attention_heads": s.heads,
-          "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
-          "intermediate_size": s.inter, "layer_types": [s.layer_type], "vocab_size": 16,
-          "hidden_size_per_layer_input": s.ple, "attention_k_eq_v": s.kv_eq}
-    if s.window:
-        tc["sliding_window"] = s.window - 1  # the stage attends window - 1 cached rows
-    return Model(shape_name, tc, s.source or shape_name, {})
-
-
 def m(recs: list[dict], name: str, **dims) -> float:
     return sum(r["value"] for r in recs
                if r["name"] == name and all(r["dims"].get(k) == v for k, v in dims.items()))
+
+
+def load() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
 
 
 def main() -> None:
@@ -80,87 +85,113 @@ def main() -> None:
     ap.add_argument("--cpus", default="0,1")
     ap.add_argument("--host", default="localhost")
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--results", default=str(REPO / "results"))
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: the table from the runs already in the store")
     a = ap.parse_args()
     build = Path(a.build)
     workers = len(a.cpus.split(","))
     results = Path(a.results)
     (results / CAMPAIGN).mkdir(parents=True, exist_ok=True)
+    if a.table_only:
+        stage_runs: dict[tuple, list[dict]] = {}
+        for r in stored_runs(results, a.host):
+            if r["campaign"] == CAMPAIGN and r["experiment"] == "layer":
+                p = r["params"]
+                stage_runs.setdefault((p["shape"], p["context"], p["batch"]), []).append(
+                    {"key": r["key"], "metrics": [{"name": n, "value": v, "dims": d}
+                                                  for n, v, d in r["metrics"]]})
+        return table(a, results, workers, stage_runs)  # --cpus as in the run
     store = Store(results / CAMPAIGN / "store.sqlite")
     tmp = Path(tempfile.mkdtemp(prefix="stage-plan-host-"))
     orch = str(Path(sys.executable).parent / "orchestrate")
+    print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {load()}: dumps")
     dumps = {}
     for shape, ctx in STAGES:
         d = tmp / f"{shape}.c{ctx}"
         subprocess.run([orch, "layer-dump", shape, "--context", str(ctx), "--batch", "16",
                         "--seed", "1", "--out", str(d), "--quiet"], check=True, timeout=900)
         dumps[shape, ctx] = d
-    # constants
-    first = a.cpus.split(",")[0]
-    for (shape, ctx), d in dumps.items():
-        for b in (1, 16):  # the portable GEMV is compute-bound: its rate depends on the batch
-            run_stored(store, a.host, "gemv-slice",
-                       [str(build / "layer"), "--dump", str(d), "--slice", f"0/{workers}",
-                        "--cpus", first, "--gemv", "avx2", "--batch", str(b), "--steps",
-                        str(a.steps)], {"shape": shape, "context": ctx, "batch": b})
-    for nbytes in (2560, 37376):
-        run_stored(store, a.host, "exchange",
-                   [str(build / "exchange"), "--mode", "diss", "--cpus", a.cpus, "--bytes",
-                    str(nbytes), "--iters", "5000", "--warmup", "500"], {"bytes": nbytes})
-    full = load_shape("tiny-full")
-    # kvstream needs AVX-512; on an AVX2-only host the KV rate is the ladder's avx2-read of the
-    # 16K dump's KV bytes per worker (the stream without the attention arithmetic)
-    kv_bytes = 2 * full.kv_heads * full.head_dim * 2 * 16384
-    run_stored(store, a.host, "kv-read",
-               [str(build / "ladder"), "--kernel", "avx2-read", "--size", str(kv_bytes // workers),
-                "--cpus", a.cpus, "--seconds", "0.5", "--reps", "3"], {"context": 16384})
-    # stages
-    measured = {}
-    for (shape, ctx), d in dumps.items():
+    layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", "avx2", "--steps", str(a.steps)]
+    full = dumps["tiny-full", 16384]
+    stage_runs: dict[tuple, list[dict]] = {}
+    loads = []
+    for rep in range(a.reps):
+        loads.append(load())
+        print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {loads[-1]}: rep {rep}")
+        for nbytes in (2560, 37376) if workers > 1 else ():
+            run_stored(store, a.host, "exchange",
+                       [str(build / "exchange"), "--mode", "diss", "--cpus", a.cpus, "--bytes",
+                        str(nbytes), "--iters", "5000", "--warmup", "500"], {"bytes": nbytes},
+                       rep)
         for b in (1, 16):
-            measured[shape, ctx, b] = run_stored(
-                store, a.host, "layer",
-                [str(build / "layer"), "--dump", str(d), "--batch", str(b), "--cpus", a.cpus,
-                 "--xchg", "direct", "--gemv", "avx2", "--steps", str(a.steps)],
-                {"shape": shape, "context": ctx, "batch": b})
+            for n in (1024, 4096):
+                run_stored(store, a.host, "kv-attn",
+                           [*layer, "--dump", str(full), "--slice", f"0/{workers}", "--batch",
+                            str(b), "--ctx", str(n)], {"context": n, "batch": b}, rep)
+        for (shape, ctx), d in dumps.items():
+            for b in (1, 16):
+                p = {"shape": shape, "context": ctx, "batch": b}
+                run_stored(store, a.host, "gemv-slice",
+                           [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch",
+                            str(b)], p, rep)
+                stage_runs.setdefault((shape, ctx, b), []).append(run_stored(
+                    store, a.host, "layer", [*layer, "--dump", str(d), "--batch", str(b),
+                                             "--xchg", "direct"], p, rep))
     store.close()
-    # predictions from the store
-    c = constants_from_store(a.host, results=results)
-    found = measured_constants(a.host, results=results)
-    print(f"constants for {a.host} from {results}/{CAMPAIGN}/store.sqlite:")
-    for k, v in found.items():
-        print(f"  {k} = {v.value:.4g}: {v.detail}; runs {', '.join(x[:12] for x in v.run_keys)}")
+    print(f"load average (1 min) at each rep: {', '.join(loads)}; after: {load()}")
+    table(a, results, workers, stage_runs)
+
+
+def table(a: argparse.Namespace, results: Path, workers: int,
+          stage_runs: dict[tuple, list[dict]]) -> None:
+    if workers > 1:
+        found = measured_constants(a.host, results=results)
+        base = constants_from_store(a.host, results=results)
+        for k in ("exchange_us", "act_gbps"):
+            v = found[k]
+            print(f"  {k} = {v.value:.4g}: {v.detail}; runs "
+                  f"{', '.join(x[:12] for x in v.run_keys)}")
+    else:
+        base = Constants(gemv_gbps_per_core=1, exchange_us=0.0, kv_gbps=1, act_gbps=float("inf"))
+        print("one worker: sync and all-gather terms are 0 (no peer)")
     rows = []
-    for (shape, ctx, b), run in measured.items():
-        model = model_of(shape)
-        us = units(model)
+    for (shape, ctx, b), runs in stage_runs.items():
+        us = units(layer_model(shape))
         nbytes = sum(x.bytes for x in us if x.kind != "head") // workers
         g = measured_constants(a.host, results=results, bytes_per_core=nbytes, batch=b)
-        cc = dataclasses.replace(c, gemv_gbps_per_core=g["gemv_gbps_per_core"].value)
+        if (shape, ctx, b) == ("tiny-full", 16384, b):
+            print(f"  kv_gbps at B={b} = {g['kv_gbps'].value:.4g}: {g['kv_gbps'].detail}")
+        cc = dataclasses.replace(base, gemv_gbps_per_core=g["gemv_gbps_per_core"].value,
+                                 kv_gbps=g["kv_gbps"].value)
         pred = layer_stage(us, 0, Budget(cores=workers, batch=b, context=ctx), cc)
-        rec = run["metrics"]
-        meas = m(rec, "step_p50")
+        steps = sorted(m(r["metrics"], "step_p50") for r in runs)
+        meas = statistics.median(steps)
+        rec = min(runs, key=lambda r: abs(m(r["metrics"], "step_p50") - meas))["metrics"]
+        weight_p50 = sum(r["value"] for r in rec if r["name"] == "phase_gemv_p50"
+                         and r["dims"].get("phase") != "attention")
+        att = m(rec, "phase_gemv_p50", phase="attention")
         row = {"stage": f"{shape} {ctx // 1024 or ctx}{'K' if ctx >= 1024 else ''}", "batch": b,
                "predicted_us": pred.total_us, "measured_us": meas,
-               "error": pred.total_us / meas - 1, "run": run["key"][:12],
-               "gemv_gbps": cc.gemv_gbps_per_core,
+               "measured_reps_us": [round(x, 1) for x in steps],
+               "error": pred.total_us / meas - 1, "runs": [r["key"][:12] for r in runs],
+               "gemv_runs": [k[:12] for k in g["gemv_gbps_per_core"].run_keys],
+               "gemv_gbps": cc.gemv_gbps_per_core, "kv_gbps": cc.kv_gbps,
                "pred": {k: round(v, 1) for k, v in pred.terms().items()},
-               "meas": {"gemv_us": round(m(rec, "phase_gemv"), 1),
-                        "compute_us": round(m(rec, "phase_compute"), 1),
-                        "barrier_us": round(m(rec, "phase_barrier"), 1),
-                        "attention_us": round(m(rec, "phase_compute", phase="attention")
-                                              + m(rec, "phase_compute", phase="combine")
-                                              - m(rec, "phase_gemv", phase="attention"), 1)}}
+               # measured terms of the median run: p50 per phase
+               "meas": {"gemv_us": round(weight_p50, 1), "attention_us": round(att, 1),
+                        "rest_us": round(meas - weight_p50 - att, 1)}}
         rows.append(row)
         print(json.dumps(row))
     print("\n| stage | B | predicted µs | measured p50 µs | error | predicted gemv / sync / kv / "
-          "act | measured gemv / barrier / attention |")
+          "act | measured gemv / attention / rest |")
     print("|---|---:|---:|---:|---:|---|---|")
     for r in rows:
         p, q = r["pred"], r["meas"]
         print(f"| {r['stage']} | {r['batch']} | {r['predicted_us']:.1f} | {r['measured_us']:.1f}"
               f" | {r['error']:+.0%} | {p['gemv_us']} / {p['sync_us']} / {p['kv_us']} / "
-              f"{p['act_us']} | {q['gemv_us']} / {q['barrier_us']} / {q['attention_us']} |")
+              f"{p['act_us']} | {q['gemv_us']} / {q['attention_us']} / {q['rest_us']} |")
 
 
 if __name__ == "__main__":

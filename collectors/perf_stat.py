@@ -133,7 +133,9 @@ def loop(ctx) -> None:
     while ctx.sleep(0.2):
         if all(c.poll() is not None for c in children):
             break
-    for child, err in zip(children, _collector.end_children(children), strict=True):
+    errors = _collector.end_children(children)
+    # zip(strict=) is 3.10+ and hosts may run 3.9; end_children returns one tail per child.
+    for child, err in zip(children, errors):
         ctx.write({"pid": child.pid, "exit": child.returncode, "stderr": err})
 
 

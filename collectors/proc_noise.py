@@ -63,7 +63,9 @@ def read_interrupts(proc: str = "/proc") -> dict[int, dict[str, int]]:
         if len(fields) < len(cpus):
             continue
         kind = "device" if label.isdigit() else "local_timer" if label == "LOC" else "other"
-        for cpu, field in zip(cpus, fields[: len(cpus)], strict=True):
+        # fields has at least len(cpus) items (checked above); plain zip, as strict= is 3.10+
+        # and this runs on the host's python3 (3.9 on Amazon Linux 2023).
+        for cpu, field in zip(cpus, fields[: len(cpus)]):
             with contextlib.suppress(ValueError):
                 counts[cpu][kind] += int(field)
     return counts

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -30,6 +31,7 @@ from tests.support.moto import (
     planted_env,
     run_logged,
 )
+from tests.test_collectors_py39 import OLDEST
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -124,6 +126,13 @@ def live(ec2, campaign: str) -> list[dict]:
 def ever(ec2, campaign: str) -> list[dict]:
     out = ec2.describe_instances(Filters=[{"Name": "tag:socketlab:campaign", "Values": [campaign]}])
     return [i for r in out["Reservations"] for i in r["Instances"]]
+
+
+def minimal_spec(campaign: str) -> str:
+    """A spec that loads (site.yml estimates it before provisioning when `run` is a step)."""
+    return yaml.safe_dump({"schema_version": 1, "campaign": campaign, "experiments": [
+        {"name": "noop", "command": ["/usr/bin/python3", "-c", "pass"],
+         "metrics": {"parser": "jsonl"}}]})  # fmt: skip
 
 
 def launch_vars(work: Path, sshd, campaign: str, **over) -> dict:
@@ -311,7 +320,9 @@ def test_missing_settings_are_named(work, env, moto, sshd, ec2):
         moto,
         **launch_vars(work, sshd, "badtype", instance_type="c8i.bogus"),
     )
-    assert p.returncode != 0 and "InvalidInstanceType" in p.stdout
+    # refused by the zone-offering check, before anything is created
+    assert p.returncode != 0 and "instance_type c8i.bogus: no availability zone of us-east-1 " \
+        "offers it" in p.stdout, p.stdout
     assert ever(ec2, "badtype") == []
 
 
@@ -363,15 +374,16 @@ def test_site_tears_down_when_a_step_fails(work, env, moto, ec2):
     # fails to log in, and the always: block must still terminate everything.
     campaign = "sitefail"
     spec = work / "spec.yaml"
-    spec.write_text("campaign: sitefail\n")
+    spec.write_text(minimal_spec("sitefail"))
     with loopback_sshd(work / "sshd-locked", LOOPBACK, authorize=False) as locked:
         v = launch_vars(work, locked, campaign, count=1, campaign_spec=str(spec))
         p = playbook(work, env, "site.yml", moto, **v)
     assert p.returncode != 0
     out = p.stdout
     assert "launched 1," in out
-    assert out.index("Gather host facts") < out.index("Tear down the instances")
-    assert "Isolate the sockets" not in out  # it stopped at the failing step
+    # prep is the first step after provisioning, and fails to log in
+    assert out.index("Install and check the") < out.index("Tear down the instances")
+    assert "Gather host facts" not in out and "Isolate the sockets" not in out
     assert "terminated 1 instance(s)" in out
     assert len(ever(ec2, campaign)) == 1 and live(ec2, campaign) == []
     assert not Path(v["socketlab_inventory_file"]).exists()
@@ -414,7 +426,7 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
     assert "campaign: other; pass -e campaign equal to the spec's campaign id" in p.stdout
     assert ever(ec2, campaign) == []  # a name mismatch is refused before paying too
     spec = work / "spec-keep.yaml"
-    spec.write_text("campaign: sitekeep\n")
+    spec.write_text(minimal_spec("sitekeep"))
     v["campaign_spec"] = str(spec)
     v["ssh_private_key_file"] = str(work / "not-a-key")  # the facts step fails to log in
     p = playbook(work, env, "site.yml", moto, **v)
@@ -422,6 +434,83 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
     assert len(live(ec2, campaign)) == 1
     td = teardown(work, env, moto, campaign, v["socketlab_inventory_file"])
     assert td.returncode == 0 and live(ec2, campaign) == []
+
+
+def test_site_refuses_bad_steps_and_specs_before_paying(work, env, moto, sshd, ec2):
+    spec = work / "spec-refuse.yaml"
+    spec.write_text(minimal_spec("refuse"))
+    v = launch_vars(work, sshd, "refuse", count=1, campaign_spec=str(spec), steps="facts,runn")
+    p = playbook(work, env, "site.yml", moto, **v)
+    assert p.returncode != 0 and "steps=facts,runn: expected a comma-separated subset of " \
+        "prep,facts,isolate,verify,run,push" in p.stdout, p.stdout
+    # a spec that does not load is refused by the estimate, before provisioning
+    spec.write_text("schema_version: 1\ncampaign: refuse\nexperiments: []\n")
+    v["steps"] = "run"
+    p = playbook(work, env, "site.yml", moto, **v)
+    assert p.returncode != 0 and "Check the spec and estimate" in p.stdout
+    assert "Provision the instances" not in p.stdout
+    assert ever(ec2, "refuse") == []
+
+
+# site.yml end to end: estimate, provision two instances (this machine's loopback sshd, with the
+# oldest Python here as their interpreter, as Amazon Linux 2023's python3 is 3.9), prep, facts,
+# the campaign with a collector (its progress shown while it runs), push to S3, teardown; then
+# `pull` into a fresh folder gives the same report. Isolate and verify are left out: on these
+# hosts they would change this machine's kernel knobs (the isolation tests cover them).
+SITE_BUCKET = "site-e2e"
+EMIT = ("import json, sys; print(json.dumps({'type': 'metric', 'name': 'x', "
+        "'value': float(sys.argv[1]), 'unit': '1'}))")  # fmt: skip
+
+
+def site_report(work, env, moto, results: Path, campaign: str) -> str:
+    out = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(results)}, moto, "report", campaign)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (results / campaign / "report.md").read_text()
+    return re.sub(r"(?im)^.*generated.*$", "<generated>", text.replace(str(results), "<R>"))
+
+
+def test_site_prep_facts_run_push_teardown_then_pull(work, env, moto, sshd):
+    python = OLDEST[0] if OLDEST else "/usr/bin/python3"
+    print(f"host interpreter: {python}")
+    aws_client("s3", moto.url, "AKIASOCKETLABTEST0001", SECRET).create_bucket(Bucket=SITE_BUCKET)
+    campaign = "e2e"
+    spec = work / "spec-e2e.yaml"
+    spec.write_text(yaml.safe_dump({
+        "schema_version": 1, "campaign": campaign,
+        "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_noise"]},
+        "experiments": [{"name": "emit", "command": ["/usr/bin/python3", "-c", EMIT, "{{ v }}"],
+                         "sweep": {"matrix": {"v": [1, 2]}}, "metrics": {"parser": "jsonl"}}],
+    }))  # fmt: skip
+    v = launch_vars(work, sshd, campaign, count=2, campaign_spec=str(spec),
+                    steps="prep,facts,run,push", results_s3=f"s3://{SITE_BUCKET}/fleet",
+                    remote_python=python, host_packages_install="false")  # fmt: skip
+    p = playbook(work, env, "site.yml", moto, **v)
+    out = p.stdout
+    assert p.returncode == 0, out + p.stderr
+    ec2 = aws_client("ec2", moto.url, "AKIASOCKETLABTEST0001", SECRET)
+    # the estimate before paying, then the steps in order
+    assert "estimated time: at most" in out
+    order = ["Check the spec and estimate", "Provision the instances", "Install and check the",
+             "Gather host facts", "Follow the campaign", "Push the results", "Tear down"]
+    at = [out.index(x) for x in order]
+    assert at == sorted(at), at
+    assert "gcc: " in out  # prep's per-tool line, from the hosts
+    # progress lines went by during the run, and its end was seen
+    follow = out[out.index("Follow the campaign"):out.index("Collect the campaign")]
+    assert re.search(r"\[\d/8\] socketlab-e2e-\d: emit", follow), follow
+    assert "campaign finished: exit 0" in follow
+    assert "terminated 2 instance(s)" in out and live(ec2, campaign) == []
+    assert len(ever(ec2, campaign)) == 2
+
+    ran = work / "results"
+    fresh = work / "pulled"
+    pulled = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "pull",
+                         f"s3://{SITE_BUCKET}/fleet", "--json")  # fmt: skip
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["added_runs"] == 8
+    first = site_report(work, env, moto, ran, campaign)
+    assert "irq_rate" in first and "runs: ok 8" in first, first  # collector metrics shown
+    assert site_report(work, env, moto, fresh, campaign) == first
 
 
 def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):

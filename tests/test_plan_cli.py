@@ -62,7 +62,10 @@ experiments:
     assert "localhost        sweep                     6     12        6" in out
     assert "total: 18 runs (12 measured, 6 warm-up) on 1 host(s)" in out
     assert "needs-unicorn        host localhost lacks CPU flags unicorn_cpu_flag" in out
-    assert "estimated time: unknown" in out
+    # no past runs: the estimate comes from the spec (echo has no --seconds: a ceiling of
+    # timeout_s per run, 18 runs with the warm-ups)
+    assert "estimated time: at most " in out
+    assert "18 runs without --seconds counted at their timeout_s" in out
 
 
 def test_plan_json_and_repetitions_override(inventory):
@@ -88,7 +91,7 @@ def test_plan_json_and_repetitions_override(inventory):
     assert first["build"] == "sram" and first["collectors"] == ["proc_noise"]
     assert first["env"] == {"OMP_PROC_BIND": "close", "OMP_NUM_THREADS": "1"}
     assert first["sanity"]["required_metrics"] == ["bandwidth"]
-    assert doc["estimate"] is None
+    assert doc["estimate"]["source"] == "spec" and doc["estimate"]["past_runs"] == 0
 
 
 def test_hosts_option_overrides_the_spec(inventory):
@@ -119,7 +122,7 @@ def test_estimate_comes_from_past_runs(inventory, tmp_path):
     doc = json.loads(orchestrate(*args, "--json", "--results", str(results)).stdout)
     assert doc["estimate"]["seconds"] == 4.0 and doc["estimate"]["past_runs"] == 3
     empty = json.loads(orchestrate(*args, "--json", "--results", str(tmp_path / "none")).stdout)
-    assert empty["estimate"] is None
+    assert empty["estimate"]["source"] == "spec"  # no store there: from the spec
 
 
 @pytest.mark.netns

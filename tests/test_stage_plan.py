@@ -249,3 +249,56 @@ def test_cli_json_and_projection():
 def test_constants_replace_is_a_copy():
     c = dataclasses.replace(C, exchange_us=1.0)
     assert isinstance(c, Constants) and C.exchange_us == 3.9
+
+
+def test_cli_layer_jsonl_is_the_runner_contract():
+    """`--layer 0 --jsonl`: the metric records a campaign experiment stores (parsed by the
+    runner's own jsonl parser): the full B=16 prediction 222 µs and the published check's form
+    209 µs; `--gather-output yes` adds the 6,144 B output rows (236 µs in the check's form)."""
+    from socketlab.parse.jsonl import parse_jsonl
+
+    def run(*extra):
+        proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--layer", "0", "--batch", "16",
+                               "--jsonl", *extra], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        metrics, meta, errors = parse_jsonl(proc.stdout)
+        assert not errors and meta and meta[0]["constants"]["act_gbps"] == 3.4
+        return {x["name"]: x["value"] for x in metrics}
+
+    got = run()
+    assert rnd(got["layer_us"], 0) == 222 and rnd(got["layer_check_us"], 0) == 209
+    assert got["layer_us"] == pytest.approx(sum(got[f"layer_{t}"] for t in (
+        "gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us")))
+    assert rnd(run("--gather-output", "yes")["layer_check_us"], 0) == 236
+    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--layer", "99"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_plan_jsonl_and_sensitivity_records():
+    from socketlab.parse.jsonl import parse_jsonl
+
+    proc = subprocess.run([ORCH, "stage-plan", "gemma4-12b", "--budget-kib", "1568", "--project",
+                           "--hop-us", "10", "--allreduce-us", "25", "--jsonl"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    metrics, _, errors = parse_jsonl(proc.stdout)
+    got = {x["name"]: x for x in metrics}
+    assert not errors and got["sockets"]["value"] == 206
+    # one projection row per run: this batch, these links (the dims say which)
+    assert [x["dims"] for x in metrics if x["name"] == "tpot_saturated_ms"] == [
+        {"hop_us": 10.0, "allreduce_us": 25.0}]
+    assert 0.40 <= got["tpot_rise"]["value"] <= 0.42
+
+
+def test_points_file_bad_input_is_one_line(tmp_path):
+    f = tmp_path / "p.yaml"
+    for text, want in (("points: [{model: gemma4-e2b, batchh: 1}]", "points[0]: unknown key 'batchh'"),
+                       ("points: [{batch: 1}]", "points[0]: model: missing"),
+                       ("points: [{model: gemma4-e2b, batch: one}]", "points[0].batch: expected int"),
+                       ("nothing: 1", "points: expected a list")):
+        f.write_text(text)
+        proc = subprocess.run([ORCH, "stage-plan", "--points", str(f), "--jsonl"],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and want in proc.stderr, proc.stderr

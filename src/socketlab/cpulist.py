@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable
 
 from socketlab.errors import PlanError
+from socketlab.limits import limit, over
 
 
 class CpuListError(PlanError, ValueError):
@@ -37,15 +38,24 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
     cpus: set[int] = set()
     if not text:
         return []
+    max_id, max_cpus, count = limit("CPU_ID"), limit("CPUS"), 0
     for part in text.split(","):
         part = part.strip()
         m = _RANGE.match(part)
         if not m:
-            raise CpuListError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
-        first = int(m.group(1))
-        last = int(m.group(2)) if m.group(2) is not None else first
+            raise CpuListError(f"{what}: {_short(text)} is not a CPU list; expected e.g. "
+                               "'0-3,8,10-11'")
+        first = _id(m.group(1))
+        last = _id(m.group(2)) if m.group(2) is not None else first
         if last < first:
-            raise CpuListError(f"{what}: range {part!r} in {text!r} runs backwards")
+            raise CpuListError(f"{what}: range {part!r} in {_short(text)} runs backwards")
+        # bounded before anything is expanded: "0-4000000000" is refused, not allocated
+        if last > max_id:
+            raise CpuListError(f"{what}: {_short(part)} in {_short(text)} names CPU ids "
+                               f"{over('CPU_ID', 'up to ' + _short(str(last)))}")
+        count += last - first + 1
+        if count > max_cpus:
+            raise CpuListError(f"{what}: {_short(text)} names {over('CPUS', count, 'CPUs')}")
         if m.group(3) is not None:
             used, group = int(m.group(3)), int(m.group(4))
             if group == 0 or used == 0 or used > group:
@@ -54,6 +64,16 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
         else:
             cpus.update(range(first, last + 1))
     return sorted(cpus)
+
+
+def _id(digits: str) -> int:
+    """A CPU id; a 5,000-digit one is simply too big (int() would refuse or take long)."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
@@ -80,6 +100,8 @@ def cpumask(cpus: Iterable[int], ncpus: int) -> str:
     ncpus = int(ncpus)
     if ncpus < 1:
         raise CpuListError(f"cpumask: ncpus must be >= 1, got {ncpus}")
+    if ncpus > limit("CPU_ID") + 1:
+        raise CpuListError(f"cpumask: ncpus {over('CPU_ID', ncpus)}")
     value = 0
     for c in cpus:
         c = int(c)
@@ -103,7 +125,10 @@ def parse_cpumask(text: str, what: str = "CPU mask") -> list[int]:
         text = text[2:]
     words = text.split(",")
     if not text or any(not re.fullmatch(r"[0-9a-f]{1,8}", w) for w in words):
-        raise CpuListError(f"{what}: {text!r} is not a CPU mask; expected e.g. '00000003,ffffffff'")
+        raise CpuListError(f"{what}: {_short(text)} is not a CPU mask; expected e.g. "
+                           "'00000003,ffffffff'")
+    if len(words) * 32 > limit("CPU_ID") + 32:
+        raise CpuListError(f"{what}: a mask of {over('CPU_ID', len(words) * 32, 'bits')}")
     value = 0
     for w in words:
         value = (value << 32) | int(w, 16)

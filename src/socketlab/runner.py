@@ -12,21 +12,24 @@ invalid ones run again with ``rerun_failed``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shutil
+import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from socketlab import __version__
 from socketlab.build import BuildJob, ensure_built
-from socketlab.collect import collector_metrics
-from socketlab.errors import HostError
+from socketlab.collect import collector_metrics, read_records
+from socketlab.errors import HostError, StoreError
 from socketlab.execute import Executor, HostBusy, HostUnreachable, Result, make_executor
 from socketlab.execute.progress import Reporter
 from socketlab.execute.ssh import AGENT_IDLE_S
@@ -34,7 +37,7 @@ from socketlab.fingerprint import drift
 from socketlab.parse import Metric, parse_output
 from socketlab.parse.jsonl import VERSION as JSONL_VERSION
 from socketlab.spec.points import RunPoint
-from socketlab.store import COMPLETE, RunRecord, Store
+from socketlab.store import COMPLETE, INTERRUPTED, RunRecord, Store
 
 
 class _LostAfterStore(HostUnreachable):
@@ -109,6 +112,12 @@ class Runner:
         }
         self.summary = Summary()
         self._lock = threading.Lock()
+        #: `together` groups: points that start at one moment on all their hosts
+        self._barriers: dict[tuple, threading.Barrier] = {}
+        self._unmet: dict[str, set[tuple]] = {}  #: host -> barriers it has not reached yet
+        #: the signal (SIGTERM, SIGINT) that stops this session; runs then end "interrupted"
+        self.interrupted: int | None = None
+        self._inflight: dict[str, tuple[Executor, RunPoint, str]] = {}  #: host -> current run
 
     # -- planning the session (no host contact) -------------------------------------------------
 
@@ -126,7 +135,7 @@ class Runner:
             if point.warmup:
                 continue
             status = stored.get(key)
-            if status is None or (status != COMPLETE and self.rerun_failed):
+            if status in (None, INTERRUPTED) or (status != COMPLETE and self.rerun_failed):
                 wanted.add(_ident(point))
             else:
                 self.summary.skipped_done += 1
@@ -134,7 +143,8 @@ class Runner:
             if _ident(point) not in wanted:
                 continue
             status = stored.get(key)
-            if point.warmup or status is None or (status != COMPLETE and self.rerun_failed):
+            if point.warmup or status in (None, INTERRUPTED) or (
+                    status != COMPLETE and self.rerun_failed):
                 todo[point.host].append((point, key))
         return todo
 
@@ -146,17 +156,53 @@ class Runner:
         busy = [h for h, items in todo.items() if items]
         for idle in set(todo) - set(busy):  # nothing left to run there: no note stays true
             self.store.clear_host_failure(self.campaign, idle)
+        self._make_barriers(todo)
         self.reporter.start(self.campaign, total, len(busy), self.summary.skipped_done)
         threads = [
             threading.Thread(target=self._host, args=(h, todo[h]), name=f"host-{h}", daemon=True)
             for h in busy
         ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        with _stop_signals(self._on_signal):
+            for t in threads:
+                t.start()
+            self._join(threads)
         self.reporter.finish(self.summary.as_dict())
         return self.summary
+
+    # -- shutdown (SIGTERM, SIGINT) ---------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        """Stop the session: kill each host's current run (its process group, by the PID the
+        executor wrote), stop its collectors; the host threads store those runs as
+        interrupted (a resume runs them again) and start nothing new."""
+        first = self.interrupted is None
+        self.interrupted = signum
+        if first:
+            threading.Thread(target=self._stop_inflight, name="stop", daemon=True).start()
+
+    def _stop_inflight(self) -> None:
+        for ex, point, key in list(self._inflight.values()):
+            coll_dir = f"{ex.workdir}/runs/{key}/collectors"
+            with contextlib.suppress(Exception):  # best effort: the host may be gone
+                code, text = ex.call(["cat", f"{coll_dir}/target.pid"], timeout=5)
+                pid = text.strip()
+                if code == 0 and pid.isdigit():  # the run leads its own process group
+                    ex.call(["kill", "-KILL", "--", f"-{pid}"], timeout=5)
+            for name in point.collectors:
+                with contextlib.suppress(Exception):
+                    ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=5)
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        """Wait for the host threads; once stopping, at most STOP_GRACE_S (daemon threads
+        still working after that end with the process)."""
+        deadline = None
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+                if self.interrupted is not None:
+                    deadline = deadline or time.monotonic() + STOP_GRACE_S
+                    if time.monotonic() > deadline:
+                        return
 
     def _host(self, name: str, items: list[tuple[RunPoint, str]]) -> None:
         host = self.hosts[name]
@@ -167,7 +213,10 @@ class Runner:
                 self._open(executor, scratch)
             except HostBusy as exc:  # no point ran: a host-level note, retried next session
                 self._host_error(name, str(exc))
-                self.store.record_host_failure(self.campaign, name, "lock", str(exc))
+                # the holder runs this campaign itself: it stores those points, and a note of
+                # ours would outlive its session (status would say the host was never reached)
+                if json.dumps({"campaign": self.campaign})[1:-1] not in str(exc):
+                    self.store.record_host_failure(self.campaign, name, "lock", str(exc))
                 return
             except HostError as exc:
                 self._host_error(name, str(exc))
@@ -177,7 +226,15 @@ class Runner:
             manifests: dict[str, dict] = {}
             broken: dict[str, str] = {}
             for index, (point, key) in enumerate(items):
+                if self.interrupted is not None:  # stopping: the rest stays pending
+                    break
                 try:
+                    stop = self._adaptive_stop(point)
+                    if stop is not None and float(point.params[stop[0]]) > stop[1].value:
+                        self._abandon(point)
+                        self.reporter.message(name, f"{point_label(point)}: not run: "
+                                              f"{stop[1].reason}")  # fmt: skip
+                        continue
                     if point.build and point.build not in manifests | broken:
                         try:
                             manifests[point.build] = ensure_built(
@@ -189,9 +246,15 @@ class Runner:
                         except HostError as exc:
                             broken[point.build] = str(exc)
                     if point.build in broken:
+                        self._abandon(point)  # its `together` group can't start without us
                         self._record_failure(point, key, f"build failed: {broken[point.build]}")
                         continue
-                    self._run_point(executor, point, key, manifests.get(point.build), scratch)
+                    self._inflight[name] = (executor, point, key)
+                    try:
+                        self._run_point(executor, point, key, manifests.get(point.build), scratch)
+                    finally:
+                        self._inflight.pop(name, None)
+                    self._adaptive_stop(point)  # records the stop as soon as it is known
                 except HostUnreachable as exc:
                     if not isinstance(exc, _LostAfterStore):  # never overwrite a stored run
                         self._record_failure(point, key, f"host unreachable: {exc}")
@@ -204,12 +267,77 @@ class Runner:
                         return
                 except HostError as exc:  # this run's helper step failed; the host is fine
                     self._record_failure(point, key, str(exc))
+        except (StoreError, OSError) as exc:
+            # The results folder or store failed (full, turned read-only): stop this host with
+            # one line. Its pending points stay unstored, so a resume runs them (none is
+            # marked failed, none half-stored: a run and its metrics are one transaction).
+            where = f"{exc.filename}: " if isinstance(exc, OSError) and exc.filename else ""
+            text = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            self._host_error(name, f"stopped: {where}{text}")
         except Exception as exc:  # noqa: BLE001 - a bug must not pass silently in a thread
             self._host_error(name, f"internal error: {type(exc).__name__}: {exc}")
             raise
         finally:
+            for ident in self._unmet.get(name, set()):  # peers waiting for us must not hang
+                self._barriers[ident].abort()
             executor.close()
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _make_barriers(self, todo: dict[str, list[tuple[RunPoint, str]]]) -> None:
+        members: dict[tuple, set[str]] = {}
+        for host, items in todo.items():
+            for point, _ in items:
+                if point.extra.get("together"):
+                    members.setdefault(_together(point), set()).add(host)
+        for ident, hosts in members.items():
+            if len(hosts) > 1:
+                self._barriers[ident] = threading.Barrier(len(hosts))
+                for host in hosts:
+                    self._unmet.setdefault(host, set()).add(ident)
+
+    def _adaptive_stop(self, point: RunPoint):
+        """(param, Stop) where the point's adaptive ladder stopped, recorded in the store's
+        meta table; None when the point is not adaptive or its ladder goes on."""
+        if not point.extra.get("adaptive"):
+            return None
+        from socketlab.spec import adaptive as ad
+
+        spec = ad.from_extra(point.extra["adaptive"])
+        ladder = ad.ladder_of(point.params, spec.param)
+        expected: dict[float, int] = {}
+        for p in self.points:  # measured runs per step of this ladder on this host
+            if (p.host == point.host and p.experiment == point.experiment and not p.warmup
+                    and ad.ladder_of(p.params, spec.param) == ladder):  # fmt: skip
+                value = float(p.params[spec.param])
+                expected[value] = expected.get(value, 0) + 1
+        steps = ad.stored_steps(self.store, self.campaign, point.host, point.experiment, spec,
+                                ladder, expected)  # fmt: skip
+        stop = ad.decide(spec, steps)
+        if stop is None:
+            return None
+        self.store.set_meta(ad.meta_key(point.host, point.experiment, ladder),
+                            json.dumps(stop.as_dict(), sort_keys=True))  # fmt: skip
+        return spec.param, stop
+
+    def _abandon(self, point: RunPoint) -> None:
+        ident = _together(point) if point.extra.get("together") else None
+        if ident in self._barriers:
+            self._unmet[point.host].discard(ident)
+            self._barriers[ident].abort()
+
+    def _meet(self, point: RunPoint) -> None:
+        """Wait for every host of the point's `together` group; HostError if one can't come."""
+        ident = _together(point) if point.extra.get("together") else None
+        barrier = self._barriers.get(ident) if ident else None
+        if barrier is None:
+            return
+        self._unmet[point.host].discard(ident)
+        try:
+            barrier.wait(timeout=TOGETHER_WAIT_S)
+        except threading.BrokenBarrierError:
+            raise HostError(f"together group {point.extra['together']!r}: not every host of "
+                            "the group reached this point (one failed, stopped or is "
+                            f"{TOGETHER_WAIT_S:g} s late)") from None  # fmt: skip
 
     def _open(self, executor: Executor, scratch: Path, busy_wait_s: float = 0.0) -> None:
         executor.connect()
@@ -241,6 +369,9 @@ class Runner:
         self._done(point, record, 0.0)
 
     def _record(self, point: RunPoint, key: str, status: str, reason: str, **extra) -> RunRecord:
+        if self.interrupted is not None and status != COMPLETE:  # killed by our own stop
+            status = INTERRUPTED
+            reason = f"interrupted by {signal.Signals(self.interrupted).name}; a resume runs it"
         return RunRecord(
             run_key=key, campaign=self.campaign, experiment=point.experiment, host=point.host,
             repetition=point.repetition, params=dict(point.params), status=status,
@@ -265,6 +396,7 @@ class Runner:
 
             run_in_runner(self, ex, point, key)
             return
+        self._meet(point)
         label = point_label(point)
         self.reporter.point_started(point.host, label)
         t0 = time.monotonic()
@@ -299,6 +431,11 @@ class Runner:
         raw.mkdir(parents=True)
         collector_files = ex.fetch_tree(coll_dir, raw / "collectors") if point.collectors else []
         status, reason, metrics = self._verdict(point, result, before, after, raw)
+        if status == COMPLETE:  # a collector that died leaves its metrics missing: never "ok"
+            broken = {**notes.get("collector_errors", {}), **_collector_deaths(raw / "collectors")}
+            if broken:
+                status = "failed"
+                reason = "collector failed: " + "; ".join(f"{n}: {t}" for n, t in broken.items())
         (raw / "stdout").write_text(result.stdout)
         (raw / "stderr").write_text(result.stderr)
         provenance = {
@@ -306,7 +443,8 @@ class Runner:
             "build": manifest, "fingerprint_before": before, "fingerprint_after": after,
             "result": {k: v for k, v in result.__dict__.items() if k not in ("stdout", "stderr")},
             "status": status, "reason": reason, "collectors": collector_files,
-            "orchestrator": {"version": __version__, "controller": _controller()}, **notes,
+            "orchestrator": {"version": __version__, "controller": _controller(),
+                             "run_as": getattr(ex, "run_as", "")}, **notes,
         }  # fmt: skip
         (raw / "run.json").write_text(json.dumps(provenance, indent=1, sort_keys=True, default=str))
         if point.host in self.host_facts:
@@ -361,6 +499,8 @@ class Runner:
         if result.exit_code not in sanity.exit_codes:
             tail = " | ".join(result.stderr.strip().splitlines()[-2:])
             why = f"exit code {result.exit_code} (accepted: {', '.join(map(str, sanity.exit_codes))})"
+            if result.exit_code < 0:  # subprocess's -N: killed by signal N (a crash, usually)
+                why = f"killed by {_signal_name(-result.exit_code)} ({why})"
             return "failed", why + (f": {tail}" if tail else ""), metrics
         if parsed.errors:
             return "failed", "unparsable output: " + "; ".join(parsed.errors[:3]), metrics
@@ -376,6 +516,48 @@ class Runner:
         if changes:
             return "invalid", "host state drifted during the run: " + "; ".join(changes), metrics
         return COMPLETE, "", metrics
+
+
+@contextlib.contextmanager
+def _stop_signals(handler: Any) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``handler`` while the session runs (main thread only: Python
+    delivers signals there), and are restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _collector_deaths(folder: Path) -> dict[str, str]:
+    """Collector -> the error its daemon recorded before dying (``_collector.run``'s record)."""
+    return {
+        path.stem: str(rec["error"])[-300:]
+        for path in sorted(folder.glob("*.jsonl"))
+        for rec in read_records(path) if "error" in rec
+    }  # fmt: skip
+
+
+#: how long a host waits at a `together` point for the rest of its group
+TOGETHER_WAIT_S = 3600.0
+#: once stopped by a signal, how long the host threads may take to store their interrupted runs
+STOP_GRACE_S = 5.0
+
+
+def _together(point: RunPoint) -> tuple:
+    params = json.dumps(point.params, sort_keys=True, default=str)
+    return (point.experiment, params, point.repetition, point.extra["together"])
 
 
 def _ident(point: RunPoint) -> tuple[str, str, str]:

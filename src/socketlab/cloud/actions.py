@@ -13,6 +13,7 @@ from typing import Any
 from socketlab import paths
 from socketlab.cloud import ec2, inventory
 from socketlab.cloud.plan import check_campaign, settings_from_args
+from socketlab.cloud.preflight import check_inventory_path
 from socketlab.cloud.target import resolve_target
 from socketlab.errors import CloudError
 
@@ -39,8 +40,9 @@ def provision(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any
     args = plain(args)
     settings = settings_from_args(args, "provision")
     target = _target(args, "provision")
-    result = ec2.provision(target, settings, key_dir=KEY_DIR, log=log)
     inv = _inventory_file(args, settings.campaign)
+    check_inventory_path(inv)  # before launching: a bad path must not cost an instance
+    result = ec2.provision(target, settings, key_dir=KEY_DIR, log=log)
     try:
         text = inventory.render(
             settings.campaign, result["hosts"], target.describe(), inventory.known_hosts_path(inv)

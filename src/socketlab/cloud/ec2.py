@@ -8,6 +8,7 @@ terminates what this call launched before raising.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import time
@@ -27,6 +28,7 @@ from socketlab.cloud.plan import (
     ssh_address,
     tag_dict,
 )
+from socketlab.cloud.preflight import CAPACITY_CODES, capacity_message, run_preflight
 from socketlab.cloud.target import CloudTarget, api_error
 from socketlab.errors import CloudError
 
@@ -69,6 +71,18 @@ def campaign_instances(ec2: Any, campaign: str | None, states=LIVE_STATES) -> li
 
 def lookup_ami(ec2: Any, name_pattern: str, owner: str) -> str:
     """The newest image whose name matches (by creation date, then by version numbers)."""
+    return newest_image(ec2, name_pattern, owner)["ImageId"]
+
+
+def root_device_of(ec2: Any, ami: str) -> str:
+    """The image's own root device name (Amazon Linux /dev/xvda, Ubuntu/RHEL /dev/sda1)."""
+    images = _call("describe_images", ec2.describe_images, ImageIds=[ami])["Images"]
+    if not images:
+        raise CloudError(f"provision: ami {ami}: no such image in this region")
+    return images[0].get("RootDeviceName") or "/dev/xvda"
+
+
+def newest_image(ec2: Any, name_pattern: str, owner: str) -> dict:
     images = _call(
         "describe_images",
         ec2.describe_images,
@@ -90,7 +104,7 @@ def lookup_ami(ec2: Any, name_pattern: str, owner: str) -> str:
         )
         return (img.get("CreationDate", ""), nums)
 
-    return max(images, key=key)["ImageId"]
+    return max(images, key=key)
 
 
 def _created_tags(s: LaunchSettings, now: datetime, name: str) -> dict[str, str]:
@@ -137,12 +151,14 @@ def ensure_network(ec2: Any, s: LaunchSettings, now: datetime, log: Log) -> str:
         InternetGatewayId=igw["InternetGatewayId"],
         VpcId=vpc_id,
     )
+    zone = {"AvailabilityZone": s.availability_zone} if s.availability_zone else {}
     subnet = _call(
         "create_subnet",
         ec2.create_subnet,
         VpcId=vpc_id,
         CidrBlock=s.subnet_cidr,
         TagSpecifications=_tag_spec("subnet", tags),
+        **zone,
     )["Subnet"]
     _call(
         "modify_subnet_attribute",
@@ -280,6 +296,7 @@ def _launch(
     subnet_id: str | None,
     group_id: str | None,
     now: datetime,
+    root_device: str = "/dev/xvda",
 ) -> list[str]:
     ids: list[str] = []
     for i in range(first_index, first_index + n):
@@ -294,7 +311,7 @@ def _launch(
             "TagSpecifications": _tag_spec("instance", tags) + _tag_spec("volume", tags),
             "BlockDeviceMappings": [
                 {
-                    "DeviceName": s.root_device,
+                    "DeviceName": root_device,
                     "Ebs": {
                         "VolumeSize": s.root_volume_gb,
                         "VolumeType": "gp3",
@@ -309,6 +326,8 @@ def _launch(
         # Public IPs come from the subnet's MapPublicIpOnLaunch (set on networks we create).
         if subnet_id:
             kw["SubnetId"] = subnet_id
+        elif s.availability_zone:  # the default VPC: its subnet in that zone
+            kw["Placement"] = {"AvailabilityZone": s.availability_zone}
         if group_id:
             kw["SecurityGroupIds"] = [group_id]
         try:
@@ -452,8 +471,18 @@ def provision(
     )
     launched: list[str] = []
     created_key = None
+    preflight = None
     if plan.to_launch:
+        # Everything that can refuse (zone, quota, image) is asked before anything is created.
+        preflight = run_preflight(target, ec2, s, plan.to_launch, _subnet_zone(ec2, s), _call)
+        for note in preflight.notes:
+            log(note)
+        if preflight.zone and not s.subnet_id:
+            s = dataclasses.replace(s, availability_zone=preflight.zone)
+        log(f"zone {preflight.zone or '(subnet)'} offers {s.instance_type}"
+            f" ({preflight.vcpus_per_instance} vCPUs each; quota {preflight.quota or 'unchecked'})")
         ami = s.ami or lookup_ami(ec2, s.ami_name, s.ami_owner)
+        root_device = s.root_device or root_device_of(ec2, ami)
         subnet_id = s.subnet_id or (ensure_network(ec2, s, now, log) if s.create_network else None)
         group_id = s.security_group_id or (
             ensure_security_group(ec2, s, subnet_id, now, log) if s.create_security_group else None
@@ -469,9 +498,14 @@ def provision(
                 subnet_id,
                 group_id,
                 now,
+                root_device,
             )
         except _PartialLaunch as part:
             _rollback(ec2, part.ids, log)
+            code = getattr(part.error, "code", None)
+            if code in CAPACITY_CODES:
+                raise CloudError(capacity_message(code, s.instance_type, s.availability_zone,
+                                                  preflight.offered_zones)) from None
             raise CloudError(
                 f"provision: {part.error}; terminated the {len(part.ids)} "
                 "instance(s) launched before it"
@@ -506,9 +540,23 @@ def provision(
         "launched": launched,
         "existing": plan.facts()["existing"],
         "plan": plan.facts(),
+        "preflight": preflight.facts() if preflight else None,
         "hosts": hosts,
         "target": target.describe(),
     }
+
+
+def _subnet_zone(ec2: Any, s: LaunchSettings) -> str | None:
+    """The zone of the subnet the instances will use, when one already exists."""
+    if s.subnet_id:
+        found = _call("describe_subnets", ec2.describe_subnets, SubnetIds=[s.subnet_id])
+        return found["Subnets"][0]["AvailabilityZone"]
+    if s.create_network:  # a network made by an earlier provision of the campaign
+        flt = [{"Name": f"tag:{TAG_CAMPAIGN}", "Values": [s.campaign]}]
+        subnets = _call("describe_subnets", ec2.describe_subnets, Filters=flt)["Subnets"]
+        found = _find_tagged(subnets, s.campaign)
+        return found["AvailabilityZone"] if found else None
+    return None
 
 
 def _rollback(ec2: Any, ids: list[str], log: Log) -> None:
@@ -529,6 +577,7 @@ def _host(inst: dict, s: LaunchSettings, created_key: str | None) -> dict[str, A
         "private_ip": inst.get("PrivateIpAddress"),
         "port": s.ssh_port,
         "user": s.ssh_user,
+        "python": s.remote_python,
         "key_file": s.ssh_private_key_file or created_key,
         "expires_at": tags.get("socketlab:expires-at"),
         "availability_zone": inst.get("Placement", {}).get("AvailabilityZone"),
@@ -643,3 +692,32 @@ def reap(
         log(f"reaping {', '.join(ids)}")
         terminate(target.client("ec2"), ids)
     return rows
+
+
+def leftover_campaigns(ec2: Any, campaign: str | None = None) -> list[str]:
+    """Campaigns with resources provision created (group, key pair, network) and no live
+    instance left: what reap can delete without touching anything still in use."""
+    flt = [{"Name": f"tag:{TAG_CREATED}", "Values": ["socketlab"]}]
+    if campaign:
+        flt.append({"Name": f"tag:{TAG_CAMPAIGN}", "Values": [campaign]})
+    found: set[str] = set()
+    for action, key in (("describe_security_groups", "SecurityGroups"), ("describe_vpcs", "Vpcs"),
+                        ("describe_key_pairs", "KeyPairs"), ("describe_subnets", "Subnets")):
+        for item in _call(action, getattr(ec2, action), Filters=flt)[key]:
+            name = tag_dict(item).get(TAG_CAMPAIGN)
+            if name:
+                found.add(name)
+    return sorted(c for c in found if not campaign_instances(ec2, c))
+
+
+def reap_leftovers(target: CloudTarget, *, campaign: str | None = None, dry_run: bool = False,
+                   key_dir: Path | None = None, log: Log = _quiet) -> dict[str, list[str]]:
+    """campaign -> what was deleted (or, dry run, would be) of campaigns with no live instance."""
+    ec2 = target.client("ec2")
+    out: dict[str, list[str]] = {}
+    for name in leftover_campaigns(ec2, campaign):
+        if dry_run:
+            out[name] = ["security group, key pair and network tagged with the campaign"]
+        else:
+            out[name] = _delete_created(ec2, name, log, key_dir)
+    return out

@@ -43,7 +43,9 @@ def render(
                 f"-o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={known_hosts}"
             ),
             "ansible_become": h["user"] != "root",
-            "ansible_python_interpreter": "/usr/bin/python3",
+            # orchestrate's agent runs through `sudo -n` for root-only collectors (MSR, RAPL, perf)
+            "socketlab_become": h["user"] != "root",
+            "ansible_python_interpreter": h.get("python") or "/usr/bin/python3",
             "ec2_instance_id": h["instance_id"],
             "ec2_instance_type": h["instance_type"],
             "ec2_public_ip": h["public_ip"],

@@ -21,8 +21,10 @@ TAG_EXPIRES = "socketlab:expires-at"
 TAG_CREATED = "socketlab:created-by"
 
 DEFAULT_INSTANCE_TYPE = "c8i.metal-48xl"
-#: Amazon Linux 2023 standard images (not "minimal"); the newest match is used.
-DEFAULT_AMI_NAME = "al2023-ami-2023.*-kernel-*-x86_64"
+#: Amazon Linux 2023 standard images (not "minimal") of one kernel family, 6.18 (the
+#: published campaign's kernel, 6.18.51-...amzn2023), so the kernel is not whichever family
+#: happens to be newest; the newest match is used. Override with -e ami_name=... or -e ami=....
+DEFAULT_AMI_NAME = "al2023-ami-2023.*-kernel-6.18-x86_64"
 DEFAULT_AMI_OWNER = "amazon"
 DEFAULT_SSH_USER = "ec2-user"  #: Amazon Linux's login user
 #: Instance states that still cost money or can come back; "terminated" ones are gone.
@@ -43,6 +45,7 @@ class LaunchSettings:
     ami_name: str = DEFAULT_AMI_NAME
     ami_owner: str = DEFAULT_AMI_OWNER
     subnet_id: str | None = None
+    availability_zone: str | None = None  #: None = the first zone (sorted) offering the type
     create_network: bool = False  #: make a VPC + public subnet + internet gateway for the campaign
     vpc_cidr: str = "10.77.0.0/16"
     subnet_cidr: str = "10.77.1.0/24"
@@ -54,8 +57,11 @@ class LaunchSettings:
     create_security_group: bool = False
     ssh_cidr: str | None = None  #: the only source allowed to reach port 22
     root_volume_gb: int = 100
-    root_device: str = "/dev/xvda"  #: Amazon Linux's root device name
+    root_device: str | None = None  #: None = the image's own RootDeviceName
+    check_vcpu_quota: bool = True  #: Service Quotas' standard vCPU quota before launching
     ssh_user: str = DEFAULT_SSH_USER
+    #: the hosts' interpreter for Ansible and orchestrate (Amazon Linux 2023: python3 is 3.9)
+    remote_python: str = "/usr/bin/python3"
     ssh_port: int = 22
     ssh_private_key_file: str | None = None  #: written into the inventory, never read
     ssh_address: str = "auto"  #: "public", "private" or "auto" (public when there is one)
@@ -157,7 +163,8 @@ def settings_from_args(args: dict[str, Any], source: str = "provision") -> Launc
             a[name] = _number(a[name], name, source)
     if "price_per_hour" in a:
         a["price_per_hour"] = _number(a["price_per_hour"], "price_per_hour", source)
-    for name in ("create_network", "create_key_pair", "create_security_group"):
+    for name in ("create_network", "create_key_pair", "create_security_group",
+                 "check_vcpu_quota"):
         if name in a:
             a[name] = _bool(a[name], name, source)
     if a.get("ssh_address", "auto") not in ("auto", "public", "private"):

@@ -5,6 +5,8 @@ Layout under s3://bucket/prefix/<campaign>/:
     runs/experiment=<e>/host=<h>/part-<sha>.parquet      the store's run rows of that partition
     metrics/experiment=<e>/host=<h>/part-<sha>.parquet   their metric rows
     bundles/<run key>.tar.gz                             results/<campaign>/runs/<run key>/
+    files/<sha>.tar.gz                                   the campaign's other records: last-run.json,
+                                                         hosts/, specs/, cloud-hosts.json, ...
     manifests/<sha>.json                                 counts and checksum of one push
 
 Part names are content hashes, so pushing the same store again uploads nothing, and controllers
@@ -178,13 +180,47 @@ def _partition(experiment: str, host: str) -> str:
     return f"experiment={q(experiment, safe='')}/host={q(host, safe='')}"
 
 
-def _bundle(directory: Path) -> bytes:
+def _bundle(directory: Path, paths: list[Path] | None = None) -> bytes:
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(directory.rglob("*")):
+    # mtime 0 and no owner: the same files make the same bytes, so the same sha (no re-upload)
+    with tarfile.open(fileobj=buf, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for path in paths if paths is not None else sorted(directory.rglob("*")):
             if path.is_file() and not path.is_symlink():
-                tar.add(path, arcname=str(path.relative_to(directory)), recursive=False)
+                info = tar.gettarinfo(str(path), arcname=str(path.relative_to(directory)))
+                info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+                with open(path, "rb") as fh:
+                    tar.addfile(info, fh)
     return buf.getvalue()
+
+
+#: what a report needs besides the store and the run folders: provenance (last-run.json), host
+#: records (hosts/), specs (specs/), the cloud host facts; not the store, runs/ (bundled per
+#: run), generated reports or locks
+_NOT_CAMPAIGN_FILES = ("store.sqlite", "runs", "report.")
+
+
+def _campaign_files(folder: Path) -> list[Path]:
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if not path.is_file() or path.is_symlink() or path.name.endswith((".lock", ".tmp")):
+            continue
+        if str(rel).startswith(_NOT_CAMPAIGN_FILES):
+            continue
+        out.append(path)
+    return out
+
+
+def _extract_new(data: bytes, directory: Path) -> int:
+    """Extract the files of ``data`` that ``directory`` does not have yet; returns how many."""
+    directory.mkdir(parents=True, exist_ok=True)
+    added = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            if member.isfile() and not (directory / member.name).exists():
+                tar.extract(member, directory, filter="data")  # no '..', links or devices
+                added += 1
+    return added
 
 
 # -- push / pull -------------------------------------------------------------------------------
@@ -234,6 +270,13 @@ def push(
         if directory.is_dir() and key not in existing:
             _put(s3, bucket, key, _bundle(directory))
             bundles += 1
+    files = _campaign_files(path.parent)
+    if files:
+        blob = _bundle(path.parent, files)
+        fkey = _join(base, "files", f"{hashlib.sha256(blob).hexdigest()[:20]}.tar.gz")
+        manifest_parts.append(fkey)
+        if fkey not in existing:
+            _put(s3, bucket, fkey, blob)
     summary = digest([_run_row(r) for r in records], metrics)
     manifest = {"campaign": campaign, **summary, "parts": manifest_parts}
     mkey = _join(base, "manifests", f"{_sha(manifest)[:20]}.json")
@@ -335,6 +378,10 @@ def _pull_one(
             added += 1
             added_metrics += len(ms)
         summary = store_digest(store, campaign)
+    # Provenance, host records and specs: a local file is never replaced (the first push's copy
+    # of last-run.json wins in a fresh folder; a folder that ran the campaign keeps its own).
+    files = sum(_extract_new(_get(s3, bucket, k), path.parent)
+                for k in sorted(k for k in keys if k.startswith(base + "/files/")))  # fmt: skip
     log(
         f"pulled {campaign} into {path}: {added} runs added ({added_metrics} metrics, "
         f"{bundles} bundles), {skipped} already there"
@@ -346,6 +393,7 @@ def _pull_one(
         "added_metrics": added_metrics,
         "skipped_runs": skipped,
         "bundles": bundles,
+        "files": files,
         "local": summary,
     }
 

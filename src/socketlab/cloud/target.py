@@ -104,4 +104,6 @@ def api_error(action: str, exc: Exception) -> CloudError:
         else None
     )
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return CloudError(f"{action} failed: {code + ': ' if code else ''}{text}")
+    error = CloudError(f"{action} failed: {code + ': ' if code else ''}{text}")
+    error.code = code  # type: ignore[attr-defined] - capacity errors are told apart by it
+    return error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from socketlab import paths
 from socketlab.errors import StoreError
@@ -36,10 +37,32 @@ def run(args: argparse.Namespace) -> int:
     out = args.output or str(path.parent / f"metrics.{args.format}")
     if out == "-" and args.format == "parquet":
         raise StoreError("--format parquet: give a file with -o (parquet is binary)")
+    if out != "-":
+        _check_output(Path(out))
     target = sys.stdout if out == "-" else out
-    if args.format == "csv":
+    try:
+        _write(frame, args.format, out, target)
+    except OSError as exc:  # full disk, read-only folder: nothing half-written is kept
+        if out != "-":
+            Path(out).unlink(missing_ok=True)
+        raise StoreError(f"-o {out}: cannot write: {exc.strerror or exc}") from None
+    if out != "-":
+        print(f"{len(frame)} metric rows -> {out}", file=sys.stderr)
+    return 0
+
+
+def _check_output(out: Path) -> None:
+    """-o names a file in an existing folder: one line otherwise, before anything is written."""
+    if out.is_dir():
+        raise StoreError(f"-o {out}: is a folder; expected a file name (e.g. {out}/metrics.csv)")
+    if not out.parent.is_dir():
+        raise StoreError(f"-o {out}: folder {out.parent} does not exist; create it first")
+
+
+def _write(frame, fmt: str, out: str, target) -> None:
+    if fmt == "csv":
         frame.to_csv(target, index=False)
-    elif args.format == "jsonl":
+    elif fmt == "jsonl":
         frame.to_json(target, orient="records", lines=True)
         if out == "-":
             print()
@@ -49,6 +72,3 @@ def run(args: argparse.Namespace) -> int:
             if frame[column].dtype == object:
                 frame[column] = frame[column].map(lambda v: None if v is None else str(v))
         frame.to_parquet(out, index=False)
-    if out != "-":
-        print(f"{len(frame)} metric rows -> {out}", file=sys.stderr)
-    return 0

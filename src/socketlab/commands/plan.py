@@ -21,9 +21,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "plan",
         help="show every point a spec would run, per host, and what is skipped",
-        description="Load and check SPEC, gather facts of its hosts, and print every run "
-        "point in run order, counts per host and experiment, skipped experiments with the "
-        "reason, and an estimated time when past runs are in the store. Runs nothing.",
+        description="Load and check SPEC, gather facts of its hosts (or take them from "
+        "--assume-host snapshots, so a controller without hosts can size a campaign), and print "
+        "every run point in run order, counts per host and experiment, skipped experiments with "
+        "the reason, and an estimated time: from past runs in the store (not with --assume-host), "
+        "else from the spec's own durations (--seconds x --reps of each command, plus a build allowance). Runs "
+        "nothing.",
     )
     add_spec_arguments(
         parser,
@@ -31,6 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         profile_help="apply the spec's profiles.NAME overrides, as run does",
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument(
+        "--assume-host", action="append", metavar="[NAME=]FACTS",
+        help="plan for a host described by FACTS (collectors/host_facts.py output, e.g. "
+             "tests/fixtures/topology/c8i-metal-48xl.json) instead of the inventory; NAME "
+             "defaults to the file's stem; repeatable")  # fmt: skip
     add_results_argument(parser, "results folder whose past runs give the estimate "
                          "(default: results/, or $SOCKETLAB_RESULTS)")  # fmt: skip
     parser.set_defaults(func=run)
@@ -38,9 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec, profile=args.profile)
-    hosts = select_hosts(spec, args.hosts, args.inventory)
     errors: dict[str, SocketlabError] = {}
-    facts = gather_host_facts(spec, hosts, errors)
+    if getattr(args, "assume_host", None):
+        facts = assumed_host_facts(spec, args.assume_host)
+    else:
+        hosts = select_hosts(spec, args.hosts, args.inventory)
+        facts = gather_host_facts(spec, hosts, errors)
     if not facts:
         first = next(iter(errors.values()))
         raise HostError(f"no host could be reached ({len(errors)} tried); first: {first}")
@@ -51,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
         for name, exc in errors.items()
         for exp in spec.experiments
     )
-    estimate = estimate_seconds(plan, getattr(args, "results", None))
+    # An assumed host has no past runs of its own (those in the store are of other machines,
+    # maybe with another profile), so its estimate comes from the spec.
+    assumed = bool(getattr(args, "assume_host", None))
+    estimate = (None if assumed else estimate_seconds(plan, getattr(args, "results", None))
+                ) or spec_estimate(plan)  # fmt: skip
     if args.json:
         json.dump(plan_document(plan, estimate), sys.stdout, indent=1, default=str)
         print()
@@ -101,17 +116,111 @@ def print_plan(plan: Plan, estimate: dict[str, Any] | None) -> None:
         f"total: {len(plan.points)} runs ({len(plan.points) - warm} measured, {warm} warm-up) "
         f"on {len(plan.hosts)} host(s)"
     )
+    for exp in spec.experiments:  # the stop rule decides at run time how far the sweep goes
+        if exp.extra.get("adaptive") is not None:
+            print(f"adaptive {exp.name}: {exp.extra['adaptive'].describe()} (at most the "
+                  "points above run)")  # fmt: skip
     if plan.skipped:
         print("skipped")
         for s in plan.skipped:
             print(f"  {s.host:<16} {s.experiment:<20} {s.reason}")
-    if estimate:
+    if estimate and estimate.get("source") == "spec":
+        print(
+            f"estimated time: at most {_duration(estimate['seconds'])} (from the spec: "
+            f"--seconds x --reps per run + {RUN_OVERHEAD_S:g} s each + {BUILD_ALLOWANCE_S:g} s "
+            f"per build; {estimate['unknown_runs']} runs without --seconds counted at their "
+            f"timeout_s); the {len(plan.points) - estimate['unknown_runs']} timed runs alone: "
+            f"{_duration(estimate['timed_seconds'])}"
+        )
+    elif estimate:
         print(
             f"estimated time: {_duration(estimate['seconds'])} "
             f"(from {estimate['past_runs']} past runs; {estimate['unknown_runs']} runs unknown)"
         )
     else:
         print("estimated time: unknown (no past runs in the store)")
+
+
+#: per run, besides the command: two fingerprints, collector start/stop, fetch and store
+RUN_OVERHEAD_S = 2.0
+#: per build and host: `make -C native all` of a fresh checkout (compile + self-checks)
+BUILD_ALLOWANCE_S = 120.0
+
+
+def assumed_host_facts(spec: Any, given: list[str]) -> dict[str, dict[str, Any]]:
+    """inventory name -> host entry from recorded host_facts.py snapshots (no host contacted)."""
+    from pathlib import Path
+
+    from socketlab.errors import SpecError
+    from socketlab.spec.hosts import host_entry
+    from socketlab.topology import topology_from_snapshot
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in given:
+        name, sep, file = item.partition("=")
+        if not sep:
+            name, file = Path(item).stem, item
+        try:
+            snapshot = json.loads(Path(file).read_text())
+        except OSError as exc:
+            raise SpecError(f"--assume-host {file}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise SpecError(f"--assume-host {file}: not JSON ({exc})") from None
+        if isinstance(snapshot, dict) and "snapshot" in snapshot:
+            snapshot = snapshot["snapshot"]  # a gathered-facts record wraps the snapshot
+        try:
+            topology = topology_from_snapshot(snapshot)
+        except SocketlabError as exc:
+            raise SpecError(f"--assume-host {file}: {exc}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise SpecError(f"--assume-host {file}: not a collectors/host_facts.py snapshot "
+                            f"(missing or bad {exc})") from None  # fmt: skip
+        entry = host_entry(topology, spec)
+        entry.update(vars={}, python="python3", address=name)
+        out[name] = entry
+    return out
+
+
+def _argv_seconds(argv: tuple[str, ...]) -> float | None:
+    """--seconds S x --reps R (R defaults to 1) of a native benchmark's command line."""
+    seconds = reps = None
+    for flag, value in zip(argv, argv[1:], strict=False):
+        try:
+            if flag == "--seconds":
+                seconds = float(value)
+            elif flag == "--reps":
+                reps = int(value)
+        except ValueError:
+            return None
+    return None if seconds is None else seconds * (reps or 1)
+
+
+def spec_estimate(plan: Plan) -> dict[str, Any]:
+    """The time the plan takes from the spec alone: each run's --seconds x --reps plus
+    RUN_OVERHEAD_S, runs without --seconds at their timeout_s (a ceiling), plus
+    BUILD_ALLOWANCE_S per build per host; hosts run in parallel (the longest host counts)."""
+    per_host: dict[str, float] = {}
+    timed: dict[str, float] = {}
+    builds: dict[str, set[str]] = {}
+    unknown = 0
+    for p in plan.points:
+        seconds = _argv_seconds(p.argv)
+        if seconds is None:
+            unknown += 1
+        else:
+            timed[p.host] = timed.get(p.host, 0.0) + seconds + RUN_OVERHEAD_S
+        ceiling = p.timeout_s if seconds is None else seconds
+        per_host[p.host] = per_host.get(p.host, 0.0) + ceiling + RUN_OVERHEAD_S
+        if p.build:
+            builds.setdefault(p.host, set()).add(p.build)
+    for host, names in builds.items():
+        per_host[host] += BUILD_ALLOWANCE_S * len(names)
+        timed[host] = timed.get(host, 0.0) + BUILD_ALLOWANCE_S * len(names)
+    # "seconds" is the ceiling, what `hours` must cover; "timed_seconds" the part the spec
+    # fixes exactly (step-counted runs take what the CPU makes of their steps)
+    return {"source": "spec", "seconds": max(per_host.values(), default=0.0),
+            "timed_seconds": max(timed.values(), default=0.0), "per_host": per_host,
+            "past_runs": 0, "unknown_runs": unknown}  # fmt: skip
 
 
 def _duration(seconds: float) -> str:

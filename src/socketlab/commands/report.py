@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import Counter
+from pathlib import Path
 
 from socketlab.commands._options import add_results_argument
 
@@ -40,17 +42,33 @@ def run(args: argparse.Namespace) -> int:
 
     comparison = build_report(args.campaign, results=path.parent.parent, extra_markdown=text)
     if comparison is not None:
-        written = write_report(comparison, path.parent)
+        try:
+            written = write_report(comparison, path.parent)
+        except OSError as exc:  # a store on a read-only medium: the report still prints
+            from socketlab.report.render import render
+
+            print(render(comparison, "md"), end="")
+            _not_written(path.parent / "report.md", exc)
+            return 0
         if getattr(args, "format", "md") == "md":
             print(written["md"].read_text(), end="")
         print(f"\nreport written to {written[getattr(args, 'format', 'md')]}"
               f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})")
         return 0
     out = path.parent / "report.md"
-    out.write_text(text)
     print(text, end="")
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        _not_written(out, exc)
+        return 0
     print(f"\nreport written to {out}")
     return 0
+
+
+def _not_written(out: Path, exc: OSError) -> None:
+    print(f"\norchestrate: report not written to {out}: {exc.strerror or exc} (printed above)",
+          file=sys.stderr)
 
 
 def _not_reached(lost: list) -> str:

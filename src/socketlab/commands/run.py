@@ -12,7 +12,7 @@ from typing import Any
 
 from socketlab import paths
 from socketlab.commands._options import add_results_argument, add_spec_arguments
-from socketlab.errors import HostError
+from socketlab.errors import HostError, StoreError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from socketlab.spec.expand import expand_points
     from socketlab.spec.hosts import select_hosts
     from socketlab.spec.load import load_spec
-    from socketlab.store import Store
+    from socketlab.store import Store, check_results_folder
 
     spec = load_spec(args.spec, profile=getattr(args, "profile", None))
     hosts = select_hosts(spec, args.hosts, args.inventory)
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     plan = expand_points(spec, facts, repetitions=args.repetitions)
     for skip in plan.skipped:
         say(f"orchestrate: {skip.host}: experiment {skip.experiment} skipped: {skip.reason}")
-    results = Path(args.results or paths.RESULTS) / spec.campaign
+    results = check_results_folder(Path(args.results or paths.RESULTS) / spec.campaign)
     profiles = {h: combined_profile(h, plan.profile_hash(h)) for h in plan.hosts}
     by_name = {h.name: h for h in hosts if h.name in facts}
     store_file = results / "store.sqlite"
@@ -94,24 +94,41 @@ def run(args: argparse.Namespace) -> int:
         say(f"{runner.summary.skipped_done} runs already stored as complete")
         store.close()
         return 0
-    results.mkdir(parents=True, exist_ok=True)
+    try:
+        _prepare_results(results, spec, facts, getattr(args, "profile", None))
+    except OSError as exc:
+        raise StoreError(f"{exc.filename or results}: cannot write the results folder: "
+                         f"{exc.strerror or exc}") from None
     # Hosts not reached have no points to store failed: note them per host, so that `status`
     # and `report` show them; a later session that reaches the host clears the note.
     for name, why in unreachable.items():
         store.record_host_failure(spec.campaign, name, "facts", why)
     for name in facts:  # reached; a "lock" note clears only once the runner holds the host
         store.clear_host_failure(spec.campaign, name, "facts")
-    _save_provenance(results, spec, facts)
-    # which file and profile this campaign last ran with: the report re-plans from it
-    (results / "last-run.json").write_text(json.dumps(
-        {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,
-         "profile": getattr(args, "profile", None)}, indent=1))
     summary = runner.run()
     store.close()
+    if runner.interrupted is not None:  # one line; the runs it stopped are stored interrupted
+        import signal
+
+        name = signal.Signals(runner.interrupted).name
+        print(f"orchestrate: stopped by {name}: {summary.statuses.get('interrupted', 0)} runs "
+              f"interrupted, {sum(summary.statuses.values())} stored this session; "
+              f"`orchestrate run {args.spec}` resumes", file=sys.stderr)
+        return 128 + runner.interrupted
     say(f"results: {results}/ (store {store_file}, raw files in {results}/runs/)")
     say(f"report: orchestrate report {spec.campaign}" + (
         f" --results {args.results}" if args.results else ""))  # fmt: skip
     return 0 if summary.ok and not unreachable else 1
+
+
+def _prepare_results(results: Path, spec, facts: dict[str, dict[str, Any]],
+                     profile: str | None) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    _save_provenance(results, spec, facts)
+    # which file and profile this campaign last ran with: the report re-plans from it
+    (results / "last-run.json").write_text(json.dumps(
+        {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,
+         "profile": profile}, indent=1))
 
 
 def _save_provenance(results: Path, spec, facts: dict[str, dict[str, Any]]) -> None:

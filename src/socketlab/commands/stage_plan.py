@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stage-plan", help="plan a model onto sockets from measured constants",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", metavar="MODEL")
+    p.add_argument("model", metavar="MODEL", nargs="?")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--host", metavar="H", help="constants from H's measured runs in the store")
     src.add_argument("--constants", metavar="FILE",
@@ -61,11 +61,76 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--project: measured / predicted on-socket ratio (default 1)")
     p.add_argument("--stages", action="store_true", help="list every stage with its terms")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--jsonl", action="store_true",
+                   help="JSON-lines metric records (the runner's jsonl parser: a campaign "
+                        "experiment stores the plan like any run)")
+    p.add_argument("--layer", type=int, metavar="N",
+                   help="predict layer N alone on one socket (the real-layer stage) instead of "
+                        "a plan")
+    p.add_argument("--gather-output", choices=("yes", "no"), default="no",
+                   help="--layer: the stage also gathers the layer's output, as a pipeline "
+                        "stage does (default no: the real-layer stage does not)")
+    p.add_argument("--points", metavar="NAME|FILE",
+                   help="plan every point of a points file (experiments/models/points/NAME.yaml "
+                        "or a path) in one run, with --jsonl: each record carries its point's "
+                        "keys as dimensions")
     add_results_argument(p)
     p.set_defaults(func=run)
 
 
+#: what a points file's point may set (the flags of the same names)
+POINT_KEYS = {"model": str, "layer": int, "gather_output": bool, "split": str,
+              "budget_kib": int, "experts": str, "batch": int, "context": int, "project": bool,
+              "hop_us": float, "allreduce_us": float}
+_DIMS: dict = {}
+
+
+def _points(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from socketlab.errors import SpecError
+    from socketlab.paths import EXPERIMENTS
+
+    f = Path(args.points)
+    if not f.suffix and "/" not in args.points:
+        f = EXPERIMENTS / "models" / "points" / f"{args.points}.yaml"
+    try:
+        doc = yaml.safe_load(f.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"{f}: can't read the points file ({str(exc).splitlines()[0]})") from None
+    pts = doc.get("points") if isinstance(doc, dict) else None
+    if not isinstance(pts, list) or not pts:
+        raise SpecError(f"{f}: points: expected a list of mappings")
+    for i, pt in enumerate(pts):
+        bad = sorted(set(pt) - set(POINT_KEYS)) if isinstance(pt, dict) else ["(not a mapping)"]
+        if bad or "model" not in pt:
+            raise SpecError(f"{f}: points[{i}]: " + (f"unknown key '{bad[0]}' (expected one of: "
+                            f"{', '.join(POINT_KEYS)})" if bad else "model: missing"))
+        for k, kind in POINT_KEYS.items():
+            if k in pt and not isinstance(pt[k], kind) and not (kind is float and isinstance(
+                    pt[k], int) and not isinstance(pt[k], bool)):
+                raise SpecError(f"{f}: points[{i}].{k}: expected {kind.__name__}, got {pt[k]!r}")
+        one = argparse.Namespace(**{**vars(args), "points": None, "jsonl": True, "json": False})
+        for k, v in pt.items():
+            setattr(one, k, ("yes" if v else "no") if k == "gather_output" else v)
+        _DIMS.clear()
+        _DIMS.update(pt)
+        try:
+            run(one)
+        finally:
+            _DIMS.clear()
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.points:
+        return _points(args)
+    if not args.model:
+        from socketlab.errors import SpecError
+
+        raise SpecError("stage-plan: MODEL is required (or --points FILE)")
     from socketlab.plan.stage import Budget, plan
     from socketlab.plan.stage_cluster import SENSITIVITY, project, sensitivity
     from socketlab.plan.stage_constants import SEED, constants_from_store, load_constants
@@ -86,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
                     context=args.context, min_rows_per_core=args.min_rows, split=args.split,
                     expert_tier=args.experts, l3_bytes_per_core=args.l3_kib * 1024)
     us = units(model)
+    if args.layer is not None:
+        return _layer(args, model, us, budget, c)
     pl = plan(us, budget, c)
     s = pl.summary
     proj = []
@@ -100,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
                               batch=b) for h, a in rows]
         for x in proj:
             x.setdefault("batch", args.batch)
+    if args.jsonl:
+        _emit_plan(args, model, budget, c, pl, proj)
+        return 0
     if args.json:
         doc = {
             "model": model.name, "model_file": model.where, "budget": dataclasses.asdict(budget),
@@ -149,6 +219,84 @@ def run(args: argparse.Namespace) -> int:
             print(f"| {x['batch']} | {x['hop_us']:g} | {x['allreduce_us']:g} | {x['sockets']} | "
                   f"{x['token_latency_us'] / 1e3:.2f} | {x['tpot_saturated_us'] / 1e3:.1f} | "
                   f"{x['tokens_per_s']:,.0f} | {x['tokens_per_s_per_socket']:.1f} |")
+    return 0
+
+
+def _metric(name: str, value: float, unit: str, **dims) -> None:
+    print(json.dumps({"type": "metric", "name": name, "value": value, "unit": unit, **_DIMS,
+                      **dims}))
+
+
+def _meta(args, model, budget, c) -> None:
+    print(json.dumps({"type": "meta", "tool": "stage-plan", "model": model.name,
+                      "model_file": str(model.where), "budget_kib": args.budget_kib,
+                      "batch": budget.batch, "context": budget.context, "split": budget.split,
+                      "experts": budget.expert_tier, "constants_host": c.host or "file",
+                      "constants": {k: getattr(c, k) for k in (
+                          "gemv_gbps_per_core", "exchange_us", "kv_gbps", "act_gbps", "hop_us",
+                          "allreduce_us")},
+                      "provenance": c.provenance}))
+
+
+def _emit_plan(args, model, budget, c, pl, proj) -> None:
+    """The plan as metric records: the §5.10 plan-table columns, and with --project one record
+    per (batch, hop, all-reduce) row (dims say which)."""
+    s = pl.summary
+    _meta(args, model, budget, c)
+    _metric("stages", s.stages, "count")
+    _metric("sockets", s.sockets, "count")
+    _metric("layers_per_stage", s.layers_per_stage, "ratio")
+    _metric("bottleneck_us", s.bottleneck_us, "us")
+    _metric("token_latency_ms", s.token_latency_us / 1e3, "ms")
+    _metric("tokens_per_s", s.tokens_per_s, "tok/s")
+    _metric("sequences_in_flight", s.sequences_in_flight, "count")
+    _metric("expert_sockets", sum(st.sockets for st in pl.stages if ".experts" in st.label),
+            "count")
+    for x in proj:
+        if x["batch"] != budget.batch:  # one batch per record set: a run is one point
+            continue
+        d = { "hop_us": x["hop_us"], "allreduce_us": x["allreduce_us"]}
+        _metric("tpot_b1_ms", x["token_latency_us"] / 1e3, "ms", **d)
+        _metric("tpot_saturated_ms", x["tpot_saturated_us"] / 1e3, "ms", **d)
+        _metric("cluster_tokens_per_s", x["tokens_per_s"], "tok/s", **d)
+        _metric("tokens_per_s_per_socket", x["tokens_per_s_per_socket"], "tok/s", **d)
+    if proj:
+        # against the published base links (hop 5 µs, all-reduce 10 µs): the §5.10 sensitivity
+        # ("B=1 TPOT +4-41%, B=16 throughput -3-7%" with hop 10 / all-reduce 25)
+        from socketlab.plan.stage_cluster import SENSITIVITY, project
+
+        base = project(pl, *SENSITIVITY[0], args.calibration)
+        here = project(pl, c.hop_us, c.allreduce_us, args.calibration)
+        _metric("tpot_rise", here.tpot_saturated_us / base.tpot_saturated_us - 1, "fraction")
+        _metric("throughput_drop", 1 - here.tokens_per_s / base.tokens_per_s, "fraction")
+
+
+def _layer(args, model, us, budget, c) -> int:
+    """One layer alone on one socket (`layer_stage`): the prediction by term, and the published
+    check's form (§5.10: the B=1 prediction + (B - 1) x gathered bytes / all-gather rate, which
+    leaves out the extra rows' KV)."""
+    from socketlab.plan.stage import layer_stage
+
+    pred = layer_stage(us, args.layer, budget, c, gather_output=args.gather_output == "yes")
+    one = layer_stage(us, args.layer, dataclasses.replace(budget, batch=1), c,
+                      gather_output=args.gather_output == "yes")
+    check = pred.total_us - (pred.kv_us - one.kv_us)
+    if args.jsonl or args.json:
+        if args.json:
+            json.dump({"model": model.name, "layer": args.layer, "budget": dataclasses.asdict(
+                budget), "constants": dataclasses.asdict(c), "prediction": pred.terms(),
+                "check_us": check}, sys.stdout, indent=1)
+            sys.stdout.write("\n")
+            return 0
+        _meta(args, model, budget, c)
+        for k, v in pred.terms().items():
+            _metric("layer_us" if k == "total_us" else f"layer_{k}", v, "us")
+        _metric("layer_check_us", check, "us")
+        return 0
+    print(f"{model.name} layer {args.layer} alone on {budget.cores} cores, B={budget.batch}, "
+          f"ctx {budget.context}: {pred.total_us:.1f} µs (gemv {pred.gemv_us:.1f}, sync "
+          f"{pred.sync_us:.1f}, kv {pred.kv_us:.1f}, act {pred.act_us:.1f}); the published "
+          f"check's form (B=1 KV): {check:.1f} µs")
     return 0
 
 

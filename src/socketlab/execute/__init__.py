@@ -45,6 +45,7 @@ class Executor:
     name: str
     python: str = "python3"
     workdir: str
+    run_as: str = ""  #: the user the host's commands run as (provenance: who ran)
 
     def connect(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -140,6 +141,12 @@ class Executor:
         self.send_tree(files, self.tools, scratch)
 
 
+def become_requested(hostvars: dict | None) -> bool:
+    """The host variable socketlab_become (true/yes/1): run the host's agent as root via sudo."""
+    value = (hostvars or {}).get("socketlab_become", False)
+    return value is True or str(value).lower() in ("true", "yes", "1")
+
+
 def make_executor(host, workroot: str | None = None) -> Executor:
     """The executor for an inventory host (socketlab.inventory.InventoryHost-like).
 
@@ -148,7 +155,13 @@ def make_executor(host, workroot: str | None = None) -> Executor:
     vars_ = getattr(host, "vars", None) or {}
     workroot = workroot or vars_.get("socketlab_workroot") or DEFAULT_WORKROOT
     if getattr(host, "connection", "local") == "local":
+        import os
+
         from socketlab.execute.local import LocalExecutor
+
+        if become_requested(vars_) and os.geteuid() != 0:
+            raise HostError(f"inventory: {host.name}: socketlab_become is for SSH hosts; for a "
+                            "local one run orchestrate as root (sudo orchestrate run ...)")
 
         return LocalExecutor(host.name, workroot=workroot, python=getattr(host, "python", None))
     from socketlab.execute.ssh import SshExecutor

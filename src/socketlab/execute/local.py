@@ -25,6 +25,9 @@ class LocalExecutor(Executor):
         self.name = name
         self.python = python or "python3"
         self.workdir = f"{workroot}/{name}"
+        import pwd
+
+        self.run_as = pwd.getpwuid(os.geteuid()).pw_name  # recorded with each run
         self._lock_fh = None
 
     def connect(self) -> None:

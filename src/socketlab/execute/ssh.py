@@ -24,7 +24,14 @@ import paramiko
 from fabric import Connection
 
 from socketlab.errors import HostError
-from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
+from socketlab.execute import (
+    DEFAULT_WORKROOT,
+    Executor,
+    HostBusy,
+    HostUnreachable,
+    Result,
+    become_requested,
+)
 
 #: Seconds a run may overrun its own timeout before we stop waiting for the agent's reply.
 GRACE_S = 15.0
@@ -93,6 +100,12 @@ class SshExecutor(Executor):
         self.name = host.name
         self.python = host.python or "python3"
         self.workdir = f"{workroot}/{host.name}"
+        # socketlab_become: the agent (and so every command of the campaign) runs as root through
+        # `sudo -n`, for the collectors that read MSR, RAPL and perf counters; explicit per host
+        # (the generated cloud inventory sets it for a non-root login), recorded as run_as.
+        self.become = become_requested(getattr(host, "vars", None))
+        self.run_as = "root" if self.become else (host.user or "")
+        self._puts = 0
         self.connect_timeout = connect_timeout
         self._conn = None
         self._agent: _Agent | None = None
@@ -188,6 +201,8 @@ class SshExecutor(Executor):
     def _start_agent(self, lock_info: dict | None) -> None:
         self._stop_agent()
         command = self.tool("_runwrap.py", "serve", "--idle", str(AGENT_IDLE_S))
+        if self.become:
+            command = ["sudo", "-n", "--", *command]  # -n: fail at once, never ask a password
         if lock_info is not None:
             command += ["--lock", f"{self.workdir}/host.lock", "--info", _b64(lock_info)]
         try:
@@ -201,7 +216,10 @@ class SshExecutor(Executor):
             hello = json.loads(line)
         except ValueError:
             agent.close()
-            raise HostUnreachable(f"{self.name}: agent did not start: {line[:200]!r}") from None
+            hint = (" (socketlab_become: the login user needs passwordless sudo; "
+                    "roles/host_packages does not grant it)" if self.become else "")
+            raise HostUnreachable(f"{self.name}: agent did not start: {line[:200]!r}{hint}"
+                                  ) from None  # fmt: skip
         if not hello.get("ready"):
             agent.close()
             raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
@@ -285,6 +303,16 @@ class SshExecutor(Executor):
         return self._agent_op({"op": "stop", "pid": pid, "grace": grace_s}, grace_s + 15.0)
 
     def put(self, local, remote: str) -> None:
+        if self.become and self._agent is not None:
+            # folders the root agent made are not the login user's: copy beside, then move
+            self._puts += 1
+            staged = f"/tmp/.socketlab-put-{self.name}-{self._puts}"
+            self._put_plain(local, staged)
+            self.check(["mv", "-f", staged, remote], what="moving an upload into place")
+            return
+        self._put_plain(local, remote)
+
+    def _put_plain(self, local, remote: str) -> None:
         try:
             self._transport()
             self._conn.put(str(local), remote)

@@ -10,10 +10,10 @@ runs stored ok:
 
 | constant | runs (binary) | metric |
 |---|---|---|
-| gemv_gbps_per_core | `layer --slice` (one worker's share, no exchanges) | sum of phase_weight_bytes / sum of phase_gemv over the GEMV phases |
+| gemv_gbps_per_core | `layer --slice` (the workers' shares, no barriers) | sum of phase_weight_bytes / (step_p50 - attention's phase_gemv_p50) |
 | exchange_us | `exchange` over >= 2 participants at the 2,560 B vector | latency_p50 (mode given, or the fastest) |
 | act_gbps | `exchange` at a larger vector, same mode and participants | (bytes - 2,560) / (latency_p50 difference) |
-| kv_gbps | `kvstream` (else a `ladder` run of experiment `kv-read`) | kv_bw / bw_total (the largest context measured) |
+| kv_gbps | `layer --slice --ctx N` at two contexts (experiment kv-attn: the stage's own attention), else `kvstream`, else a `ladder` run of experiment `kv-read` | KV bytes / attention p50, both as differences; kv_bw; bw_total (the largest context measured) |
 
 A host with none of them is one line naming the experiment to run.
 """
@@ -98,6 +98,7 @@ def _runs(results: Path, host: str) -> list[dict[str, Any]]:
                 ms = con.execute("SELECT name, value, dims FROM metrics WHERE run_key = ?",
                                  (r["run_key"],)).fetchall()
                 out.append({"key": r["run_key"], "experiment": r["experiment"],
+                            "campaign": db.parent.name,
                             "params": json.loads(r["params"]), "argv": json.loads(r["argv"]),
                             "metrics": [(m["name"], m["value"], json.loads(m["dims"]))
                                         for m in ms]})
@@ -107,13 +108,39 @@ def _runs(results: Path, host: str) -> list[dict[str, Any]]:
     return out
 
 
+def stored_runs(results: Path, host: str) -> list[dict[str, Any]]:
+    """Every ok run of `host` (key, experiment, params, argv, metrics), all campaigns."""
+    return _runs(results, host)
+
+
+def native_arg(run: dict, flag: str) -> str | None:
+    return _arg(run, flag)
+
+
+def native_binary(run: dict) -> str:
+    return _binary(run)
+
+
+def _native(argv: list[str]) -> list[str]:
+    """The native binary's argv: a campaign runs the stage through `orchestrate layer-stage ...
+    -- build/cc/layer ...`, whose binary follows the `--`."""
+    return argv[argv.index("--") + 1:] if "--" in argv and "layer-stage" in argv else argv
+
+
 def _binary(run: dict) -> str:
-    return Path(run["argv"][0]).name if run["argv"] else ""
+    argv = _native(run["argv"])
+    return Path(argv[0]).name if argv else ""
 
 
 def _arg(run: dict, flag: str) -> str | None:
-    argv = run["argv"]
-    return argv[argv.index(flag) + 1] if flag in argv and argv.index(flag) + 1 < len(argv) else None
+    """A flag's value, given as `--flag value` or `--flag=value` (the campaign's form)."""
+    argv = _native(run["argv"])
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(flag + "="):
+            return a[len(flag) + 1:]
+    return None
 
 
 def measured_constants(host: str, *, results: Path | None = None, kernel: str = "avx2",
@@ -126,14 +153,19 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
     runs = _runs(Path(results or paths.RESULTS), host)
     found: dict[str, Measured] = {}
     gemv = [r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
+            and not _arg(r, "--ctx")  # a shortened context measures attention (kv-attn)
             and (_arg(r, "--gemv") or "avx2") == kernel
             and (batch is None or int(_arg(r, "--batch") or 1) == batch)]
     if gemv:
         rates = []
         for r in gemv:
-            # the weight phases only: attention's q.K and P.V are the KV term's
-            us = sum(v for n, v, d in r["metrics"]
-                     if n == "phase_gemv" and d.get("phase") not in ("attention", "combine"))
+            # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
+            # phases with their norms and activations, as the stage runs them. p50s, not the
+            # phase means: one descheduled step on a shared host swamps a mean.
+            step = [v for n, v, d in r["metrics"] if n == "step_p50"]
+            att = sum(v for n, v, d in r["metrics"]
+                      if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine"))
+            us = step[0] - att if step else 0.0
             nb = sum(v for n, v, d in r["metrics"] if n == "phase_weight_bytes")
             if us > 0:
                 rates.append((nb / (us * 1e3), r["key"], nb))
@@ -182,7 +214,48 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
         vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
         found["kv_gbps"] = Measured(_median(vals), tuple(dict.fromkeys(k for _, k in vals)),
                                     f"{source}, {most} tokens: median of {len(vals)} values")
+    attn = _kv_attention(runs, kernel, batch)
+    if attn:
+        found["kv_gbps"] = attn
     return found
+
+
+def _kv_attention(runs: list[dict], kernel: str, batch: int | None) -> Measured | None:
+    """The stage's own attention rate: `layer --slice ... --ctx N` runs (experiment kv-attn) of
+    one dump at two or more contexts and the same batch: (KV bytes per step at the longest -
+    at the shortest) / (attention's phase_gemv_p50 difference). On the portable kernel this is
+    the FP32 q.K / P.V arithmetic, 15x slower than a plain read of the same bytes, so it is
+    preferred to kvstream / ladder where it was measured."""
+    pts: dict[int, list[tuple[int, float, float, str]]] = {}
+    for r in runs:
+        if not (_binary(r) == "layer" and _arg(r, "--slice") and _arg(r, "--ctx")
+                and (_arg(r, "--gemv") or "avx2") == kernel):
+            continue
+        b = int(_arg(r, "--batch") or 1)
+        kvb = [v for n, v, _ in r["metrics"] if n == "kv_bytes_per_step"]
+        att = [v for n, v, d in r["metrics"]
+               if n == "phase_gemv_p50" and d.get("phase") == "attention"]
+        if kvb and att:
+            pts.setdefault(b, []).append((int(_arg(r, "--ctx")), kvb[0], att[0], r["key"]))
+    if batch in pts:
+        b = batch
+    elif pts:
+        b = min(pts, key=lambda x: abs(x - (batch or 1)))
+    else:
+        return None
+    by_ctx: dict[int, list[tuple[int, float, float, str]]] = {}
+    for p in pts[b]:
+        by_ctx.setdefault(p[0], []).append(p)
+    if len(by_ctx) < 2:
+        return None
+    lo, hi = by_ctx[min(by_ctx)], by_ctx[max(by_ctx)]
+    # the median repetition at each context (repetitions of a loaded host spread widely)
+    dt = _median([(x[2], x[3]) for x in hi]) - _median([(x[2], x[3]) for x in lo])
+    if dt <= 0:
+        return None
+    return Measured((hi[0][1] - lo[0][1]) / (dt * 1e3), tuple(x[3] for x in lo + hi),
+                    f"layer --slice --ctx attention p50 (kv-attn): {min(by_ctx)} vs "
+                    f"{max(by_ctx)} positions at B={b}, median of {len(lo)} / {len(hi)} runs")
 
 
 def constants_from_store(host: str, *, results: Path | None = None, kernel: str = "avx2",
@@ -191,8 +264,9 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
     """The host's constants; the GEMV rate from slice runs at `batch` where there are any."""
     found = measured_constants(host, results=results, kernel=kernel)
     at_b = measured_constants(host, results=results, kernel=kernel, batch=batch) if batch else {}
-    if "gemv_gbps_per_core" in at_b:
-        found["gemv_gbps_per_core"] = at_b["gemv_gbps_per_core"]
+    for k in ("gemv_gbps_per_core", "kv_gbps"):
+        if k in at_b:
+            found[k] = at_b[k]
     missing = [k for k in REQUIRED if k not in found]
     if missing:
         where = Path(results or paths.RESULTS)

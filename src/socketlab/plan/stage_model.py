@@ -175,3 +175,18 @@ def units(model: Model) -> list[Unit]:
     out.append(Unit("head", None, rows=vocab, row_bytes=hidden * BF16, fixed_bytes=hidden * BF16,
                     exchanges=1, act_fixed=hidden * FP32))
     return out
+
+
+def layer_model(shape: str) -> Model:
+    """One layer of a real-layer stage's shape file (experiments/shapes/) as a one-layer model:
+    the stage runs exactly that layer, so the planner predicts it with `layer_stage(..., 0)`."""
+    from socketlab.layer.shapes import load_shape
+
+    s = load_shape(shape)
+    tc = {"hidden_size": s.hidden, "num_hidden_layers": 1, "num_attention_heads": s.heads,
+          "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
+          "intermediate_size": s.inter, "layer_types": [s.layer_type], "vocab_size": 16,
+          "hidden_size_per_layer_input": s.ple, "attention_k_eq_v": s.kv_eq}
+    if s.window:
+        tc["sliding_window"] = s.window - 1  # the stage attends window - 1 cached rows
+    return Model(shape, tc, s.source or shape, {})

@@ -223,10 +223,15 @@ def build_report(
         "builds": list(builds.values()),
         "isolation": isolation,
     }
+    # the planner's predictions of the stages each host measured (socketlab.report.planner)
+    from socketlab.report.planner import planner_markdown
+
+    planned = planner_markdown(campaign_dir.parent, campaign,
+                               sorted(set(hosts) | {r.host for r in runs}))
     return Report(
         campaign=campaign, published=published, rows=rows, hosts=hosts, provenance=provenance,
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        extra_markdown=extra_markdown,
+        extra_markdown="\n".join(x for x in (extra_markdown.strip(), planned) if x),
     )
 
 

@@ -460,6 +460,8 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
     per_core = _per_core_measured(cell, vals, counted, meta or {}, dims)
     pc = {"per_core_published": cell.per_core_reference, "per_core_measured": per_core}
     diff = host_difference(published.host, topo) if topo else "host facts are missing"
+    if cell.host_independent:  # arithmetic on published constants: every host computes it
+        diff = None
     conditions = condition_differences(cell, counted, meta or {})
     if diff and topo:
         match = core_class(published.host, topo)

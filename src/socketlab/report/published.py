@@ -25,6 +25,7 @@ import yaml
 
 from socketlab.errors import SpecError
 from socketlab.paths import EXPERIMENTS, SCHEMAS
+from socketlab.yamlload import load_document, read_text
 
 SCHEMA_PATH = SCHEMAS / "published.schema.json"
 PUBLISHED_DIR = EXPERIMENTS / "published"
@@ -101,6 +102,8 @@ class Cell:
     per_core: PerCore | None = None  #: None: a socket-level cell
     needs: tuple[tuple[str, int], ...] = ()  #: what of the socket it needs (explicit part)
     disputed: Disputed | None = None
+    #: why the cell is the same on every host (the planner's arithmetic): no host difference
+    host_independent: str | None = None
 
     @property
     def id(self) -> str:
@@ -283,17 +286,8 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
 def load_published(path: str | Path) -> Published:
     """Load and validate one published-values file; raise SpecError with a one-line message."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read published-values file: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise SpecError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    _, text = read_text(path, "published-values file")
+    doc, node = load_document(path, text, syntax="not valid YAML")
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a mapping with format, id, title, host, tables")
     validator = jsonschema.Draft202012Validator(_schema())
@@ -408,6 +402,7 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                     per_core=per_core,
                     needs=tuple(sorted((_first("needs", r, t) or {}).items())),
                     disputed=Disputed(**disputed) if disputed else None,
+                    host_independent=t.get("host_independent"),
                 ))
                 if cdef.get("divide_by") and cdef["divide_by"] not in cond:
                     raise _fail(path, node, doc, cw, f"column divides by '{cdef['divide_by']}', "

@@ -18,6 +18,7 @@ class CommandTemplates:
     argv: tuple[Field, ...]
     env: tuple[tuple[str, Field], ...]
     cpus: Field | None
+    together: Field | None = None
 
 
 def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
@@ -32,7 +33,10 @@ def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
     )
     env = tuple((name, compile_at(exp.origins[f"env.{name}"], v)) for name, v in exp.env.items())
     cpus = compile_at(exp.origins["cpus"], exp.cpus) if exp.cpus is not None else None
-    return CommandTemplates(argv, env, cpus)
+    together = None
+    if getattr(exp, "together", None) is not None:
+        together = compile_at(exp.origins["together"], exp.together)
+    return CommandTemplates(argv, env, cpus, together)
 
 
 def render(point: PointContext) -> Rendered:
@@ -49,7 +53,15 @@ def render(point: PointContext) -> Rendered:
         text = render_field(field, ctx, spec, host, note)
         where = partial(spec.where, field.path)
         cpus = check_cpus(where, text, host, ctx.get("facts", {}))
-    return Rendered(argv, env, cpus)
+    extra = {}
+    if templates.together is not None:
+        group = render_field(templates.together, ctx, spec, host, note)
+        if not group:
+            path = templates.together.path
+            raise SpecError(f"{spec.where(path)}: renders empty on host {host}; expected a "
+                            "group name")  # fmt: skip
+        extra["together"] = group
+    return Rendered(argv, env, cpus, extra)
 
 
 def check_cpus(where: str | Callable[[], str], text: str, host: str, facts: dict) -> str:

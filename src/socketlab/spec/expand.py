@@ -131,6 +131,7 @@ def expand_points(
     points: list[RunPoint] = []
     skipped: list[Skip] = []
     profiles: dict[str, dict[str, Any]] = {}
+    inventory = inventory_context(host_facts)
     for host, entry in host_facts.items():
         profiles[host] = host_profile(entry)
         facts = template_facts(entry)
@@ -144,6 +145,9 @@ def expand_points(
             # the host's interpreter (the controller's for local hosts): a command that needs
             # socketlab on the host, such as `-m socketlab.cli layer-stage`, starts with it
             python=entry.get("python") or "python3",
+            # the host's copy of collectors/ (the runner installs it before any run), and the
+            # other hosts of the plan: a two-host point names its peer's address
+            tools=tools_dir(host, entry.get("vars") or {}), inventory=inventory,
         )
         for exp in spec.experiments:
             reason = unmet(exp.requires, entry, host)
@@ -180,10 +184,37 @@ def expand_points(
                         parsers=exp.parsers,
                         collectors=exp.collectors,
                         kind=exp.kind,
-                        extra=r.extra,
+                        extra=_with_adaptive(r.extra, exp),
                     )
                 )
     return Plan(spec, points, skipped, tuple(host_facts), profiles)
+
+
+def _with_adaptive(extra: dict[str, Any], exp: Experiment) -> dict[str, Any]:
+    """An adaptive experiment's points carry its ladder and rules for the runner."""
+    if exp.extra.get("adaptive") is None:
+        return extra
+    from socketlab.spec.adaptive import as_extra
+
+    return {**extra, "adaptive": as_extra(exp.extra["adaptive"])}
+
+
+def tools_dir(host: str, host_vars: dict[str, Any]) -> str:
+    """Where the runner puts collectors/*.py on the host (socketlab.execute.Executor.tools)."""
+    from socketlab.execute import DEFAULT_WORKROOT
+
+    return f"{host_vars.get('socketlab_workroot') or DEFAULT_WORKROOT}/{host}/tools"
+
+
+def inventory_context(host_facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`inventory` in templates: every planned host's address and inventory variables."""
+    out = {}
+    for name, entry in host_facts.items():
+        host_vars = entry.get("vars") or {}
+        address = entry.get("address") or host_vars.get("ansible_host") or name
+        out[name] = {"address": "127.0.0.1" if address == "localhost" else address,
+                     "vars": host_vars}  # fmt: skip
+    return out
 
 
 def _order(exp: Experiment, npoints: int, reps: int) -> list[tuple[int, int]]:

@@ -101,6 +101,7 @@ def gather_host_facts(
         entry = host_entry(topology_from_snapshot(gathered["snapshot"]), spec)
         entry["vars"] = dict(getattr(host, "vars", None) or {})
         entry["python"] = str(getattr(host, "python", "") or "python3")
+        entry["address"] = str(getattr(host, "address", "") or host.name)  # for `inventory`
         # playbooks/verify.yml's result for this inventory host (report provenance)
         verify = (gathered["snapshot"].get("isolation_verify") or {}).get(host.name)
         if verify is not None:

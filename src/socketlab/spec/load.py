@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 import shlex
 from functools import lru_cache
@@ -21,6 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from socketlab.errors import SpecError
+from socketlab.limits import limit, over
 from socketlab.paths import COLLECTORS, NATIVE, SCHEMAS
 from socketlab.spec import kinds
 from socketlab.spec.model import (
@@ -35,12 +37,13 @@ from socketlab.spec.model import (
 from socketlab.spec.points import ParserSpec, SanityRules
 from socketlab.spec.profiles import apply_profile
 from socketlab.spec.render import suggest
+from socketlab.yamlload import load_document, read_text
 
 SCHEMA_FILE = SCHEMAS / "spec.schema.json"
 #: Settings an experiment may inherit from `defaults` (env is merged, the rest replaced).
 SETTINGS = (
     "env", "cpus", "timeout_s", "repetitions", "warmup", "order", "seed",
-    "sanity", "metrics", "collectors", "requires",
+    "sanity", "metrics", "collectors", "requires", "together",
 )  # fmt: skip
 DEFAULTS = {"timeout_s": 600.0, "repetitions": 1, "warmup": 0, "order": "sequential", "seed": 0}
 REGEX_PARSER_VERSION = "1"
@@ -87,32 +90,15 @@ def field_path(parts: Any) -> str:
 
 
 def _read_yaml(path: Path, text: str) -> tuple[Any, dict[str, int]]:
-    """Parse YAML; return the data and a map field path -> 1-based line."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            raise SpecError(
-                f"{path}:1: the file is empty; expected a mapping with schema_version, "
-                "campaign and experiments"
-            )
-        lines: dict[str, int] = {}
-        _walk(path, node, [], lines)
-        data = loader.construct_document(node)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else 1
-        problem = exc.problem or exc.context or "invalid YAML"
-        what = (
-            "unsupported YAML"
-            if isinstance(exc, yaml.constructor.ConstructorError)
-            else ("YAML syntax error")
+    """Parse YAML (socketlab.yamlload: total, bounded); return the data and a map field path ->
+    1-based line."""
+    lines: dict[str, int] = {}
+    data, node = load_document(path, text, inspect=lambda root: _walk(path, root, [], lines))
+    if node is None:
+        raise SpecError(
+            f"{path}:1: the file is empty; expected a mapping with schema_version, "
+            "campaign and experiments"
         )
-        raise SpecError(f"{path}:{line}: {what}: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}:1: YAML error: {exc}".splitlines()[0]) from None
-    finally:
-        loader.dispose()
     return data, lines
 
 
@@ -278,15 +264,14 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
     ``profile`` applies the spec's ``profiles.<name>`` overrides first (socketlab.spec.profiles).
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read the spec: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    raw, text = read_text(path, "the spec")
     data, lines = _read_yaml(path, text)
+    experiments = data.get("experiments") if isinstance(data, dict) else None
+    if isinstance(experiments, list) and len(experiments) > limit("EXPERIMENTS"):
+        raise SpecError(f"{path}:{lines.get('experiments', 1)}: experiments: "
+                        f"{over('EXPERIMENTS', len(experiments), 'experiments')}; a sweep "
+                        "makes many points of one experiment")
+    _check_profiles(path, data, profile, lines)
     data = apply_profile(path, data, profile, lines)
     _validate_schema(path, data, lines)
     ctx = _Ctx(path, lines)
@@ -304,6 +289,12 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         if not any((NATIVE / source / f).is_file() for f in ("GNUmakefile", "makefile", "Makefile")):
             raise ctx.error(f"builds.{name}.source", f"native/{source.as_posix()} is not a "
                             "directory with a Makefile (expected one inside native/)")  # fmt: skip
+        if build.flags and not _SAFE_FLAGS.fullmatch(build.flags):
+            bad = next(c for c in build.flags if not _SAFE_FLAGS.fullmatch(c))
+            # make's recipes hand $(CFLAGS) to a shell, and make itself expands $(...) in it
+            raise ctx.error(f"builds.{name}.flags", f"character {bad!r} is not allowed (make's "
+                            "shell would run it); expected compiler flags of letters, digits, "
+                            "spaces and _=+,.:/@%-")
     hosts = data.get("hosts") or {"pattern": "localhost"}
     spec = Spec(
         path=path,
@@ -327,6 +318,7 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
             )
         names[exp.name] = index
         experiments.append(exp)
+    _check_points(ctx, experiments)
     spec = dataclasses.replace(spec, experiments=tuple(experiments))
     prepared = []
     for exp in spec.experiments:
@@ -334,6 +326,23 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         state = handler.prepare(spec, exp) if handler.prepare else None
         prepared.append(dataclasses.replace(exp, prepared=state))
     return dataclasses.replace(spec, experiments=tuple(prepared))
+
+
+def _check_profiles(path: Path, data: Any, chosen: str | None, lines: dict[str, int]) -> None:
+    """Every profile, not only the one used, must give a valid spec: a typo in `quick` is
+    found by the plan that doesn't use it, not by the run that does."""
+    profiles = data.get("profiles") if isinstance(data, dict) else None
+    if not isinstance(profiles, dict):
+        return
+    for name in profiles:
+        if name == chosen or not isinstance(name, str):
+            continue
+        try:
+            _validate_schema(path, apply_profile(path, data, name, lines), lines)
+        except SpecError as exc:
+            detail = str(exc).split(": ", 1)[-1]
+            raise SpecError(f"{path}:{lines.get(f'profiles.{name}', 1)}: profiles.{name}: "
+                            f"applied, the spec is invalid: {detail}") from None
 
 
 def _requirements(sources: list[tuple[str, dict[str, Any] | None]]) -> Requirements:
@@ -370,6 +379,7 @@ def _experiment(
         )
         raise ctx.error(f"{base}.build", f"unknown build '{build}'{hint}")
 
+    _check_bounds(ctx, base, settings, origins)
     sweep = _sweep(ctx, base, body.get("sweep") or {})
     for name in sweep.names:
         if name in CONTEXT_NAMES:
@@ -414,6 +424,12 @@ def _experiment(
          (base, body.get("requires"))]
     )  # fmt: skip
     extra = {"serving": body["serving"]} if "serving" in body else {}
+    if "adaptive" in body:  # an upward sweep with a stop rule (socketlab.spec.adaptive)
+        from socketlab.spec.adaptive import check as check_adaptive
+
+        extra["adaptive"] = check_adaptive(
+            ctx.error, base, body["adaptive"], sweep, parsers, sanity,
+            settings.get("order", DEFAULTS["order"]))  # fmt: skip
     return Experiment(
         name=body["name"],
         index=index,
@@ -423,6 +439,7 @@ def _experiment(
         command=tuple(command),
         env=env,
         cpus=settings.get("cpus"),
+        together=settings.get("together"),
         timeout_s=float(settings.get("timeout_s", DEFAULTS["timeout_s"])),
         sweep=sweep,
         repetitions=int(settings.get("repetitions", DEFAULTS["repetitions"])),
@@ -438,6 +455,8 @@ def _experiment(
     )
 
 
+#: what build flags may contain: no shell or make syntax (`, $, ;, quotes, globs, newlines)
+_SAFE_FLAGS = re.compile(r"[A-Za-z0-9 _=+,.:/@%-]*")
 _JINJA_BLOCK = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 
 
@@ -461,6 +480,34 @@ def _env_text(value: Any) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
+
+
+def _check_bounds(
+    ctx: _Ctx, base: str, settings: dict[str, Any], origins: dict[str, str]
+) -> None:
+    """Settings within the named limits (socketlab.limits), before anything is expanded."""
+    for key, name, unit in (("timeout_s", "TIMEOUT_S", "s"), ("repetitions", "REPETITIONS", ""),
+                            ("warmup", "WARMUP", "")):
+        value = settings.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > limit(name):
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            if len(shown) > 20:
+                shown = f"{shown[:6]}... ({len(shown)} digits)"
+            raise ctx.error(origins.get(key, f"{base}.{key}"), f"{key} {over(name, shown, unit)}")
+
+
+def _check_points(ctx: _Ctx, experiments: list[Experiment]) -> None:
+    """Run points per host (sweep points x (repetitions + warm-ups)), summed over experiments,
+    within the POINTS limit; counted from the sizes, nothing is expanded."""
+    total = 0
+    for exp in experiments:
+        size = math.prod(len(v) for v in exp.sweep.matrix.values())
+        if exp.sweep.zip:
+            size *= len(next(iter(exp.sweep.zip.values())))
+        total += size * (exp.repetitions + exp.warmup)
+        if total > limit("POINTS"):
+            raise ctx.error(f"experiments[{exp.index}]", "the spec has, up to here, "
+                            f"{over('POINTS', total, 'run points per host')}")
 
 
 def _sweep(ctx: _Ctx, base: str, body: dict[str, Any]) -> Sweep:
@@ -500,6 +547,10 @@ def _sweep(ctx: _Ctx, base: str, body: dict[str, Any]) -> Sweep:
             normalized[name] = values
         exclude.append(normalized)
     sweep = Sweep(matrix, zipped, tuple(exclude))
+    # Counted, not enumerated: a 10-million-point matrix is refused before it is built.
+    size = math.prod(len(v) for v in matrix.values()) * (max(lengths.values()) if zipped else 1)
+    if size > limit("POINTS"):
+        raise ctx.error(here, f"the sweep has {over('POINTS', size, 'points')}")
     if exclude and not sweep_points(sweep):
         raise ctx.error(f"{here}.exclude", "excludes every point of the sweep")
     return sweep

@@ -12,7 +12,8 @@ from typing import Any
 from socketlab.spec.points import ParserSpec, SanityRules
 
 #: Names a template sees besides the experiment's parameters. Parameters may not shadow them.
-CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign")
+CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign", "tools",
+                 "inventory")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,9 @@ class Experiment:
     command: tuple[str, ...] = ()  #: argv templates (a command string is shlex-split first)
     env: dict[str, str] = field(default_factory=dict)  #: name -> value template
     cpus: str | None = None  #: CPU list template; None = unpinned
+    #: group-name template: points of one group (same experiment, parameters and repetition)
+    #: start at the same moment on all their hosts (socketlab.runner); None = independent
+    together: str | None = None
     timeout_s: float = 600.0
     sweep: Sweep = field(default_factory=Sweep)
     repetitions: int = 1

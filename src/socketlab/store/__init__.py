@@ -9,11 +9,12 @@ Raw files (stdout, stderr, collector output, facts) live next to it in
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +24,11 @@ from socketlab.errors import StoreError
 
 SCHEMA_VERSION = 1
 
-#: statuses a run can end in; only "ok" counts as complete for resume
+#: statuses a run can end in; only "ok" counts as complete for resume, and "interrupted" (the
+#: session was stopped by SIGTERM/SIGINT during it) is run again by any resume
 COMPLETE = "ok"
-STATUSES = ("ok", "failed", "timeout", "invalid")
+INTERRUPTED = "interrupted"
+STATUSES = ("ok", "failed", "timeout", "invalid", INTERRUPTED)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -138,15 +141,56 @@ def existing_store_path(campaign: str, results: Path | str | None = None) -> Pat
     return path
 
 
+def check_results_folder(path: Path | str) -> Path:
+    """``path`` (a results folder, or a folder to be made in one) is, or can become, a folder:
+    StoreError naming the part that is a file instead (`--results` given a file)."""
+    path = Path(path)
+    for part in (path, *path.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                raise StoreError(f"{part}: is a file, not a folder (expected a results folder"
+                                 f"{'' if part == path else ' above ' + str(path)})")
+            break
+    return path
+
+
+def _connect_read_only(path: Path) -> sqlite3.Connection:
+    """Read-only; a WAL store on a read-only medium (no -shm can be made) is opened immutable."""
+    from urllib.parse import quote
+
+    uri = f"file:{quote(str(path.resolve()))}"
+    last: Exception | None = None
+    for mode in ("?mode=ro", "?mode=ro&immutable=1"):
+        try:
+            db = sqlite3.connect(uri + mode, uri=True, timeout=30, check_same_thread=False,
+                                 isolation_level=None)
+            db.execute("SELECT count(*) FROM runs").fetchone()
+            return db
+        except sqlite3.DatabaseError as exc:
+            last = exc
+    raise StoreError(f"{path}: not a usable results store ({last})") from None
+
+
 class Store:
     """A campaign's store. Thread-safe: host threads share one connection behind a lock."""
 
     def __init__(self, path: str | Path, *, create: bool = True) -> None:
+        """``create=False`` opens an existing store read-only (status, report, export): it
+        then works on a read-only medium and can't change what it reads."""
         self.path = Path(path)
         if not create and not self.path.exists():
             raise StoreError(f"{self.path}: no results store here (run `orchestrate run` first)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        if not create:
+            self._db = _connect_read_only(self.path)
+            return
+        if str(path) != ":memory:":
+            check_results_folder(self.path.parent)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"{self.path.parent}: cannot create the results folder: "
+                                 f"{exc.strerror or exc}") from None
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=30, check_same_thread=False, isolation_level=None
@@ -208,14 +252,18 @@ class Store:
                 )
                 cur.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", metric_rows)
                 cur.execute("COMMIT")
+            except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
+                _rollback(cur)
+                raise StoreError(f"{self.path}: cannot store run {record.run_key[:12]}: "
+                                 f"{exc}") from None
             except BaseException:
-                cur.execute("ROLLBACK")
+                _rollback(cur)
                 raise
 
     def record_host_failure(self, campaign: str, host: str, stage: str, reason: str) -> None:
         """Note that ``host`` could not be worked on this session (replaces the last note)."""
         stamp = time.time()
-        with self._lock:
+        with self._lock, _writing(self.path, f"the note on host {host}"):
             self._db.execute(
                 "INSERT INTO host_failures VALUES (?,?,?,?,?,?,1) "
                 "ON CONFLICT (campaign, host) DO UPDATE SET stage = excluded.stage, "
@@ -232,7 +280,7 @@ class Store:
         sql, args = "DELETE FROM host_failures WHERE campaign = ? AND host = ?", (campaign, host)
         if stage is not None:
             sql, args = sql + " AND stage = ?", (*args, stage)
-        with self._lock:
+        with self._lock, _writing(self.path, f"the note on host {host}"):
             return self._db.execute(sql, args).rowcount > 0
 
     # -- reading ---------------------------------------------------------------------------
@@ -300,6 +348,18 @@ class Store:
         )
         return [dict(r) for r in rows]
 
+    def set_meta(self, key: str, value: str) -> None:
+        """One key of the meta table (e.g. an adaptive sweep's stop, socketlab.spec.adaptive)."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            if self._db.in_transaction:
+                self._db.commit()
+
+    def meta_items(self, prefix: str) -> dict[str, str]:
+        rows = self._query("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
+                           (len(prefix), prefix))
+        return {r["key"]: r["value"] for r in rows}
+
     def campaigns(self) -> list[str]:
         return [r["campaign"] for r in self._query("SELECT DISTINCT campaign FROM runs")]
 
@@ -342,3 +402,21 @@ class Store:
 
 def now() -> float:
     return time.time()
+
+
+def _rollback(cur: sqlite3.Cursor) -> None:
+    """Roll back if a transaction is open; a failed BEGIN (read-only, full) leaves none."""
+    try:
+        if cur.connection.in_transaction:
+            cur.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # the transaction is gone already; the original error is what to report
+
+
+@contextlib.contextmanager
+def _writing(path: Path, what: str) -> Iterator[None]:
+    """A write that the medium refuses (read-only, full) is a StoreError, one line."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"{path}: cannot store {what}: {exc}") from None

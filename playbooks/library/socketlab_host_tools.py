@@ -1,0 +1,137 @@
+#!/usr/bin/python
+# Apache-2.0 (see the socketlab repository)
+"""Which build and measurement tools a host has, and the package that brings each missing one."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: socketlab_host_tools
+short_description: Check the tools a socketlab campaign needs on a host
+description:
+  - Looks for each tool (gcc, make, perf, turbostat, the running kernel's headers, a Python of
+    at least the wanted version) and says, per distribution family, which package provides a
+    missing one. Changes nothing; the host_packages role installs and records.
+  - Runs on the host's python3 (3.9 and up, stdlib only).
+options:
+  os_family:
+    description: ansible_os_family (RedHat, Debian, ...).
+    type: str
+    required: true
+  distribution:
+    description: ansible_distribution (Amazon, Ubuntu, Debian, ...).
+    type: str
+    default: ""
+  python_min:
+    description: Lowest Python version the campaign's host-side steps want, as MAJOR.MINOR.
+    type: str
+    default: "3.11"
+  record_file:
+    description: Where the host_packages role records what it installed (read back here).
+    type: path
+    default: /var/lib/socketlab/host_packages.json
+author: socketlab
+"""
+
+EXAMPLES = r"""
+- name: Check the tools
+  socketlab_host_tools:
+    os_family: "{{ ansible_facts.os_family }}"
+    distribution: "{{ ansible_facts.distribution }}"
+"""
+
+RETURN = r"""
+tools:
+  description: tool -> {found, path, package}; package is what provides it on this family.
+  type: dict
+  returned: always
+missing_packages:
+  description: The packages of the missing tools, in install order.
+  type: list
+  returned: always
+kernel:
+  description: The running kernel release (the headers must match it).
+  type: str
+  returned: always
+"""
+
+import glob  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import shutil  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+
+
+def packages(family: str, distribution: str, kernel: str, python: str) -> dict:
+    """tool -> package providing it, per distribution family (None: no package known)."""
+    if family == "RedHat":  # Amazon Linux 2023, RHEL 9 and its rebuilds, Fedora
+        return {"gcc": "gcc", "make": "make", "perf": "perf", "turbostat": "kernel-tools",
+                "kernel-headers": f"kernel-devel-{kernel}", "python": f"python{python}",
+                "tar": "tar"}  # fmt: skip
+    if family == "Debian" and distribution == "Ubuntu":
+        tools = f"linux-tools-{kernel}"
+        return {"gcc": "gcc", "make": "make", "perf": tools, "turbostat": tools,
+                "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
+                "tar": "tar"}  # fmt: skip
+    if family == "Debian":
+        return {"gcc": "gcc", "make": "make", "perf": "linux-perf", "turbostat": "linux-cpupower",
+                "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
+                "tar": "tar"}  # fmt: skip
+    return dict.fromkeys(("gcc", "make", "perf", "turbostat", "kernel-headers", "python", "tar"))
+
+
+def find_python(minimum: tuple) -> str | None:
+    """The first python3.X (X >= the minimum's) on the search path."""
+    for minor in range(minimum[1], 20):
+        path = shutil.which(f"python{minimum[0]}.{minor}", path=SEARCH)
+        if path:
+            return path
+    return None
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={"os_family": {"type": "str", "required": True},
+                       "distribution": {"type": "str", "default": ""},
+                       "python_min": {"type": "str", "default": "3.11"},
+                       "record_file": {"type": "path",
+                                       "default": "/var/lib/socketlab/host_packages.json"}},
+        supports_check_mode=True,
+    )  # fmt: skip
+    p = module.params
+    try:
+        minimum = tuple(int(x) for x in p["python_min"].split("."))[:2]
+        if len(minimum) != 2:
+            raise ValueError
+    except ValueError:
+        module.fail_json(msg=f"python_min {p['python_min']!r}: expected MAJOR.MINOR, e.g. 3.11")
+    kernel = platform.release()
+    by_tool = packages(p["os_family"], p["distribution"], kernel, p["python_min"])
+    found = {name: shutil.which(name, path=SEARCH) for name in ("gcc", "make", "perf", "turbostat",
+                                                              "tar")}  # fmt: skip
+    build = f"/lib/modules/{kernel}/build"
+    found["kernel-headers"] = build if glob.glob(os.path.join(build, "Makefile")) else None
+    found["python"] = find_python(minimum)
+    tools = {name: {"found": path is not None, "path": path, "package": by_tool.get(name)}
+             for name, path in found.items()}  # fmt: skip
+    missing = []
+    for info in tools.values():
+        if not info["found"] and info["package"] and info["package"] not in missing:
+            missing.append(info["package"])
+    record = None
+    if os.path.exists(p["record_file"]):
+        try:
+            with open(p["record_file"]) as fh:
+                record = json.load(fh)
+        except (OSError, ValueError):
+            record = None
+    module.exit_json(changed=False, tools=tools, missing_packages=missing, kernel=kernel,
+                     record=record)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

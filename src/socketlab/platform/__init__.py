@@ -1,0 +1,1 @@
+"""Seed 003's platform benchmark: host vs guest, AMX confirmed from oneDNN's trace (docs/platform.md)."""
