@@ -75,7 +75,7 @@ if [ "${cpus%,*}" != "${cpus#*,}" ]; then
     done
     run 0 $B/exchange --mode hier --cpus $cpus --groups "${cpus%,*}/${cpus#*,}" --iters 200 --warmup 20 $T
     run $(rc_for waitpkg) $B/exchange --mode hier-umwait --cpus $cpus --iters 200 --warmup 20 $T
-    run $avx512 $B/exchange --mode rep --cpus $cpus --iters 200 --warmup 20 $T
+    run $avx2 $B/exchange --mode rep --cpus $cpus --iters 200 --warmup 20 $T
     run 0 $B/exchange --mode pingpong --cpus $cpus --iters 20 --warmup 2 --roundtrips 20 $T
 else
     echo "skip exchange: needs two online CPUs, have $(cat /sys/devices/system/cpu/online)"

@@ -21,6 +21,8 @@ static const char usage[] =
     "                            (a NOP where CPUID lacks CLDEMOTE; meta says which)\n"
     "                  rep:      per-NUMA-node replicas written with non-temporal stores, a\n"
     "                            dissemination barrier, readers read their node's replica\n"
+    "                            (64-byte stores with AVX-512, 2 x 32 bytes with AVX2;\n"
+    "                            meta nt_store says which)\n"
     "                  hier:     shared vector, hierarchical barrier: gather to each group's\n"
     "                            leader, dissemination among leaders, release per group\n"
     "                  hier-umwait: hier, waiting with UMONITOR/UMWAIT (needs waitpkg)\n"
@@ -57,6 +59,7 @@ static struct {
     /* all-to-all */
     uint64_t* vec[2]; /* diss/fid: shared vector per parity */
     uint64_t** rep[2]; /* rep: replica per node per parity */
+    bool nt64; /* rep: 64-byte AVX-512 non-temporal stores (else 2 x 32-byte AVX2) */
     int nnodes, node_of[SL_MAX_CPUS];
     padded* flags; /* dissemination: rounds x n */
     /* hier: groups of participants; group_of[i], leader = first member, members per group */
@@ -212,6 +215,19 @@ SL_TARGET_AVX512 static void write_slice_nt(uint64_t* v, size_t lo, size_t hi, u
     }
 }
 
+/* the same slice with two 32-byte non-temporal stores per line, where AVX-512 is missing
+ * (write-combining still fills the whole line before it leaves the core; meta says which) */
+SL_TARGET_AVX2 static void write_slice_nt32(uint64_t* v, size_t lo, size_t hi, uint64_t it)
+{
+    for (size_t l = lo; l < hi; l++) {
+        const __m256i base = _mm256_set1_epi64x((long long)word_value(it, l * 8));
+        _mm256_stream_si256((__m256i*)(void*)(v + l * 8),
+                            _mm256_add_epi64(base, _mm256_set_epi64x(3, 2, 1, 0)));
+        _mm256_stream_si256((__m256i*)(void*)(v + l * 8 + 4),
+                            _mm256_add_epi64(base, _mm256_set_epi64x(7, 6, 5, 4)));
+    }
+}
+
 static void* a2a_main(void* arg)
 {
     const int me = (int)(intptr_t)arg;
@@ -229,8 +245,12 @@ static void* a2a_main(void* arg)
         const int par = (int)(it & 1);
         /* write my slice */
         if (g.mode == M_REP) {
-            for (int nd = 0; nd < g.nnodes; nd++)
-                write_slice_nt(g.rep[par][nd], lo, hi, it);
+            for (int nd = 0; nd < g.nnodes; nd++) {
+                if (g.nt64)
+                    write_slice_nt(g.rep[par][nd], lo, hi, it);
+                else
+                    write_slice_nt32(g.rep[par][nd], lo, hi, it);
+            }
             _mm_sfence();
         } else {
             uint64_t* v = g.vec[par];
@@ -500,8 +520,11 @@ int main(int argc, char** argv)
         if (g.cpus.n < 2)
             sl_usage_error("--cpus: an exchange needs at least 2 participants");
         const char* why = "";
-        if (g.mode == M_REP && !sl_have_avx512(&why))
-            sl_unsupported("--mode rep uses AVX-512 non-temporal stores: %s", why);
+        if (g.mode == M_REP) {
+            g.nt64 = sl_have_avx512(&why);
+            if (!g.nt64 && !sl_have_avx2(&why))
+                sl_unsupported("--mode rep needs AVX-512 or AVX2 non-temporal stores: %s", why);
+        }
         if (g.mode == M_HIER_UMWAIT && !sl_have_waitpkg(&why))
             sl_unsupported("--mode hier-umwait: %s", why);
         g.iters = iters > 0 ? iters : 20000;
@@ -523,6 +546,8 @@ int main(int argc, char** argv)
     /* CPUID: fid-cld's CLDEMOTE is a NOP without it; hier-umwait needs waitpkg */
     sl_json_bool("cldemote_supported", sl_cpu_features()->cldemote);
     sl_json_bool("waitpkg_supported", sl_cpu_features()->waitpkg);
+    if (g.mode == M_REP)  /* 64-byte (AVX-512) or 2 x 32-byte (AVX2) non-temporal stores */
+        sl_json_str("nt_store", g.nt64 ? "nt64" : "nt32x2");
     if (is_hier(g.mode))
         sl_json_str("groups", groups_arg ? groups_arg : "numa-nodes");
     sl_json_int("page_size", 4096);

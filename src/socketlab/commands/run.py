@@ -36,7 +36,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="progress as JSON lines on stdout")
     parser.add_argument("--plain", action="store_true", help="plain log lines even on a TTY")
     add_results_argument(parser)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=_stoppable)
+
+
+class _Terminated(BaseException):  # not an Exception: no handler on the way may swallow it
+    pass
+
+
+def _stoppable(args: argparse.Namespace) -> int:
+    """`run` with SIGTERM as one line and exit 143 before the runs start too (loading,
+    facts, planning); while runs go, the runner's own handler stops them (socketlab.runner)."""
+    import signal
+
+    def terminated(*_: Any) -> None:
+        raise _Terminated()
+
+    old = signal.signal(signal.SIGTERM, terminated)
+    try:
+        return run(args)
+    except _Terminated:
+        print("orchestrate: stopped by SIGTERM before any run started", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def gather(spec, hosts) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
