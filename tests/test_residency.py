@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from socketlab.cpulist import parse_cpulist
+
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"
 COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
@@ -19,11 +21,7 @@ TIMEOUT = 120
 
 
 def online_cpus() -> list[int]:
-    out: list[int] = []
-    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
+    return parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
 
 
 def cache_bytes(level: int, cpu: int = 0) -> int:

@@ -175,26 +175,11 @@ def store_import(store: Any, path: Path, got: dict[str, Any], *, campaign: str,
                  placement: str = "unknown", host: str = "imported", repetition: int = 0,
                  baseline: str | None = None) -> list[Any]:
     """One stored run per benchmark (load level); returns them."""
-    from socketlab.serve.requests_store import save_requests
-    from socketlab.store import RunRecord
+    from socketlab.serve.vllm_import import store_imported_level
 
-    out = []
-    for lv in got["levels"]:
-        params = {"arm": arm, "placement": placement, "load": lv["label"]}
-        key = hashlib.sha256(json.dumps([campaign, experiment, host, params, repetition,
-                                         got["sha256"]]).encode()).hexdigest()
-        s = lv["summary"]
-        status = "ok" if s["completed"] and not s["failed"] else "failed"
-        reason = "" if status == "ok" else f"{s['failed']} of {s['num_prompts']} requests failed"
-        record = RunRecord(
-            run_key=key, campaign=campaign, experiment=experiment, host=host,
-            repetition=repetition, params=params, status=status, reason=reason,
-            raw_dir=str(path.resolve()),
-            extra={"arm": arm, "baseline": baseline, "imported_from": str(path),
-                   "sha256": got["sha256"], "load": lv["label"],
-                   "source_format": f"guidellm {got['version']}",
-                   "limitations": lv["limitations"]})
-        save_requests(Path(store.path), key, lv["label"], lv["records"])
-        store.add_run(record, lv["metrics"])
-        out.append(record)
-    return out
+    return [store_imported_level(
+        store, path, lv, campaign=campaign, experiment=experiment, host=host,
+        repetition=repetition, params={"arm": arm, "placement": placement, "load": lv["label"]},
+        file_sha256=got["sha256"],
+        extra={"arm": arm, "baseline": baseline, "source_format": f"guidellm {got['version']}"})
+        for lv in got["levels"]]

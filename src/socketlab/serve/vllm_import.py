@@ -173,30 +173,42 @@ def import_vllm(path: Path, load: str | None = None) -> dict[str, Any]:
             "model": doc.get("model_id"), "backend": doc.get("backend")}
 
 
-def store_import(store: Any, path: Path, *, campaign: str, experiment: str = "vllm-import",
-                 arm: str = "vllm", placement: str = "unknown", host: str = "imported",
-                 repetition: int = 0, load: str | None = None,
-                 baseline: str | None = None, got: dict[str, Any] | None = None) -> Any:
-    """Import a file as one stored run (key: hash of the file and the names); returns it.
-    ``got``: the file already read by ``import_vllm`` (so a bad file never creates a store)."""
+def store_imported_level(store: Any, path: Path, level: dict[str, Any], *, campaign: str,
+                         experiment: str, host: str, repetition: int, params: dict[str, Any],
+                         file_sha256: str, extra: dict[str, Any]) -> Any:
+    """Store one imported load level (a summary, its requests and metrics) as one run; its key
+    hashes the file and the names, so importing the same file twice adds nothing new.
+    Shared by the vLLM and guidellm importers."""
     from socketlab.serve.requests_store import save_requests
     from socketlab.store import RunRecord
 
-    got = got if got is not None else import_vllm(path, load)
-    params = {"arm": arm, "placement": placement}
     key = hashlib.sha256(json.dumps([campaign, experiment, host, params, repetition,
-                                     got["sha256"]]).encode()).hexdigest()
-    s = got["summary"]
+                                     file_sha256]).encode()).hexdigest()
+    s = level["summary"]
     status = "ok" if s["completed"] and not s["failed"] else "failed"
     reason = "" if status == "ok" else f"{s['failed']} of {s['num_prompts']} requests failed"
     record = RunRecord(
         run_key=key, campaign=campaign, experiment=experiment, host=host,
         repetition=repetition, params=params, status=status, reason=reason,
         raw_dir=str(path.resolve()),
-        extra={"arm": arm, "baseline": baseline, "imported_from": str(path),
-               "sha256": got["sha256"], "model": got["model"], "backend": got["backend"],
-               "load": got["label"], "source_format": f"vllm {got['layout']}",
-               "limitations": got["limitations"], "vllm_agreement": got["agreement"]})
-    save_requests(Path(store.path), key, got["label"], got["records"])
-    store.add_run(record, got["metrics"])
+        extra={"imported_from": str(path), "sha256": file_sha256, "load": level["label"],
+               "limitations": level["limitations"], **extra})
+    save_requests(Path(store.path), key, level["label"], level["records"])
+    store.add_run(record, level["metrics"])
     return record
+
+
+def store_import(store: Any, path: Path, *, campaign: str, experiment: str = "vllm-import",
+                 arm: str = "vllm", placement: str = "unknown", host: str = "imported",
+                 repetition: int = 0, load: str | None = None,
+                 baseline: str | None = None, got: dict[str, Any] | None = None) -> Any:
+    """Import a file as one stored run (key: hash of the file and the names); returns it.
+    ``got``: the file already read by ``import_vllm`` (so a bad file never creates a store)."""
+    got = got if got is not None else import_vllm(path, load)
+    return store_imported_level(
+        store, path, got, campaign=campaign, experiment=experiment, host=host,
+        repetition=repetition, params={"arm": arm, "placement": placement},
+        file_sha256=got["sha256"],
+        extra={"arm": arm, "baseline": baseline, "model": got["model"],
+               "backend": got["backend"], "source_format": f"vllm {got['layout']}",
+               "vllm_agreement": got["agreement"]})
