@@ -84,16 +84,23 @@ def netns_available() -> str | None:
     return None
 
 
+_POOLS_MADE = 0  # pools made by this process
+
+
 class SshHostPool:
     """Makes sshd test hosts; ``close()`` removes every one it made."""
 
     def __init__(self, workdir: Path | None = None) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="slab-ssh-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.tag = f"{os.getpid() % 100000}"
-        # 10.<a>.<b>.0/24 per pool, from the PID, away from 10.200.x used in docs.
+        # names and a 10.<a>.<b>.0/24 per pool, from the PID and the pool's number in this
+        # process (a test may make its own pool while the session's pool exists), away from
+        # 10.200.x used in docs
+        global _POOLS_MADE
+        k, _POOLS_MADE = _POOLS_MADE, _POOLS_MADE + 1
         pid = os.getpid()
-        self.net = (10, 64 + (pid >> 8) % 128, pid % 256)
+        self.tag = f"{pid % 100000}" + ("" if k == 0 else chr(ord("a") + k % 26))
+        self.net = (10, 64 + (pid >> 8) % 128, (pid + 101 * k) % 256)
         self.key = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.hosts: list[SshHost] = []
