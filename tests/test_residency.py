@@ -131,19 +131,23 @@ def test_held_fraction_drops_when_the_core_streams_dram(binary):
     guest other processes run on the same CPU between steps) and leaves them once every step
     streams two L3s of KV from DRAM on the same core. The held fractions are printed; the
     assertions use the DRAM share, which the TSC separates on every host (L2 and L3 hits are
-    one 10 ns TSC step apart on AMD guests, see held.c)."""
+    one 10 ns TSC step apart on AMD guests, see held.c). How much of the evicted slice reads
+    from DRAM rather than L3 depends on the L3's replacement policy: on the CI's AMD guest
+    (32 MiB L3) a slice that was hit every step kept 60-70% of its lines in L3 while 128 MiB
+    streamed past (DRAM share 0.28-0.39 in 6 of 6 tries), on Zen 3 here most of it left. So
+    the bound is a clear rise from <= 0.05 to >= 0.2, not a majority."""
     step = 2 * cache_bytes(3)
     for attempt in range(3):  # a measurement on a shared 2-vCPU guest: up to 3 tries, printed
         quiet = held(binary, "A", 5, "--steps", "300")
         loud = held(binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step",
                     str(step))
         print(f"try {attempt + 1}: L2/4 slice: A {quiet}; C (KV step {step} B) {loud}")
-        if min(r["dram"] for r in quiet) <= 0.05 and max(r["dram"] for r in loud) >= 0.5:
+        if min(r["dram"] for r in quiet) <= 0.05 and max(r["dram"] for r in loud) >= 0.2:
             break
     assert min(r["dram"] for r in quiet) <= 0.05
     # the held fraction itself is printed, not asserted: >= 0.99 on an idle core, but a clean
     # CI run on the shared guest once read 0.67 (L2 vs L3 hits are one TSC step apart here)
-    assert max(r["dram"] for r in loud) >= 0.5
+    assert max(r["dram"] for r in loud) >= 0.2
     assert max(r["held"] for r in quiet) > max(r["held"] for r in loud)
 
 
