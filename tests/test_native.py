@@ -243,28 +243,38 @@ def test_exchange_hier_umwait_needs_waitpkg(build):
 def test_ladder_avx512_bf16_compute(build):
     """Registers only: TFLOP/s total and per core, the core clock from an IMUL chain, and a rate
     a core can physically deliver (flops per core cycle between 16 and 256: one to four zmm
-    VDPBF16PS a cycle); the accumulators are checked against their closed form (exit 1)."""
+    VDPBF16PS a cycle); the accumulators are checked against their closed form (exit 1).
+    The rate is wall-clock: a thread descheduled on a shared 2-vCPU guest reads low (13-14
+    flops/cycle on Zen 4 at load average 7), so up to 3 runs, each printed; the upper bound,
+    which catches an overcount, holds for every run."""
     name, out = build
-    proc = run(out / "ladder", "--kernel", "avx512-bf16-compute", "--cpus", TWO,
-               "--seconds", "0.1", "--reps", "2")
-    assert proc.returncode == 0, proc.stderr
-    meta, metrics = parse_contract(proc.stdout, "ladder", name)
-    assert meta["kernel"] == "avx512-bf16-compute" and "flops" in meta["statistic"]
-    assert {"tflops_total", "tflops_per_core_mean", "tflops_per_core_min", "tflops_per_core_p50",
-            "tflops_per_core_max", "core_clock_mean", "core_clock_min"} == names(metrics)
-    assert not any(m["name"].startswith("bw_") for m in metrics)
-    for rep in (0, 1):
-        v = {m["name"]: m for m in metrics if m.get("rep") == rep}
-        assert v["tflops_per_core_min"]["value"] <= v["tflops_per_core_mean"]["value"] \
-            <= v["tflops_per_core_max"]["value"]
-        assert v["tflops_per_core_min"]["cpu"] in online_cpus()
-        assert v["tflops_total"]["unit"] == "TFLOP/s" and v["core_clock_mean"]["unit"] == "MHz"
-        # total over the span of all threads: at most the sum of the per-core rates
-        assert v["tflops_total"]["value"] <= 2 * v["tflops_per_core_max"]["value"] * 1.001
-        clock_hz = v["core_clock_min"]["value"] * 1e6
-        assert 300e6 < clock_hz < 7e9
-        flops_per_cycle = v["tflops_per_core_max"]["value"] * 1e12 / clock_hz
-        assert 16 <= flops_per_cycle <= 256, flops_per_cycle
+    for attempt in range(3):
+        proc = run(out / "ladder", "--kernel", "avx512-bf16-compute", "--cpus", TWO,
+                   "--seconds", "0.1", "--reps", "2")
+        assert proc.returncode == 0, proc.stderr
+        meta, metrics = parse_contract(proc.stdout, "ladder", name)
+        assert meta["kernel"] == "avx512-bf16-compute" and "flops" in meta["statistic"]
+        assert {"tflops_total", "tflops_per_core_mean", "tflops_per_core_min",
+                "tflops_per_core_p50", "tflops_per_core_max", "core_clock_mean",
+                "core_clock_min"} == names(metrics)
+        assert not any(m["name"].startswith("bw_") for m in metrics)
+        rates = []
+        for rep in (0, 1):
+            v = {m["name"]: m for m in metrics if m.get("rep") == rep}
+            assert v["tflops_per_core_min"]["value"] <= v["tflops_per_core_mean"]["value"] \
+                <= v["tflops_per_core_max"]["value"]
+            assert v["tflops_per_core_min"]["cpu"] in online_cpus()
+            assert v["tflops_total"]["unit"] == "TFLOP/s" and v["core_clock_mean"]["unit"] == "MHz"
+            # total over the span of all threads: at most the sum of the per-core rates
+            assert v["tflops_total"]["value"] <= 2 * v["tflops_per_core_max"]["value"] * 1.001
+            clock_hz = v["core_clock_min"]["value"] * 1e6
+            assert 300e6 < clock_hz < 7e9
+            rates.append(v["tflops_per_core_max"]["value"] * 1e12 / clock_hz)
+        print(f"try {attempt + 1}: flops per core cycle by rep {rates}")
+        assert max(rates) <= 256, rates
+        if max(rates) >= 16:
+            break
+    assert max(rates) >= 16, rates
     stats = {m["stat"] for m in metrics if m["name"] == "tflops_total"}
     assert stats == {"rep", "best", "median"}
 
@@ -465,7 +475,8 @@ def test_tilecfg_check_catches_the_old_loader(compiler, tmp_path):
     """Compiler-dependent, not host-dependent: tilecfg_check built with -DSL_TILECFG_LEGACY (the
     kernels load their config through the compiler's _tile_loadconfig, as before) must fail
     where that intrinsic lets the compiler drop the stores (gcc 12: colsb[] and rows[] of
-    gemv_amx_config and ladder_amx_config read 0x5a stack poison), and pass with clang-16."""
+    gemv_amx_config and ladder_amx_config are wrong: 0x5a stack poison or 0x00, by -march),
+    and pass with clang-16."""
     cc = COMPILERS[compiler]
     drops = compiler == "gcc" and gcc_tile_loadconfig_drops_stores()
     if compiler == "gcc" and not drops:
@@ -486,9 +497,12 @@ def test_tilecfg_check_catches_the_old_loader(compiler, tmp_path):
         return
     assert proc.returncode == 1, proc.stdout
     assert "self-check failed" in proc.stderr.splitlines()[-1]
+    # what the dropped stores leave depends on -march: stack poison 0x5a (AVX2: one 32-byte
+    # zeroing store) or 0x00 (AVX-512: one 64-byte store zeroes the whole config)
     for batch in (1, 4, 16):
         m = wrong[("gemv_amx_config", batch)]
-        assert m["value"] > 0 and "= 0x5a" in m["first_wrong"], m
+        print(f"gemv_amx_config B={batch}: {m['value']} wrong bytes, first {m['first_wrong']}")
+        assert m["value"] > 0 and re.search(r"\((colsb|rows)\[", m["first_wrong"]), m
 
 
 def test_one_tile_config_loader_for_every_amx_kernel():
