@@ -7,11 +7,13 @@ intrinsics) and, for --gemv amx, AMX; it reads batch row 0 only (`l2r_layer DIR 
 knobs as environment variables: L2R_CPUS, L2R_GEMV, L2R_BCAST, L2R_BARRIER, L2R_NOBCAST).
 
 Both run the same dump (row 0, B = 1), the same CPUs, GEMV path, exchange mode and barrier;
-each reports step p50/p99 over its steps minus the first 10 %. Ratio = ours / original (goal:
-<= 1.0).
+each reports step p50/p99 over its steps minus the first 10 %. On a shared host the two sides
+run interleaved, ours then the original, --repeats times per case (A B A B ...); a case's figure
+is the median of each side's p50 / p99 over the repeats and the median of the per-pair ratios
+ours p50 / original p50 (goal: <= 1.0). The load average is printed before and after.
 
 usage: layer_vs_original.py BUILD_DIR --original PATH --dump DIR [--cpus 0,1]
-                            [--gemv avx512|amx] [--steps N] [--modes direct,rep,...]
+                            [--gemv avx512|amx] [--steps N] [--repeats N] [--modes direct,...]
 Prints JSON lines, then a markdown table. Bad input: one line, exit 2."""
 
 from __future__ import annotations
@@ -19,12 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 ORIG_GEMV = {"avx512": "avx", "amx": "amx"}
 MODES = ("direct", "rep", "repcld", "repnt", "fid")
+# cases the original can't run, and why (ours runs them)
+ORIG_CANNOT = {
+    ("fid", "hier"): "hangs: its hier barrier waits for node_count x epoch arrivals, and fid "
+                     "advances the epoch at all 8 phases but waits at 1",
+}
 
 
 def fail(msg: str) -> None:
@@ -47,8 +55,12 @@ def ours(a, mode: str, bar: str, nobcast: bool) -> dict:
 def original(a, mode: str, bar: str, nobcast: bool) -> dict:
     env = dict(os.environ, L2R_CPUS=a.cpus, L2R_GEMV=ORIG_GEMV[a.gemv], L2R_BCAST=mode,
                L2R_BARRIER=bar, L2R_NOBCAST="1" if nobcast else "0")
-    proc = subprocess.run([a.original, a.dump, str(a.steps)], capture_output=True, text=True,
-                          timeout=900, env=env)
+    try:
+        proc = subprocess.run([a.original, a.dump, str(a.steps)], capture_output=True, text=True,
+                              timeout=900, env=env)
+    except subprocess.TimeoutExpired:
+        fail(f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode} L2R_BARRIER={bar}): no result "
+             "in 900 s")
     if proc.returncode != 0:
         fail(f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode}): exit {proc.returncode}: "
              f"{proc.stderr.strip()[-300:]}")
@@ -67,6 +79,7 @@ def main() -> None:
     ap.add_argument("--cpus", default="0,1")
     ap.add_argument("--gemv", default="avx512", choices=sorted(ORIG_GEMV))
     ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved pairs per case")
     ap.add_argument("--modes", default=",".join(MODES))
     a = ap.parse_args()
     if not os.access(a.original, os.X_OK):
@@ -75,25 +88,42 @@ def main() -> None:
         fail(f"--dump {a.dump}: no manifest.txt (make one with orchestrate layer-dump)")
     if not (Path(a.build) / "layer").is_file():
         fail(f"{a.build}/layer: not built (make -C native BUILD=...)")
+    if a.repeats < 1 or a.steps < 10:
+        fail(f"--repeats {a.repeats} / --steps {a.steps}: expected >= 1 / >= 10")
     modes = a.modes.split(",")
     bad = [m for m in modes if m not in MODES]
     if bad:
         fail(f"--modes: unknown {bad[0]!r}, expected some of {','.join(MODES)}")
     rows = []
+    load0 = os.getloadavg()
     cases = [("direct", "diss", True)] + [(m, b, False) for m in modes for b in ("diss", "hier")]
+    med = statistics.median
     for mode, bar, nob in cases:
-        o, r = ours(a, mode, bar, nob), original(a, mode, bar, nob)
-        rows.append({"mode": "nobcast" if nob else mode, "barrier": bar, "gemv": a.gemv,
-                     "cpus": a.cpus, "ours_p50_us": o["p50"], "ours_p99_us": o["p99"],
-                     "orig_p50_us": r["p50"], "orig_p99_us": r["p99"],
-                     "ratio_p50": o["p50"] / r["p50"]})
+        cannot = ORIG_CANNOT.get((mode, bar))
+        pairs = [(ours(a, mode, bar, nob), None if cannot else original(a, mode, bar, nob))
+                 for _ in range(a.repeats)]
+        row = {"mode": "nobcast" if nob else mode, "barrier": bar, "gemv": a.gemv,
+               "cpus": a.cpus, "dump": a.dump, "repeats": a.repeats,
+               "ours_p50_us": med(o["p50"] for o, _ in pairs),
+               "ours_p99_us": med(o["p99"] for o, _ in pairs)}
+        if cannot:
+            row["original"] = cannot
+        else:
+            row.update({"orig_p50_us": med(r["p50"] for _, r in pairs),
+                        "orig_p99_us": med(r["p99"] for _, r in pairs),
+                        "ratio_p50": med(o["p50"] / r["p50"] for o, r in pairs),
+                        "ratios_p50": [round(o["p50"] / r["p50"], 3) for o, r in pairs]})
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    load1 = os.getloadavg()
+    print(json.dumps({"loadavg_before": load0, "loadavg_after": load1}))
+    print("\n| mode / barrier | ours p50 / p99 | original p50 / p99 | ours / original (p50, median"
+          " of pairs) |\n|---|---|---|---|")
     for r in rows:
-        print(json.dumps(r))
-    print("\n| mode / barrier | ours p50 / p99 | original p50 / p99 | ours / original (p50) |\n"
-          "|---|---|---|---|")
-    for r in rows:
+        orig, ratio = (f"{r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us",
+                       f"{r['ratio_p50']:.2f}") if "ratio_p50" in r else (r["original"], "-")
         print(f"| {r['mode']}/{r['barrier']} | {r['ours_p50_us']:.1f} / {r['ours_p99_us']:.1f} us"
-              f" | {r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us | {r['ratio_p50']:.2f} |")
+              f" | {orig} | {ratio} |")
 
 
 if __name__ == "__main__":

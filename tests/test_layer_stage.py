@@ -260,6 +260,23 @@ def test_avx512_path_or_exit_3(build, tiny):
         assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("batch", [1, 4, 16])
+@pytest.mark.parametrize("mode", MODES)
+def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mode):
+    """Host-dependent: the real VDPBF16PS path (fid with one 64-byte non-temporal store per
+    line) in every exchange mode where the CPU has AVX-512 BF16, else exit 3."""
+    proc = run(build / "layer", "--gemv", "avx512", "--dump", str(tiny), "--batch", str(batch),
+               "--cpus", CPUS[workers], "--xchg", mode, "--steps", "6", "--kv-tile-kib", "8")
+    if not HAS_AVX512_BF16:
+        assert proc.returncode == 3 and "not available on this host" in proc.stderr
+        return
+    meta = assert_gate_passed(proc, batch)
+    assert meta["avx512_emulated"] is False and meta["xchg"] == mode
+    if mode == "fid":
+        assert meta["fid_store"] == "nt64"
+
+
 def test_real_amx_path_or_exit_3(build, tiny):
     """Host-dependent: the real (not emulated) AMX path where the CPU has AMX, else exit 3."""
     proc = run(build / "layer", "--gemv", "amx", "--dump", str(tiny), "--batch", "16",

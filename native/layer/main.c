@@ -100,9 +100,16 @@ static struct {
 /* ---- small math, as ref_layer.py ---- */
 static void rms_norm(float* y, const float* x, int n, const float* w, double eps)
 {
-    double s = 0;
-    for (int i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
+    /* 8 independent double sums: one chain of dependent adds costs ~4 cycles per element (an
+     * estimated ~15 us of redundant norms per E2B step on every worker) */
+    double p[8] = { 0 };
+    int k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int j = 0; j < 8; j++)
+            p[j] += (double)x[k + j] * x[k + j];
+    for (; k < n; k++)
+        p[0] += (double)x[k] * x[k];
+    const double s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
     const float r = (float)(1.0 / sqrt(s / n + eps));
     for (int i = 0; i < n; i++)
         y[i] = w ? x[i] * r * w[i] : x[i] * r;
@@ -381,6 +388,47 @@ static void pack_rows(float* pub, const float* y, int ldy, int rows)
         memmove(pub + (size_t)b * rows, y + (size_t)b * ldy, sizeof(float) * (size_t)rows);
 }
 
+/* the phases whose GEMV output is exchanged as it is (q, k, v, o, down, ple proj): this
+ * worker's rows of matrix m, captured at boundary bnd and published as vector v */
+static void gemv_publish(scratch* sc, worker* w, int m, const uint16_t* x, int ldy, int bnd, int v,
+                         int s, uint32_t tag)
+{
+    const int rows = w->r1[m] - w->r0[m];
+    gemv_timed(sc, m, w, x, sc->y, ldy);
+    pack_rows(sc->pub, sc->y, ldy, rows);
+    for (int b = 0; b < g.batch; b++)
+        capture(s, bnd, b, w->r0[m], sc->pub + (size_t)b * rows, rows);
+    publish(sc, w, v, sc->pub, tag);
+}
+
+/* the gated phases (gate/up -> act, ple gate -> pact): act = gelu_tanh(y) * mul per row b
+ * (mul[b]: this worker's rows), captured (y at bnd_y, act at bnd_act) and published as bf16 */
+static void gelu_publish(scratch* sc, worker* w, int m, const float* y, int ldy,
+                         const float* const* mul, int bnd_y, int bnd_act, int v, int s,
+                         uint32_t tag)
+{
+    const int rows = w->r1[m] - w->r0[m];
+    for (int b = 0; b < g.batch; b++) {
+        float* act = sc->pub + (size_t)b * rows;
+        const float* yb = y + (size_t)b * ldy;
+        for (int i = 0; i < rows; i++)
+            act[i] = gelu_tanh(yb[i]) * mul[b][i];
+        capture(s, bnd_y, b, w->r0[m], yb, rows);
+        capture(s, bnd_act, b, w->r0[m], act, rows);
+    }
+    to_bf16(sc->pubh, sc->pub, (size_t)g.batch * rows);
+    publish(sc, w, v, sc->pubh, tag);
+}
+
+/* a residual block's end, per row: h = base + rms_norm(x, wn) */
+static void residual(float* h, const float* base, const float* x, int n, const float* wn,
+                     double eps)
+{
+    rms_norm(h, x, n, wn, eps);
+    for (int i = 0; i < n; i++)
+        h[i] += base[i];
+}
+
 static void* worker_main(void* arg)
 {
     worker* w = arg;
@@ -476,7 +524,6 @@ static void* worker_main(void* arg)
         const int par = s & 1;
         const uint64_t t_start = sl_rdtsc();
         uint64_t prev = t_start;
-        int rows, m;
         /* 0: qkv */
         for (int b = 0; b < B; b++) {
             rms_norm(tmpv, d->row[b].x_in, H, d->w_in, d->eps);
@@ -485,15 +532,8 @@ static void* worker_main(void* arg)
             to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
         }
         const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V }, qkvv[3] = { V_Q, V_K, V_V };
-        for (int i = 0; i < 3; i++) {
-            m = qkv[i];
-            rows = w->r1[m] - w->r0[m];
-            gemv_timed(&sc, m, w, sc.xb, sc.y, ldy);
-            pack_rows(sc.pub, sc.y, ldy, rows);
-            for (int b = 0; b < B; b++)
-                capture(s, qkvb[i], b, w->r0[m], sc.pub + (size_t)b * rows, rows);
-            publish(&sc, w, qkvv[i], sc.pub, tag);
-        }
+        for (int i = 0; i < 3; i++)
+            gemv_publish(&sc, w, qkv[i], sc.xb, ldy, qkvb[i], qkvv[i], s, tag);
         BARRIER(0);
         /* 1: attention (norms and RoPE redundantly on every worker) */
         const float* q = gather(&sc, w, V_Q, s, tag);
@@ -567,21 +607,13 @@ static void* worker_main(void* arg)
         BARRIER(2);
         /* 3: o */
         const uint16_t* attn = gather(&sc, w, V_ATTN, s, tag);
-        m = M_O;
-        rows = w->r1[m] - w->r0[m];
-        gemv_timed(&sc, m, w, attn, sc.y, ldy);
-        pack_rows(sc.pub, sc.y, ldy, rows);
-        for (int b = 0; b < B; b++)
-            capture(s, B_O, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
-        publish(&sc, w, V_O, sc.pub, tag);
+        gemv_publish(&sc, w, M_O, attn, ldy, B_O, V_O, s, tag);
         BARRIER(3);
         /* 4: gate, up, act */
         const float* o = gather(&sc, w, V_O, s, tag);
         for (int b = 0; b < B; b++) {
             float* h1 = sc.h1 + (size_t)b * H;
-            rms_norm(tmpv, o + (size_t)b * H, H, d->w_pa, d->eps);
-            for (int i = 0; i < H; i++)
-                h1[i] = d->row[b].x_in[i] + tmpv[i];
+            residual(h1, d->row[b].x_in, o + (size_t)b * H, H, d->w_pa, d->eps);
             rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
             if (w->id == 0) {
                 capture(s, B_H1, b, 0, h1, H);
@@ -589,65 +621,38 @@ static void* worker_main(void* arg)
             }
             to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
         }
-        rows = w->r1[M_GATE] - w->r0[M_GATE];
         float* yg = sc.y;
         float* yu = sc.y + (size_t)B * ldy;
         gemv_timed(&sc, M_GATE, w, sc.xb, yg, ldy);
         gemv_timed(&sc, M_UP, w, sc.xb, yu, ldy);
+        const float* mul[L_MAX_BATCH];
         for (int b = 0; b < B; b++) {
-            float* act = sc.pub + (size_t)b * rows;
-            for (int i = 0; i < rows; i++)
-                act[i] = gelu_tanh(yg[(size_t)b * ldy + i]) * yu[(size_t)b * ldy + i];
-            capture(s, B_GATE, b, w->r0[M_GATE], yg + (size_t)b * ldy, rows);
-            capture(s, B_UP, b, w->r0[M_GATE], yu + (size_t)b * ldy, rows);
-            capture(s, B_ACT, b, w->r0[M_GATE], act, rows);
+            capture(s, B_UP, b, w->r0[M_GATE], yu + (size_t)b * ldy, w->r1[M_GATE] - w->r0[M_GATE]);
+            mul[b] = yu + (size_t)b * ldy;
         }
-        to_bf16(sc.pubh, sc.pub, (size_t)B * rows);
-        publish(&sc, w, V_ACT, sc.pubh, tag);
+        gelu_publish(&sc, w, M_GATE, yg, ldy, mul, B_GATE, B_ACT, V_ACT, s, tag);
         BARRIER(4);
         /* 5: down */
         const uint16_t* act = gather(&sc, w, V_ACT, s, tag);
-        m = M_DOWN;
-        rows = w->r1[m] - w->r0[m];
-        gemv_timed(&sc, m, w, act, sc.y, ldy);
-        pack_rows(sc.pub, sc.y, ldy, rows);
-        for (int b = 0; b < B; b++)
-            capture(s, B_DOWN, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
-        publish(&sc, w, V_DOWN, sc.pub, tag);
+        gemv_publish(&sc, w, M_DOWN, act, ldy, B_DOWN, V_DOWN, s, tag);
         BARRIER(5);
         /* 6: ple gate */
         const float* down = gather(&sc, w, V_DOWN, s, tag);
         for (int b = 0; b < B; b++) {
             float* h2 = sc.h2 + (size_t)b * H;
-            rms_norm(tmpv, down + (size_t)b * H, H, d->w_postffn, d->eps);
-            for (int i = 0; i < H; i++)
-                h2[i] = sc.h1[(size_t)b * H + i] + tmpv[i];
+            residual(h2, sc.h1 + (size_t)b * H, down + (size_t)b * H, H, d->w_postffn, d->eps);
             if (w->id == 0)
                 capture(s, B_H2, b, 0, h2, H);
             to_bf16(sc.xb + (size_t)b * H, h2, (size_t)H);
         }
-        m = M_PG;
-        rows = w->r1[m] - w->r0[m];
-        gemv_timed(&sc, m, w, sc.xb, sc.y, ldy);
-        for (int b = 0; b < B; b++) {
-            float* pact = sc.pub + (size_t)b * rows;
-            for (int i = 0; i < rows; i++)
-                pact[i] = gelu_tanh(sc.y[(size_t)b * ldy + i]) * d->row[b].pli[w->r0[m] + i];
-            capture(s, B_PG, b, w->r0[m], sc.y + (size_t)b * ldy, rows);
-            capture(s, B_PACT, b, w->r0[m], pact, rows);
-        }
-        to_bf16(sc.pubh, sc.pub, (size_t)B * rows);
-        publish(&sc, w, V_PACT, sc.pubh, tag);
+        gemv_timed(&sc, M_PG, w, sc.xb, sc.y, ldy);
+        for (int b = 0; b < B; b++)
+            mul[b] = d->row[b].pli + w->r0[M_PG];
+        gelu_publish(&sc, w, M_PG, sc.y, ldy, mul, B_PG, B_PACT, V_PACT, s, tag);
         BARRIER(6);
         /* 7: ple proj */
         const uint16_t* pact = gather(&sc, w, V_PACT, s, tag);
-        m = M_PP;
-        rows = w->r1[m] - w->r0[m];
-        gemv_timed(&sc, m, w, pact, sc.y, ldy);
-        pack_rows(sc.pub, sc.y, ldy, rows);
-        for (int b = 0; b < B; b++)
-            capture(s, B_PP, b, w->r0[m], sc.pub + (size_t)b * rows, rows);
-        publish(&sc, w, V_PP, sc.pub, tag);
+        gemv_publish(&sc, w, M_PP, pact, ldy, B_PP, V_PP, s, tag);
         BARRIER(7);
         /* the layer's output (the next layer's input), on every worker */
         const float* pp = gather(&sc, w, V_PP, s, tag);
