@@ -302,3 +302,35 @@ def test_points_file_bad_input_is_one_line(tmp_path):
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and want in proc.stderr, proc.stderr
+
+
+def test_elem_term_counts_the_stages_vector_and_gelu_work(tmp_path):
+    """The non-GEMV term (issue 13, on-host 10%): per batch row, every core does the norms,
+    residuals and head norms / RoPE on whole vectors (8 H + QD + 2 KD for a Gemma-4 layer with
+    PLE), the combine over QD / cores elements and the gelus over (I + P) / cores. E2B L0:
+    H 1,536, 8 q heads x 256, 1 KV head, I 6,144, P 256. The seed's constants have no element
+    costs, so the published predictions do not move; a constants file may give them."""
+    e2b = u("gemma4-e2b")
+    h, qd, kd, inter, ple = 1536, 8 * 256, 256, 6144, 256
+    for cores, b in ((1, 1), (4, 16), (90, 16)):
+        bud = Budget(cores=cores, batch=b)
+        vec = layer_stage(e2b, 0, bud, C.replace(elem_ns=1.0))
+        assert vec.elem_us == pytest.approx(b * (8 * h + qd + 2 * kd + qd / cores) / 1e3)
+        gel = layer_stage(e2b, 0, bud, C.replace(gelu_ns=1.0))
+        assert gel.elem_us == pytest.approx(b * (inter + ple) / cores / 1e3)
+        both = layer_stage(e2b, 0, bud, C.replace(elem_ns=2.0, gelu_ns=20.0))
+        assert both.elem_us == pytest.approx(2 * vec.elem_us + 20 * gel.elem_us)
+        assert both.total_us == pytest.approx(layer_stage(e2b, 0, bud, C).total_us
+                                              + both.elem_us)
+    assert layer_stage(e2b, 0, Budget(), C).elem_us == 0 and C.elem_ns == C.gelu_ns == 0
+    # under TP the heads' and the FFN rows' share splits with the degree; the norms do not
+    tp = plan(u("gemma4-31b"), Budget(bytes_per_core=KIB14, split="tp"),
+              C.replace(elem_ns=1.0, gelu_ns=1.0))
+    st = next(s for s in tp.stages if s.label.startswith("L0 tp"))
+    whole = layer_stage(u("gemma4-31b"), 0, Budget(), C.replace(elem_ns=1.0, gelu_ns=1.0))
+    assert 0 < st.pred.elem_us < whole.elem_us
+    f = tmp_path / "c.yaml"
+    f.write_text(SEED.read_text() + "elem_ns: {value: 2.5, source: test}\n"
+                 "gelu_ns: {value: 21, source: test}\n")
+    got = load_constants(f)
+    assert (got.elem_ns, got.gelu_ns) == (2.5, 21.0) and got.provenance["gelu_ns"] == "test"

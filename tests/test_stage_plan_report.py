@@ -20,7 +20,12 @@ import yaml
 
 from socketlab.paths import EXPERIMENTS
 from socketlab.plan.stage import Budget, layer_stage
-from socketlab.plan.stage_constants import SEED, constants_from_store, load_constants
+from socketlab.plan.stage_constants import (
+    SEED,
+    constants_from_store,
+    load_constants,
+    stored_runs,
+)
 from socketlab.plan.stage_model import layer_model, units
 from socketlab.report.compare import compare
 from socketlab.report.planner import planner_markdown, stage_verdicts
@@ -219,6 +224,63 @@ def test_stage_next_to_its_prediction_from_the_same_hosts_constants(layer_build,
     md = planner_markdown(res, "c", ["localhost"])
     print(md)
     assert "| localhost | layer-x | tiny | 31 | 1 | 1 |" in md
+
+
+def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(layer_build,
+                                                                               tmp_path):
+    """The non-GEMV term's constants (elem_ns, gelu_ns) are read from real `layer --slice`
+    runs' per-phase timers, of a shape other than the one predicted: with tiny and tiny-full
+    sliced, predicting tiny takes tiny-full's run and vice versa. Where they are found, the
+    GEMV rate is the weight phases' GEMV p50s alone (else, as before, the step less attention,
+    which absorbs the non-GEMV work). A gelu (tanhf) costs more than a norm's element."""
+    from socketlab.plan.stage_constants import measured_constants
+
+    res = tmp_path / "results"
+    layer = str(layer_build / "layer")
+    for shape in ("tiny", "tiny-full"):
+        dump = tmp_path / shape
+        subprocess.run([ORCH, "layer-dump", shape, "--context", "100", "--batch", "1", "--seed",
+                        "1", "--out", str(dump), "--quiet"], check=True, timeout=300)
+        _store_run(res, "c", f"slice-{shape}", [layer, "--dump", str(dump), "--cpus", "0",
+                                                "--slice", "0/1", "--steps", "60"])
+        if shape == "tiny":  # one shape only: no element costs, the absorbing GEMV rate
+            alone = measured_constants("localhost", results=res, exclude_shape="tiny")
+            assert "elem_ns" not in alone
+            step, att, nbytes = _slice_figures(res, "slice-tiny")
+            assert alone["gemv_gbps_per_core"].value == pytest.approx(
+                nbytes / ((step - att) * 1e3))
+    keys = {r["experiment"]: r["key"] for r in stored_runs(res, "localhost")}
+    for shape, other in (("tiny", "tiny-full"), ("tiny-full", "tiny")):
+        m = measured_constants("localhost", results=res, exclude_shape=shape)
+        print(shape, {k: (round(v.value, 3), v.detail) for k, v in m.items()})
+        assert m["elem_ns"].run_keys == (keys[f"slice-{other}"],)
+        assert 0 < m["elem_ns"].value < m["gelu_ns"].value
+        assert other in m["gelu_ns"].detail
+    # the GEMV rate of tiny's own slice (nearest bytes per core): its kernel time alone
+    m = measured_constants("localhost", results=res, exclude_shape="tiny",
+                           bytes_per_core=sum(x.bytes for x in units(layer_model("tiny"))))
+    kernel_us, nbytes = _slice_gemv(res, "slice-tiny")
+    assert m["gemv_gbps_per_core"].value == pytest.approx(nbytes / (kernel_us * 1e3))
+
+
+def _slice_metrics(res: Path, experiment: str) -> list[tuple[str, float, dict]]:
+    [r] = [r for r in stored_runs(res, "localhost") if r["experiment"] == experiment]
+    return r["metrics"]
+
+
+def _slice_figures(res: Path, experiment: str) -> tuple[float, float, float]:
+    ms = _slice_metrics(res, experiment)
+    step = next(v for n, v, _ in ms if n == "step_p50")
+    att = sum(v for n, v, d in ms if n == "phase_gemv_p50"
+              and d["phase"] in ("attention", "combine"))
+    return step, att, sum(v for n, v, _ in ms if n == "phase_weight_bytes")
+
+
+def _slice_gemv(res: Path, experiment: str) -> tuple[float, float]:
+    ms = _slice_metrics(res, experiment)
+    us = sum(v for n, v, d in ms if n == "phase_gemv_p50"
+             and d["phase"] not in ("attention", "combine"))
+    return us, sum(v for n, v, _ in ms if n == "phase_weight_bytes")
 
 
 @pytest.fixture(autouse=True)

@@ -191,17 +191,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"constants ({c.host or 'file'}; kernel {c.kernel or '-'}): GEMV "
           f"{c.gemv_gbps_per_core:.4g} GB/s/core, exchange {c.exchange_us:.4g} µs, KV "
           f"{c.kv_gbps:.4g} GB/s, all-gather {c.act_gbps:.4g} GB/s/core, hop {c.hop_us:g} µs, "
-          f"all-reduce {c.allreduce_us:g} µs")
+          f"all-reduce {c.allreduce_us:g} µs"
+          + (f", elements {c.elem_ns:.3g} ns, gelu {c.gelu_ns:.3g} ns"
+             if c.elem_ns or c.gelu_ns else ""))
     for k, v in c.provenance.items():
         print(f"  {k}: {v}")
     if args.stages:
-        print("| stage | sockets | KiB/core | fill | gemv | sync | kv | act | allreduce | total µs |")
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| stage | sockets | KiB/core | fill | gemv | sync | kv | act | allreduce | elem | "
+              "total µs |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for st in pl.stages:
             t = st.pred
             print(f"| {st.label} | {st.sockets} | {st.bytes_per_core / 1024:,.0f} | "
                   f"{st.fill:.2f} | {t.gemv_us:.1f} | {t.sync_us:.1f} | {t.kv_us:.1f} | "
-                  f"{t.act_us:.1f} | {t.allreduce_us:.1f} | {t.total_us:.1f} |")
+                  f"{t.act_us:.1f} | {t.allreduce_us:.1f} | {t.elem_us:.1f} | "
+                  f"{t.total_us:.1f} |")
     print("| model | B | ctx | stages | sockets | layers/stage | bottleneck µs | token latency ms "
           "| tok/s (seqs in flight) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
@@ -295,7 +299,8 @@ def _layer(args, model, us, budget, c) -> int:
         return 0
     print(f"{model.name} layer {args.layer} alone on {budget.cores} cores, B={budget.batch}, "
           f"ctx {budget.context}: {pred.total_us:.1f} µs (gemv {pred.gemv_us:.1f}, sync "
-          f"{pred.sync_us:.1f}, kv {pred.kv_us:.1f}, act {pred.act_us:.1f}); the published "
+          f"{pred.sync_us:.1f}, kv {pred.kv_us:.1f}, act {pred.act_us:.1f}, elem "
+          f"{pred.elem_us:.1f}); the published "
           f"check's form (B=1 KV): {check:.1f} µs")
     return 0
 

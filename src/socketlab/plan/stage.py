@@ -13,6 +13,8 @@ Time per stage, each term kept apart so a prediction can be checked term by term
     kv        = KV bytes read per step / KV rate              (B sequences, window or context)
     act       = (B - 1) x activation bytes each core gathers per row / all-gather rate
     allreduce = cross-socket all-reduces x all-reduce cost    (tensor parallelism, LM head)
+    elem      = B x (vector elements per core x elem cost + gelu elements per core x gelu cost)
+                (norms, RoPE, residual adds, the combine, the activations: the non-GEMV work)
 
 Packing: units go into sockets in order under `cores x budget` bytes; a splittable unit (FFN
 rows; the PLE projection; the LM head) fills the open socket down to `min_rows_per_core x
@@ -32,7 +34,7 @@ from socketlab.errors import PlanError
 KINDS = ("ple_proj", "attn", "ffn", "ple", "router", "experts", "head")
 SPLITS = ("tp", "pipe")
 TIERS = ("l2", "l3")
-TERMS = ("gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us")
+TERMS = ("gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us", "elem_us")
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,13 @@ class Unit:
     act_out: int = 0  #: the part of act_fixed that is the layer's output (a pipeline stage
     #: gathers it; the single-layer stage that native/layer runs does not)
     top_k: int = 0  #: experts: experts chosen per token
+    # non-GEMV element work per batch row (the elem term; 0 where not modelled: router, experts,
+    # head): norms, residual adds and bf16 casts every core does on the whole vector ...
+    elem_fixed: int = 0
+    elem_heads: int = 0  #: ... per-head q/k/v norms and RoPE (split with the heads under TP)
+    elem_split: int = 0  #: ... work split over the cores (the attention combine)
+    gelu_split: int = 0  #: gelu'd elements split over the cores, not with the rows (PLE gate)
+    gelu_per_row: int = 0  #: gelu'd elements per split row (FFN: gelu(gate) x up)
 
     @property
     def bytes(self) -> int:
@@ -89,6 +98,8 @@ class Constants:
     act_gbps: float  #: per-core all-gather GB/s of one batch row's activations
     hop_us: float = 5.0  #: one pipeline hop between sockets (assumed, not measured)
     allreduce_us: float = 10.0  #: one cross-socket all-reduce (assumed, not measured)
+    elem_ns: float = 0.0  #: one vector element of a norm / RoPE / residual / combine (0: absent)
+    gelu_ns: float = 0.0  #: one gelu'd activation element (0: absent)
     gemv_l3_gbps_per_core: float | None = None  #: GEMV from L3 (experts in L2 + L3)
     host: str = ""
     kernel: str = ""
@@ -126,6 +137,8 @@ class Load:
     kv_bytes: int = 0
     act_bytes: int = 0  #: gathered per core per batch row
     tier: str = "l2"
+    elems: float = 0.0  #: vector elements per core per batch row (norms, RoPE, combine)
+    gelus: float = 0.0  #: gelu'd elements per core per batch row
 
 
 @dataclass(frozen=True)
@@ -135,10 +148,12 @@ class Prediction:
     kv_us: float
     act_us: float
     allreduce_us: float
+    elem_us: float = 0.0
 
     @property
     def total_us(self) -> float:
-        return self.gemv_us + self.sync_us + self.kv_us + self.act_us + self.allreduce_us
+        return (self.gemv_us + self.sync_us + self.kv_us + self.act_us + self.allreduce_us
+                + self.elem_us)
 
     @property
     def onsocket_us(self) -> float:
@@ -195,19 +210,25 @@ def predict(load: Load, budget: Budget, c: Constants) -> tuple[int, Prediction]:
         kv_us=load.kv_bytes / (c.kv_gbps * 1e3),
         act_us=max(budget.batch - 1, 0) * load.act_bytes / (c.act_gbps * 1e3),
         allreduce_us=load.allreduces * c.allreduce_us,
+        elem_us=budget.batch * (load.elems * c.elem_ns + load.gelus * c.gelu_ns) / 1e3,
     )
 
 
 def stage_load(units: list[Unit], pieces: list[Piece], budget: Budget) -> Load:
     """A single socket holding whole units and row pieces."""
     nbytes = exchanges = kv = act = 0
+    elems = gelus = 0.0
     for p in pieces:
         u = units[p.unit]
         nbytes += p.bytes
         exchanges += u.exchanges
         act += u.act_fixed + u.act_split + u.act_per_row * (p.row1 - p.row0 if u.rows else 0)
         kv += _kv(u, budget, u.kv_row_bytes)
-    return Load(bytes=nbytes, exchanges=exchanges, kv_bytes=kv, act_bytes=act)
+        elems += u.elem_fixed + u.elem_heads + u.elem_split / budget.cores
+        gelus += (u.gelu_split + u.gelu_per_row * (p.row1 - p.row0 if u.rows else 0)) \
+            / budget.cores
+    return Load(bytes=nbytes, exchanges=exchanges, kv_bytes=kv, act_bytes=act, elems=elems,
+                gelus=gelus)
 
 
 def _kv(u: Unit, budget: Budget, row_bytes: int) -> int:
@@ -231,10 +252,15 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
     whole q heads with their KV heads (a KV head replicated when S exceeds the KV heads), a
     block of FFN rows (a multiple of the tile rows), everything else whole on every socket."""
     nbytes = exchanges = kv = act = 0
+    elems = gelus = 0.0
     for i in idx:
         u = units[i]
         exchanges += u.exchanges
         act += u.act_fixed
+        # attention's heads and the FFN's rows split S ways; everything else whole on each
+        k = s if u.kind in ("attn", "ffn") else 1
+        elems += u.elem_fixed + (u.elem_heads + u.elem_split / budget.cores) / k
+        gelus += (u.gelu_split + u.gelu_per_row * u.rows) / k / budget.cores
         if u.kind == "attn":
             if u.heads % s or (u.kv_heads and u.kv_heads % s and s % u.kv_heads):
                 return None
@@ -255,7 +281,7 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
             nbytes += u.bytes
             act += u.act_split + u.act_per_row * u.rows
     return Load(bytes=nbytes, exchanges=exchanges, allreduces=2 if s > 1 else 0, kv_bytes=kv,
-                act_bytes=act)
+                act_bytes=act, elems=elems, gelus=gelus)
 
 
 class _Packer:

@@ -10,7 +10,8 @@ runs stored ok:
 
 | constant | runs (binary) | metric |
 |---|---|---|
-| gemv_gbps_per_core | `layer --slice` (the workers' shares, no barriers) | sum of phase_weight_bytes / (step_p50 - attention's phase_gemv_p50) |
+| gemv_gbps_per_core | `layer --slice` (the workers' shares, no barriers) | sum of phase_weight_bytes / sum of the weight phases' phase_gemv_p50 (the kernel alone); without elem_ns: / (step_p50 - attention's phase_gemv_p50) |
+| elem_ns, gelu_ns | `layer --slice` of other shapes than the one predicted | (phase_compute - phase_gemv) of qkv, attention, combine per vector element; of gateup and ple_gate, less their norms, per gelu'd element |
 | exchange_us | `exchange` over >= 2 participants at the 2,560 B vector | latency_p50 (mode given, or the fastest) |
 | act_gbps | `exchange` at a larger vector, same mode and participants | (bytes - 2,560) / (latency_p50 difference) |
 | kv_gbps | `layer --slice --ctx N` at two contexts (experiment kv-attn: the stage's own attention), else `kvstream`, else a `ladder` run of experiment `kv-read` | KV bytes / attention p50, both as differences; kv_bw; bw_total (the largest context measured) |
@@ -21,6 +22,7 @@ A host with none of them is one line naming the experiment to run.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,13 +31,13 @@ from typing import Any
 import yaml
 
 from socketlab import paths
-from socketlab.errors import SpecError, StoreError
+from socketlab.errors import SocketlabError, SpecError, StoreError
 from socketlab.plan.stage import Constants
 
 CONSTANTS_DIR = paths.EXPERIMENTS / "models" / "constants"
 SEED = CONSTANTS_DIR / "seed-oct-2026.yaml"
 NUMERIC = ("gemv_gbps_per_core", "exchange_us", "kv_gbps", "act_gbps", "hop_us", "allreduce_us",
-           "gemv_l3_gbps_per_core")
+           "gemv_l3_gbps_per_core", "elem_ns", "gelu_ns")
 REQUIRED = NUMERIC[:4]
 BASE_BYTES = 2560
 #: what to run when the store has nothing for a constant
@@ -92,12 +94,13 @@ def _runs(results: Path, host: str) -> list[dict[str, Any]]:
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
             con.row_factory = sqlite3.Row
-            runs = con.execute("SELECT run_key, experiment, params, argv FROM runs "
+            runs = con.execute("SELECT run_key, experiment, params, argv, repetition FROM runs "
                                "WHERE host = ? AND status = 'ok'", (host,)).fetchall()
             for r in runs:
                 ms = con.execute("SELECT name, value, dims FROM metrics WHERE run_key = ?",
                                  (r["run_key"],)).fetchall()
                 out.append({"key": r["run_key"], "experiment": r["experiment"],
+                            "repetition": r["repetition"],
                             "campaign": db.parent.name,
                             "params": json.loads(r["params"]), "argv": json.loads(r["argv"]),
                             "metrics": [(m["name"], m["value"], json.loads(m["dims"]))
@@ -146,27 +149,48 @@ def _arg(run: dict, flag: str) -> str | None:
 def measured_constants(host: str, *, results: Path | None = None, kernel: str = "avx2",
                        mode: str | None = None,
                        bytes_per_core: int | None = None,
-                       batch: int | None = None) -> dict[str, Measured]:
+                       batch: int | None = None,
+                       exclude_shape: str | None = None,
+                       elems: float | None = None,
+                       kv_bytes: float | None = None,
+                       repetition: int | None = None) -> dict[str, Measured]:
     """What the store holds for `host`, constant by constant (missing ones absent). The GEMV
     rate depends on the tier a slice lives in: with `bytes_per_core` the slice run nearest that
-    size gives it, else the median over all slice runs."""
+    size gives it, else the median over all slice runs. The element costs (elem_ns, gelu_ns)
+    come from slice runs of other shapes than `exclude_shape` (the stage being predicted); where
+    there are some, the GEMV rate is the kernel's alone, else it absorbs the non-GEMV work;
+    with `elems` (the stage's elements per row) from the shape nearest it. With `kv_bytes`, the
+    kv-attn rate of the contexts nearest the stage's KV bytes per step. With `repetition`, that
+    repetition's runs only (a bench pairs each stage run with the constants measured next to
+    it)."""
     runs = _runs(Path(results or paths.RESULTS), host)
+    if repetition is not None:
+        runs = [r for r in runs if r["repetition"] == repetition]
     found: dict[str, Measured] = {}
-    gemv = [r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
-            and not _arg(r, "--ctx")  # a shortened context measures attention (kv-attn)
-            and (_arg(r, "--gemv") or "avx2") == kernel
-            and (batch is None or int(_arg(r, "--batch") or 1) == batch)]
+    slices = [r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
+              and not _arg(r, "--ctx")  # a shortened context measures attention (kv-attn)
+              and (_arg(r, "--gemv") or "avx2") == kernel]
+    # the element costs from every slice, --ctx ones too (their non-GEMV phases are the same)
+    found.update(_elements([r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
+                            and (_arg(r, "--gemv") or "avx2") == kernel],
+                           batch, exclude_shape, kernel, elems, kv_bytes))
+    pure = "elem_ns" in found
+    gemv = [r for r in slices if batch is None or int(_arg(r, "--batch") or 1) == batch]
     if gemv:
         rates = []
         for r in gemv:
-            # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
-            # phases with their norms and activations, as the stage runs them. p50s, not the
-            # phase means: one descheduled step on a shared host swamps a mean.
-            step = [v for n, v, d in r["metrics"] if n == "step_p50"]
-            att = sum(v for n, v, d in r["metrics"]
-                      if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine"))
-            us = step[0] - att if step else 0.0
             nb = sum(v for n, v, d in r["metrics"] if n == "phase_weight_bytes")
+            if pure:  # the weight phases' GEMV p50s: the kernel alone (elem_ns has the rest)
+                us = sum(v for n, v, d in r["metrics"] if n == "phase_gemv_p50"
+                         and d.get("phase") not in ("attention", "combine"))
+            else:
+                # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
+                # phases with their norms and activations, as the stage runs them. p50s, not
+                # the phase means: one descheduled step on a shared host swamps a mean.
+                step = [v for n, v, d in r["metrics"] if n == "step_p50"]
+                att = sum(v for n, v, d in r["metrics"]
+                          if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine"))
+                us = step[0] - att if step else 0.0
             if us > 0:
                 rates.append((nb / (us * 1e3), r["key"], nb))
         if rates and bytes_per_core:
@@ -178,7 +202,8 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
             found["gemv_gbps_per_core"] = Measured(
                 mid[0], tuple(k for _, k, _ in rates),
                 f"layer --slice --gemv {kernel}: median of {len(rates)} runs, "
-                f"{int(mid[2]):,} B per worker")
+                f"{int(mid[2]):,} B per worker, "
+                + ("weight phases' GEMV p50" if pure else "step p50 less attention"))
     xch: dict[tuple[str, int, int], list[tuple[float, str]]] = {}
     for r in runs:
         if _binary(r) != "exchange":
@@ -214,18 +239,95 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
         vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
         found["kv_gbps"] = Measured(_median(vals), tuple(dict.fromkeys(k for _, k in vals)),
                                     f"{source}, {most} tokens: median of {len(vals)} values")
-    attn = _kv_attention(runs, kernel, batch)
+    attn = _kv_attention(runs, kernel, batch, kv_bytes)
     if attn:
         found["kv_gbps"] = attn
     return found
 
 
-def _kv_attention(runs: list[dict], kernel: str, batch: int | None) -> Measured | None:
+def _nongemv(r: dict) -> dict[str, float]:
+    """Per phase, phase_compute - phase_gemv: the phase's work outside the GEMV kernels."""
+    comp = {d.get("phase"): v for n, v, d in r["metrics"] if n == "phase_compute"}
+    gemv = {d.get("phase"): v for n, v, d in r["metrics"] if n == "phase_gemv"}
+    return {p: comp[p] - gemv.get(p, 0.0) for p in comp}
+
+
+def _elements(slices: list[dict], batch: int | None, exclude_shape: str | None,
+              kernel: str, elems: float | None = None,
+              kv_bytes: float | None = None) -> dict[str, Measured]:
+    """elem_ns and gelu_ns from the stage's own per-phase timers in `layer --slice` runs of
+    other shapes than `exclude_shape` (the norms, RoPE, combine and gelu are native/layer's own
+    code; no microbenchmark runs them). Per run: the phase means outside the kernels
+    (phase_compute - phase_gemv) split the work: qkv + attention + combine do the input norm
+    (H), the q/k/v head norms and RoPE (QD + 2 KD) and the combine (QD / W) per row, giving
+    elem_ns; gateup + ple_gate do the gelus ((I + P) / W) and 6 H of norms and residuals
+    (at elem_ns), giving gelu_ns. A descheduled step adds to both estimates of the run's whole
+    non-GEMV time, the means' and step_p50 less the phases' GEMV p50s (the means on a short
+    step, where one preemption swamps 100 steps' mean; the p50 gap on a long one, where most
+    steps are preempted), so both are scaled to the smaller of the two. The runs of the shape
+    nearest in elements per row (`elems`, else all), among them those nearest in KV bytes per
+    step (`kv_bytes`: streaming the KV evicts the vectors and norm weights the element work
+    reads), at `batch` where there are any; medians over them."""
+    from socketlab.layer.shapes import load_shape  # the shape files name the dimensions
+
+    pts: list[tuple[int, float, float, float, str, str, float]] = []
+    for r in slices:
+        shape = next((d.get("shape") for n, _, d in r["metrics"] if n == "step_p50"), None)
+        if not shape or shape == exclude_shape:
+            continue
+        try:
+            sh = load_shape(str(shape))
+        except SocketlabError:
+            continue  # a dump of a shape this checkout has no file for
+        b = int(_arg(r, "--batch") or 1)
+        w = int(str(_arg(r, "--slice")).split("/")[1])
+        h, qd, kd = sh.hidden, sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim
+        ng = _nongemv(r)
+        elem = sum(ng.get(p, 0.0) for p in ("qkv", "attention", "combine")) * 1e3 \
+            / (b * (h + qd + 2 * kd + qd / w))
+        gel = (sum(ng.get(p, 0.0) for p in ("gateup", "ple_gate")) * 1e3 - elem * b * 6 * h) \
+            / (b * (sh.inter + sh.ple) / w)
+        # the stage model's counts (socketlab.plan.stage_model): 8 H + QD + 2 KD + QD / W
+        n_elem = 8 * h + qd + 2 * kd + qd / w
+        n_gelu = (sh.inter + sh.ple) / w
+        step = [v for n, v, _ in r["metrics"] if n == "step_p50"][0]
+        p50 = step - sum(v for n, v, _ in r["metrics"] if n == "phase_gemv_p50")
+        model = b * (n_elem * elem + n_gelu * gel) / 1e3
+        if elem > 0 and gel > 0 and p50 > 0:
+            f = min(1.0, p50 / model)
+            kvb = sum(v for n, v, _ in r["metrics"] if n == "kv_bytes_per_step")
+            pts.append((b, elem * f, gel * f, n_elem + n_gelu, r["key"], str(shape), kvb))
+    if batch is not None and any(p[0] == batch for p in pts):
+        pts = [p for p in pts if p[0] == batch]
+    if pts and elems:
+        near = min(abs(p[3] - elems) for p in pts)
+        pts = [p for p in pts if abs(p[3] - elems) == near]
+    if pts and kv_bytes:
+        def dist(p: tuple) -> float:
+            return abs(math.log(max(p[6], 1.0) / max(kv_bytes, 1.0)))
+        kv_near = min(dist(p) for p in pts)
+        pts = [p for p in pts if dist(p) == kv_near]
+    if not pts:
+        return {}
+    keys = tuple(p[4] for p in pts)
+    where = (f"layer --slice --gemv {kernel} of {', '.join(sorted({p[5] for p in pts}))}, "
+             f"{int(pts[0][6]):,} B of KV per step "
+             f"({len(pts)} runs), phase_compute - phase_gemv, at most step_p50 - GEMV p50s")
+    return {"elem_ns": Measured(_median([(p[1], "") for p in pts]), keys,
+                                f"{where}: qkv + attention + combine per vector element"),
+            "gelu_ns": Measured(_median([(p[2], "") for p in pts]), keys,
+                                f"{where}: gateup + ple_gate per gelu'd element")}
+
+
+def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
+                  kv_bytes: float | None = None) -> Measured | None:
     """The stage's own attention rate: `layer --slice ... --ctx N` runs (experiment kv-attn) of
-    one dump at two or more contexts and the same batch: (KV bytes per step at the longest -
-    at the shortest) / (attention's phase_gemv_p50 difference). On the portable kernel this is
+    one dump at two or more contexts and the same batch: (KV bytes per step at the longer -
+    at the shorter) / (attention's phase_gemv_p50 difference). On the portable kernel this is
     the FP32 q.K / P.V arithmetic, 15x slower than a plain read of the same bytes, so it is
-    preferred to kvstream / ladder where it was measured."""
+    preferred to kvstream / ladder where it was measured. The rate depends on the tier the KV
+    bytes live in: with `kv_bytes` (the stage's KV bytes per step) the pair of adjacent
+    contexts whose geometric-mean bytes are nearest it, else the shortest and the longest."""
     pts: dict[int, list[tuple[int, float, float, str]]] = {}
     for r in runs:
         if not (_binary(r) == "layer" and _arg(r, "--slice") and _arg(r, "--ctx")
@@ -248,23 +350,31 @@ def _kv_attention(runs: list[dict], kernel: str, batch: int | None) -> Measured 
         by_ctx.setdefault(p[0], []).append(p)
     if len(by_ctx) < 2:
         return None
-    lo, hi = by_ctx[min(by_ctx)], by_ctx[max(by_ctx)]
+    ctxs = sorted(by_ctx)
+    pair = (ctxs[0], ctxs[-1])
+    if kv_bytes:
+        pairs = list(zip(ctxs, ctxs[1:], strict=False))
+        pair = min(pairs, key=lambda c: abs(math.log(kv_bytes / math.sqrt(
+            by_ctx[c[0]][0][1] * by_ctx[c[1]][0][1]))))
+    lo, hi = by_ctx[pair[0]], by_ctx[pair[1]]
     # the median repetition at each context (repetitions of a loaded host spread widely)
     dt = _median([(x[2], x[3]) for x in hi]) - _median([(x[2], x[3]) for x in lo])
     if dt <= 0:
         return None
     return Measured((hi[0][1] - lo[0][1]) / (dt * 1e3), tuple(x[3] for x in lo + hi),
-                    f"layer --slice --ctx attention p50 (kv-attn): {min(by_ctx)} vs "
-                    f"{max(by_ctx)} positions at B={b}, median of {len(lo)} / {len(hi)} runs")
+                    f"layer --slice --ctx attention p50 (kv-attn): {pair[0]} vs "
+                    f"{pair[1]} positions at B={b}, median of {len(lo)} / {len(hi)} runs")
 
 
 def constants_from_store(host: str, *, results: Path | None = None, kernel: str = "avx2",
                          hop_us: float = 5.0, allreduce_us: float = 10.0,
-                         batch: int | None = None) -> Constants:
+                         batch: int | None = None,
+                         exclude_shape: str | None = None) -> Constants:
     """The host's constants; the GEMV rate from slice runs at `batch` where there are any."""
-    found = measured_constants(host, results=results, kernel=kernel)
-    at_b = measured_constants(host, results=results, kernel=kernel, batch=batch) if batch else {}
-    for k in ("gemv_gbps_per_core", "kv_gbps"):
+    found = measured_constants(host, results=results, kernel=kernel, exclude_shape=exclude_shape)
+    at_b = measured_constants(host, results=results, kernel=kernel, batch=batch,
+                              exclude_shape=exclude_shape) if batch else {}
+    for k in ("gemv_gbps_per_core", "kv_gbps", "elem_ns", "gelu_ns"):
         if k in at_b:
             found[k] = at_b[k]
     missing = [k for k in REQUIRED if k not in found]
@@ -281,6 +391,8 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
         exchange_us=found["exchange_us"].value,
         kv_gbps=found["kv_gbps"].value,
         act_gbps=found["act_gbps"].value,
+        elem_ns=found["elem_ns"].value if "elem_ns" in found else 0.0,
+        gelu_ns=found["gelu_ns"].value if "gelu_ns" in found else 0.0,
         hop_us=hop_us, allreduce_us=allreduce_us, host=host, kernel=kernel, provenance=prov)
 
 

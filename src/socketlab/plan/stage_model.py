@@ -157,15 +157,22 @@ def units(model: Model) -> list[Unit]:
             act_fixed=hidden * FP32,  # o (FP32) ...
             act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
             heads=heads, kv_heads=kvh, kv_weight_bytes=kvw,
+            # the non-GEMV work, as native/layer does it per row: the input norm, the
+            # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
+            # per head, the combine over q's elements
+            elem_fixed=3 * hidden, elem_heads=q + (2 * kv if own else 0), elem_split=q,
         ))
         width = inter * (2 if double and not own else 1)
         out.append(Unit("ffn", layer, rows=width, row_bytes=3 * hidden * BF16,
                         fixed_bytes=2 * hidden * BF16, exchanges=2,
-                        act_fixed=hidden * FP32, act_per_row=BF16))  # down (FP32), act (BF16)
+                        act_fixed=hidden * FP32, act_per_row=BF16,  # down (FP32), act (BF16)
+                        elem_fixed=3 * hidden, gelu_per_row=1))  # pre/post-FFN norms, residual
         if ple:
             out.append(Unit("ple", layer, fixed_bytes=(2 * ple * hidden + hidden) * BF16,
                             exchanges=2, act_fixed=ple * BF16 + hidden * FP32,
-                            act_out=hidden * FP32))
+                            act_out=hidden * FP32,
+                            # gelu(gate) x per-layer input (split), output norm + residual
+                            elem_fixed=2 * hidden, gelu_split=ple))
         if moe:
             out.append(Unit("router", layer,
                             fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
