@@ -24,42 +24,43 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
-
 # ---------------------------------------------------------------- CPU lists
-# One of three copies, each forced by where it runs: socketlab.cpulist (the controller's, the
-# full kernel syntax), this one (stdlib scripts on a target host, which cannot import the
-# socketlab package) and playbooks/module_utils/socketlab_isolation.py (Ansible modules, which
-# only carry ansible.module_utils into AnsiballZ). They agree on all the kernel prints.
-def parse_cpulist(text: str) -> list[int]:
-    """'0-2,5' -> [0, 1, 2, 5]; ValueError for a backwards range or a non-number."""
-    cpus: set[int] = set()
-    for part in (text or "").replace(" ", "").split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        if int(hi or lo) < int(lo):
-            raise ValueError(f"bad CPU range {part!r}")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+# CPU lists: a stdlib copy of socketlab.cpulist's parse/format, for code on a host that can't
+# import the package; collectors/_collector.py and playbooks/module_utils/socketlab_isolation.py
+# carry this same block, and tests/test_cpulist_copies.py fails unless all three agree.
+_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
+
+
+def parse_cpulist(text, what="CPU list"):
+    """'0-2,5', systemd's '0-2 5', the kernel's stride '0-15:2/4' -> sorted ids; ValueError."""
+    text, cpus = (text or "").strip(), set()
+    for part in re.split(r"\s*,\s*|\s+", text) if text else []:
+        m = _CPU_RANGE.fullmatch(part)
+        if not m:
+            raise ValueError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
+        first, last, used, group = int(m[1]), int(m[2] or m[1]), int(m[3] or 1), int(m[4] or 1)
+        if last < first:
+            raise ValueError(f"{what}: bad CPU range {part!r} in {text!r}: it runs backwards")
+        if not 0 < used <= group:
+            raise ValueError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
+        cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
     return sorted(cpus)
 
 
-def format_cpulist(cpus) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    out, run = [], []
-    for cpu in sorted(set(cpus)):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [cpu]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+def format_cpulist(cpus):
+    """[0, 1, 2, 5] -> '0-2,5' (a run of two is a range too, as the kernel prints it)."""
+    out, ordered = [], sorted(set(cpus))
+    for i, cpu in enumerate(ordered):
+        if i and cpu == ordered[i - 1] + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
+        else:
+            out.append(str(cpu))
     return ",".join(out)
 
 

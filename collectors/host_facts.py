@@ -61,9 +61,24 @@ NODE_FILES = {
 IRQ_FILES = ("node", "smp_affinity_list", "effective_affinity_list")
 
 #: where playbooks/verify.yml leaves its result per inventory host (verify-<host>.json, beside the
-#: isolation state files; playbooks/vars/isolation.yml). Relative to the root, like the others.
+#: isolation state files), relative to the root like the others. Python's one default of the state
+#: folder (Ansible's is playbooks/vars/state.yml); --state-dir gives socketlab_state_dir.
 STATE_DIR = "var/lib/socketlab"
 VERIFY_FILE = re.compile(r"^verify-(.+)\.json$")
+
+#: Device paths the campaign's experiments may require (spec `requires: {devices: [...]}`),
+#: reported present or not. A fixed set: a spec naming another path is refused at load time.
+#: /sys/fs/resctrl counts as present only when the resctrl filesystem is mounted there (the
+#: directory exists on any kernel built with resctrl); /proc/modules exists only on kernels with
+#: module support (CONFIG_MODULES), which the pseudo-lock driver needs.
+DEVICE_PATHS = (
+    "/dev/pseudo_lock",
+    "/dev/cpu/0/msr",
+    "/dev/cpu_dma_latency",
+    "/sys/fs/resctrl",
+    "/proc/modules",
+)
+RESCTRL = "/sys/fs/resctrl"
 
 #: fields kept from cpu0's block of /proc/cpuinfo
 CPUINFO_FIELDS = (
@@ -136,6 +151,19 @@ def _interrupts(root):
     return irqs
 
 
+def _devices(root):
+    """Device path -> present (bool), for each of DEVICE_PATHS, under the root."""
+    mounts = _read(root, "proc/mounts") or ""
+    out = {}
+    for dev in DEVICE_PATHS:
+        if dev == RESCTRL:
+            lines = (line.split() for line in mounts.splitlines())
+            out[dev] = any(f[1:3] == [RESCTRL, "resctrl"] for f in lines)
+        else:
+            out[dev] = os.path.exists(os.path.join(root, dev.lstrip("/")))
+    return out
+
+
 def _pids_named(root, comm):
     pids = []
     for pid in _numbered(root, "proc", ""):
@@ -192,6 +220,7 @@ def snapshot(root="/", state_dir=STATE_DIR):
     snap["irqs"] = _interrupts(root)
     snap["irqbalance_pids"] = _pids_named(root, "irqbalance")
     snap["isolation_verify"] = _verify_records(root, state_dir)
+    snap["devices"] = _devices(root)
     return snap
 
 
@@ -242,6 +271,13 @@ def write_tree(snap, root):
         _write(root, "proc/interrupts", "\n".join(lines))
     for host, record in (snap.get("isolation_verify") or {}).items():
         _write(root, f"{STATE_DIR}/verify-{host}.json", json.dumps(record, sort_keys=True))
+    for dev, present in (snap.get("devices") or {}).items():
+        if not present:
+            continue
+        if dev == RESCTRL:  # present = mounted: a mount line, not a file
+            _write(root, "proc/mounts", f"resctrl {RESCTRL} resctrl rw,relatime 0 0")
+        elif dev in DEVICE_PATHS:  # a plain file stands for the device node
+            _write(root, dev.lstrip("/"), "")
 
 
 def main(argv=None):

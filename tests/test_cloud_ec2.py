@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from socketlab.cloud.ec2 import lookup_ami
-from socketlab.cloud.plan import DEFAULT_AMI_NAME
+from socketlab.cloud.plan import DEFAULT_AMI_NAME, LaunchSettings
 from tests.support.moto import (
     aws_client,
     files_containing,
@@ -81,17 +81,26 @@ def ec2(moto):
     return aws_client("ec2", moto.url, "AKIASOCKETLABTEST0001", SECRET, REGION)
 
 
+#: The ec2 roles' settings, passed as socketlab_ec2_<name> (roles/ec2_*/meta/argument_specs.yml).
+EC2_VARS = set(LaunchSettings.__dataclass_fields__) | {
+    "aws_region", "aws_profile", "aws_endpoint_url", "teardown_timeout_s"}
+
+
+def ec2_var(name: str) -> str:
+    return f"socketlab_ec2_{name}" if name in EC2_VARS else name
+
+
 def playbook(work, env, name: str, moto, **extra) -> subprocess.CompletedProcess:
     argv = [
         str(BIN / "ansible-playbook"),
         f"playbooks/{name}",
         "-e",
-        f"aws_region={REGION}",
+        f"socketlab_ec2_aws_region={REGION}",
         "-e",
-        f"aws_endpoint_url={moto.url}",
+        f"socketlab_ec2_aws_endpoint_url={moto.url}",
     ]
     for k, v in extra.items():
-        argv += ["-e", f"{k}={v}"]
+        argv += ["-e", f"{ec2_var(k)}={v}"]
     return run_logged(work, env, argv)
 
 
@@ -416,14 +425,15 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
         campaign_spec=str(work / "missing.yaml"),
     )
     p = playbook(work, env, "site.yml", moto, **v)
-    assert p.returncode != 0 and "needs -e campaign=NAME and -e campaign_spec=FILE" in p.stdout
+    assert p.returncode != 0
+    assert "needs -e socketlab_ec2_campaign=NAME and -e campaign_spec=FILE" in p.stdout
     assert ever(ec2, campaign) == []  # refused before paying for anything
     wrong = work / "spec-other.yaml"
     wrong.write_text("campaign: other\n")
     v["campaign_spec"] = str(wrong)
     p = playbook(work, env, "site.yml", moto, **v)
     assert p.returncode != 0 and "campaign=sitekeep but" in p.stdout
-    assert "campaign: other; pass -e campaign equal to the spec's campaign id" in p.stdout
+    assert "campaign: other; pass -e socketlab_ec2_campaign equal to the spec's campaign id" in p.stdout
     assert ever(ec2, campaign) == []  # a name mismatch is refused before paying too
     spec = work / "spec-keep.yaml"
     spec.write_text(minimal_spec("sitekeep"))
@@ -526,11 +536,11 @@ def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):
             "-vvv",
             "playbooks/provision.yml",
             "-e",
-            f"aws_region={REGION}",
+            f"socketlab_ec2_aws_region={REGION}",
             "-e",
-            f"aws_endpoint_url={moto.url}",
+            f"socketlab_ec2_aws_endpoint_url={moto.url}",
         ]
-        + [a for k, val in v.items() for a in ("-e", f"{k}={val}")],
+        + [a for k, val in v.items() for a in ("-e", f"{ec2_var(k)}={val}")],
     )
     assert p.returncode == 0, p.stdout + p.stderr
     orchestrate(work, env, moto, "cloud", "list", "--price-per-hour", "1")

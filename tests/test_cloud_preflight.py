@@ -115,7 +115,7 @@ def test_capacity_error_is_one_line_with_the_next_zone():
     msg = capacity_message(error_code(exc), "c8i.metal-48xl", "us-east-1a",
                            ("us-east-1a", "us-east-1b", "us-east-1c"))  # fmt: skip
     assert msg == ("provision: no c8i.metal-48xl capacity in us-east-1a now "
-                   "(InsufficientInstanceCapacity); try another zone (-e availability_zone="
+                   "(InsufficientInstanceCapacity); try another zone (-e socketlab_ec2_availability_zone="
                    "us-east-1b; offering: us-east-1b, us-east-1c); nothing is left running")
 
 

@@ -306,3 +306,32 @@ def test_pull_into_a_fresh_folder_gives_the_same_report(work, env, moto, tmp_pat
     first, second = report(ran), report(fresh)
     assert "irq_rate" in first and "runs: ok 2" in first  # collector metrics are shown
     assert second == first
+
+
+def test_serving_requests_travel_with_their_runs(work, env, moto):
+    """serve_requests is part of the store: push sends it beside runs and metrics, pull merges
+    it back with its run (one transaction), and a second pull adds nothing."""
+    from socketlab.serve.records import RequestRecord
+    from socketlab.serve.requests_store import load_requests
+
+    src, dst = work / "req-a", work / "req-b"
+    records = [RequestRecord(index=i, phase="warmup" if i == 0 else "measured", n_in=4,
+                             t_sched=10 * i, t_send=10 * i + 1, events=[[10 * i + 5, 1]],
+                             t_done=10 * i + 6, n_out=1, status="ok") for i in range(3)]
+    with Store(store_path("served", src)) as store:
+        run = RunRecord(run_key="q" * 64, campaign="served", experiment="llama", host="h1",
+                        repetition=0, params={"arm": "all"}, status="ok")
+        store.add_run(run, [Metric("p99_ttft_ms", 1.5, "ms", {"load": "c1"}, "serving/1")],
+                      requests=[("c1", records), ("c2", records[:1])])
+    url = f"s3://{BUCKET}/requests"
+    push = orchestrate(work, env, "push", "served", url, "--results", str(src), "--json")
+    assert push.returncode == 0, push.stderr
+    assert json.loads(push.stdout)["requests"] == 4
+    pull = orchestrate(work, env, "pull", url, "--results", str(dst), "--json")
+    assert pull.returncode == 0, pull.stderr
+    back = load_requests(store_path("served", dst))
+    assert back == load_requests(store_path("served", src))
+    assert [r.to_json() for r in back[("q" * 64, "c1")]] == [r.to_json() for r in records]
+    twice = orchestrate(work, env, "pull", url, "--results", str(dst), "--json")
+    assert json.loads(twice.stdout)["skipped_runs"] == 1
+    assert len(load_requests(store_path("served", dst))[("q" * 64, "c1")]) == 3

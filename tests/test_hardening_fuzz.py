@@ -211,7 +211,7 @@ def _fail(seed: int, n: int, path: Path, why: str) -> int:
 
 
 def _host_facts() -> dict:
-    from socketlab.commands.plan import assumed_host_facts
+    from socketlab.spec.hosts import assumed_host_facts
     from socketlab.spec.model import Spec
 
     fixture = ROOT / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json"

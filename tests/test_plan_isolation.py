@@ -249,3 +249,65 @@ def test_filters_in_a_real_playbook(tmp_path):
     plan = json.loads(out.read_text())
     assert plan["workers_list"] == "2-31,34-63,66-95"
     assert plan["workqueue_mask"] == ",".join(["00000003"] * 6)
+
+
+# ---------------------------------------------------------------- knob targets per role
+def _targets(snap: dict, **over):
+    plan = filters.socketlab_isolation_plan(snap)
+    args = {"sys_root": "/sys", "proc_root": "/proc", "thp_mode": "madvise",
+            "numa_balancing": "0", "hugepages_per_node": "4", "governor": "performance", **over}
+    return plan, filters.socketlab_isolation_targets(json.dumps(snap), plan, **args)
+
+
+def test_targets_give_each_role_its_knobs_on_c8i():
+    plan, t = _targets(snapshot("c8i-metal-48xl"))
+    assert t["workqueue_mask"] == [{
+        "name": "workqueue cpumask", "path": "/sys/devices/virtual/workqueue/cpumask",
+        "value": plan["workqueue_mask"], "kind": "cpumask"}]  # fmt: skip
+    assert [(k["path"], k["value"], k["kind"]) for k in t["vm_tuning"]] == [
+        ("/sys/kernel/mm/transparent_hugepage/enabled", "madvise", "choice"),
+        ("/proc/sys/kernel/numa_balancing", "0", "int"),
+    ]
+    assert [k["path"] for k in t["hugepages"]] == [
+        f"/sys/devices/system/node/node{n}/hugepages/hugepages-2048kB/nr_hugepages"
+        for n in (0, 1, 2)
+    ]
+    assert {k["value"] for k in t["hugepages"]} == {"4"}
+    govs = t["cpufreq_governor"]
+    assert len(govs) == 192 and govs[10]["path"].endswith("/cpu10/cpufreq/scaling_governor")
+    assert govs[10]["name"] == "cpu10 cpufreq governor" and govs[10]["kind"] == "text"
+    assert t["knobs"] == t["workqueue_mask"] + t["vm_tuning"] + t["hugepages"] + govs
+    assert t["summary"][-1] == "cpufreq governor = performance on 192 CPU(s)"
+    assert "node2 2 MiB huge pages = 4" in t["summary"]
+
+
+def test_targets_follow_the_settings_and_the_host():
+    snap = copy.deepcopy(snapshot("c8i-metal-48xl"))
+    for cpu in snap["cpus"].values():
+        cpu["scaling_governor"] = None  # a VM without cpufreq
+    _, t = _targets(snap, hugepages_per_node=0, sys_root="/tmp/s", proc_root="/tmp/p",
+                    thp_mode="never", numa_balancing=1)  # fmt: skip
+    assert t["hugepages"] == [] and t["cpufreq_governor"] == []
+    assert [(k["path"], k["value"]) for k in t["vm_tuning"]] == [
+        ("/tmp/s/kernel/mm/transparent_hugepage/enabled", "never"),
+        ("/tmp/p/sys/kernel/numa_balancing", "1"),
+    ]
+    assert t["summary"][-1] == "cpufreq governor = performance on 0 CPU(s)"
+
+
+@pytest.mark.parametrize(("over", "message"), [
+    ({"thp_mode": "sometimes"}, "thp_mode: expected one of always, madvise, never, got 'sometimes'"),
+    ({"hugepages_per_node": "many"}, "hugepages_per_node: expected a whole number, got 'many'"),
+])  # fmt: skip
+def test_targets_refuse_bad_settings_in_one_line(over, message):
+    with pytest.raises(filters.AnsibleFilterError) as exc:
+        _targets(snapshot("c8i-metal-48xl"), **over)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_no_jinja_loop_builds_knob_lists():
+    """isolate.yml is the sequence of roles: the knob lists come from the filter above."""
+    text = (paths.REPO / "playbooks/isolate.yml").read_text()
+    assert "{%" not in text and "selectattr" not in text and "search" not in text
+    for role in ("workqueue_mask", "vm_tuning", "hugepages", "cpufreq_governor"):
+        assert f"{role}_knobs: \"{{{{ socketlab_iso_targets.{role} }}}}\"" in text

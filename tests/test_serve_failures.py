@@ -10,12 +10,14 @@ import time
 
 import pytest
 
-from socketlab.serve.campaign import run_plan
+from socketlab.execute.local import LocalExecutor
+from socketlab.execute.process import pid_alive
 from socketlab.serve.requests_store import load_requests
-from socketlab.serve.server import ServerFailure, ServerProcess, pid_alive
+from socketlab.serve.server import Server, ServerFailure
 from socketlab.spec.expand import expand_points
 from socketlab.spec.load import load_spec
 from socketlab.store import Store
+from tests.support.runplan import run_plan
 
 FACTS = {"topology": {"cpu_online": "0-1", "flags": []},
          "isolation": {"housekeeping": [0], "workers": [1], "siblings": []},
@@ -117,8 +119,12 @@ def test_http_errors_are_counted_with_reason(tmp_path):
 def test_stop_escalates_to_sigkill_and_finds_children_outside_the_group(tmp_path):
     code = ("import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "subprocess.Popen(['setsid', 'sleep', '600']); time.sleep(600)")
-    server = ServerProcess([sys.executable, "-c", code], "http://127.0.0.1:9/never",
-                           ready_timeout_s=1.0, stop_grace_s=1.0, log_path=tmp_path / "log")
+    ex = LocalExecutor("escalate", workroot=str(tmp_path / "work"))
+    ex.connect()
+    ex.install_tools(tmp_path / "scratch")
+    server = Server(ex, [sys.executable, "-c", code], "http://127.0.0.1:9/never",
+                    f"{ex.workdir}/server.log", ready_timeout_s=1.0, stop_grace_s=1.0,
+                    log_path=tmp_path / "log")
     server.start()
     try:
         with pytest.raises(ServerFailure, match="never ready"):
@@ -130,6 +136,35 @@ def test_stop_escalates_to_sigkill_and_finds_children_outside_the_group(tmp_path
         assert len(server.pids_seen) == 2
     finally:
         left = server.stop()
+        ex.close()
     assert left == []
     assert not [p for p, started in server.pids_seen.items() if pid_alive(p, started)]
     assert server.exit_code == -9  # SIGTERM was ignored
+
+
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@pytest.mark.root
+def test_host_state_drift_during_a_serving_run_marks_it_invalid(tmp_path, kernel_knobs_lock):
+    """The server flips a fingerprinted knob (THP) as it starts; the runner's drift check, the
+    same as for command runs, stores the run invalid naming the knob."""
+    import os
+
+    if os.geteuid() != 0 or not os.access(THP, os.W_OK):
+        pytest.skip(f"needs root and a writable {THP}")
+    with open(THP) as fh:
+        original = fh.read().split("[", 1)[1].split("]", 1)[0]
+    other = "never" if original != "never" else "madvise"
+    flip = (f"import runpy, sys; open({THP!r}, 'w').write({other!r}); "
+            "sys.argv = ['testserver', '--port', sys.argv[1]]; "
+            "runpy.run_module('socketlab.serve.testserver', run_name='__main__')")
+    try:
+        _, run = run_arm(tmp_path, ["{{ vars.python }}", "-c", flip, "{port}"])
+    finally:
+        with open(THP, "w") as fh:
+            fh.write(original)
+    print(f"stored {run.status}: {run.reason}")
+    assert run.status == "invalid"
+    assert f"thp: {original} -> {other}" in run.reason
+    assert (run.fingerprint_before["thp"], run.fingerprint_after["thp"]) == (original, other)

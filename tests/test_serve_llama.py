@@ -15,12 +15,12 @@ import pytest
 
 from socketlab.cpulist import parse_cpulist
 from socketlab.serve import dram, metrics
-from socketlab.serve.campaign import run_plan
 from socketlab.serve.report import serving_report
 from socketlab.serve.requests_store import load_requests
 from socketlab.spec.expand import expand_points
 from socketlab.spec.load import load_spec
 from socketlab.store import Store
+from tests.support.runplan import run_plan
 from tests.support.tiny_gguf import write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[1]

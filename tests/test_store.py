@@ -120,3 +120,47 @@ def test_missing_store_is_a_user_error(tmp_path):
     (tmp_path / "junk.sqlite").write_text("this is not sqlite " * 100)
     with pytest.raises(StoreError, match="not a usable results store"):
         Store(tmp_path / "junk.sqlite")
+
+
+def _requests(n: int):
+    from socketlab.serve.records import RequestRecord
+
+    return [RequestRecord(index=i, phase="measured", events=[[i, 1]], status="ok")
+            for i in range(n)]
+
+
+def test_serving_requests_are_stored_with_their_run_in_one_transaction(tmp_path):
+    from socketlab.serve.requests_store import load_requests
+
+    path = tmp_path / "s.sqlite"
+    with Store(path) as store:
+        store.add_run(record("k1"), [Metric("bw", 1.0, "GB/s")],
+                      requests=[("c1", _requests(3)), ("c2", _requests(1))])
+        # a duplicate request index fails inside the transaction: no run, no requests
+        dup = _requests(2) + _requests(1)
+        with pytest.raises(sqlite3.IntegrityError):
+            store.add_run(record("k2"), [Metric("bw", 1.0, "GB/s")], requests=[("c1", dup)])
+        assert store.status_of("k2") is None
+        # a rerun replaces the levels it brings
+        store.add_run(record("k1"), [], requests=[("c1", _requests(2))])
+    got = load_requests(path)
+    assert sorted((k, level, len(v)) for (k, level), v in got.items()) == [
+        ("k1", "c1", 2), ("k1", "c2", 1)]
+    raw = sqlite3.connect(path)
+    count = "SELECT count(*) FROM serve_requests WHERE run_key = 'k2'"
+    assert raw.execute(count).fetchone() == (0,)
+    assert raw.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+
+
+def test_a_version_1_store_gains_serve_requests_under_version_2(tmp_path):
+    path = tmp_path / "old.sqlite"
+    raw = sqlite3.connect(path)
+    raw.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+                      "INSERT INTO meta VALUES ('schema_version', '1');")
+    raw.close()
+    with Store(path) as store:
+        store.add_run(record("k1"), [], requests=[("c1", _requests(1))])
+        assert [r["idx"] for r in store.request_rows("c1")] == [0]
+    with sqlite3.connect(path) as again:
+        assert again.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
+            == ("2",)

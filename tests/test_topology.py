@@ -156,6 +156,20 @@ def test_this_machine_live():
     assert f["service_manager"] == Path("/proc/1/comm").read_text().strip()
 
 
+def test_this_machine_devices_are_what_exists():
+    # the fixed device set, each reported as present exactly when the path exists here
+    # (resctrl: when mounted)
+    devices = read_topology("/").facts()["devices"]
+    for dev in host_facts_module().DEVICE_PATHS:
+        if dev == "/sys/fs/resctrl":
+            mounted = any(line.split()[1:3] == [dev, "resctrl"]
+                          for line in Path("/proc/mounts").read_text().splitlines())
+            assert (dev in devices) == mounted
+        else:
+            assert (dev in devices) == os.path.exists(dev), dev
+    print(f"devices here: {devices}")
+
+
 def test_host_facts_script_as_a_program_matches_the_module():
     out = subprocess.run(
         ["python3", str(REPO / "collectors" / "host_facts.py")],

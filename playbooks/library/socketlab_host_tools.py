@@ -29,7 +29,7 @@ options:
   record_file:
     description: Where the host_packages role records what it installed (read back here).
     type: path
-    default: /var/lib/socketlab/host_packages.json
+    required: true
 author: socketlab
 """
 
@@ -38,6 +38,7 @@ EXAMPLES = r"""
   socketlab_host_tools:
     os_family: "{{ ansible_facts.os_family }}"
     distribution: "{{ ansible_facts.distribution }}"
+    record_file: /var/lib/socketlab/host_packages.json
 """
 
 RETURN = r"""
@@ -98,8 +99,7 @@ def main() -> None:
         argument_spec={"os_family": {"type": "str", "required": True},
                        "distribution": {"type": "str", "default": ""},
                        "python_min": {"type": "str", "default": "3.11"},
-                       "record_file": {"type": "path",
-                                       "default": "/var/lib/socketlab/host_packages.json"}},
+                       "record_file": {"type": "path", "required": True}},
         supports_check_mode=True,
     )  # fmt: skip
     p = module.params

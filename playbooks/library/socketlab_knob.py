@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Apache-2.0 (see the socketlab repository)
-"""Set one kernel knob file (sysfs/procfs) after checking it is recorded for restore."""
+"""Set kernel knob files (sysfs/procfs) after checking they are recorded for restore."""
 
 from __future__ import annotations
 
@@ -17,18 +17,22 @@ description:
   - Supports check mode and diff mode.
 options:
   path:
-    description: The knob file (or give O(paths)).
+    description: The knob file (or give O(paths) or O(knobs)).
     type: path
   paths:
     description: Several knob files that all get O(value), e.g. one per CPU.
     type: list
     elements: path
+  knobs:
+    description: Knobs each with C(path), C(value), optional C(kind) and C(name), as the
+      socketlab_isolation_targets filter gives them for a role.
+    type: list
+    elements: dict
   value:
-    description: The value to write.
+    description: The value to write (with O(path) or O(paths)).
     type: str
-    required: true
   kind:
-    description: How to compare; guessed from the path when omitted.
+    description: How to compare (with O(path) or O(paths)); guessed from the path when omitted.
     type: str
     choices: [text, choice, int, cpulist, cpumask]
   state_file:
@@ -46,6 +50,13 @@ EXAMPLES = r"""
   socketlab_knob:
     path: /sys/kernel/mm/transparent_hugepage/enabled
     value: madvise
+    state_file: /var/lib/socketlab/isolation-host1.json
+
+- name: A role's knobs
+  socketlab_knob:
+    knobs:
+      - {name: kernel.numa_balancing, path: /proc/sys/kernel/numa_balancing, value: "0", kind: int}
+    label: NUMA balancing
     state_file: /var/lib/socketlab/isolation-host1.json
 """
 
@@ -82,20 +93,29 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             paths=dict(type="list", elements="path"),
-            value=dict(type="str", required=True),
+            knobs=dict(type="list", elements="dict"),
+            value=dict(type="str"),
             kind=dict(type="str", choices=["text", "choice", "int", "cpulist", "cpumask"]),
             state_file=dict(type="path", required=True),
             label=dict(type="str"),
         ),
-        required_one_of=[("path", "paths")],
-        mutually_exclusive=[("path", "paths")],
+        required_one_of=[("path", "paths", "knobs")],
+        mutually_exclusive=[("path", "paths", "knobs")],
+        required_by={"path": "value", "paths": "value"},
         supports_check_mode=True,
     )
     p = module.params
-    paths, value = p["paths"] or [p["path"]], p["value"]
-    label = p["label"] or ", ".join(paths)
+    knobs, names = [], []  # (path, value, kind) per knob; a kind left out is guessed
+    for k in p["knobs"] or [{"path": x} for x in p["paths"] or [p["path"]]]:
+        k = {"value": p["value"], "kind": p["kind"], **k}
+        if not k.get("path") or k["value"] is None:
+            module.fail_json(msg=f"knobs: each needs a path and a value, got {k!r}")
+        knobs.append((k["path"], str(k["value"]), k["kind"] or kind_for(k["path"])))
+        names.append(k.get("name") or k["path"])
+    paths = [path for path, _, _ in knobs]
+    label = p["label"] or ", ".join(names)
     unavailable = [path for path in paths if not os.path.exists(path)]
-    present = [path for path in paths if path not in unavailable]
+    present = [k for k in knobs if k[0] not in unavailable]
     if not present:
         module.exit_json(
             changed=False,
@@ -108,36 +128,37 @@ def main():
             ),
         )
     todo = []
-    for path in present:
+    for path, value, kind in present:
         before = read_knob(path)
-        if not same(p["kind"] or kind_for(path), before, value):
-            todo.append((path, before))
-    changed_paths = [f"{path}: {before} -> {value}" for path, before in todo]
+        if not same(kind, before, value):
+            todo.append((path, value, kind, before))
+    changed_paths = [f"{path}: {before} -> {value}" for path, value, _, before in todo]
+    values = ", ".join(dict.fromkeys(value for _, value, _ in present))
     result = dict(
         changed=bool(todo),
         available=True,
         changed_paths=changed_paths,
         unavailable=unavailable,
-        msg="{}: {}".format(label, "; ".join(changed_paths) if todo else "already " + value),
+        msg="{}: {}".format(label, "; ".join(changed_paths) if todo else "already " + values),
     )
     if module._diff and todo:
         result["diff"] = {
-            "before": "".join(f"{path} = {b}\n" for path, b in todo),
-            "after": "".join(f"{path} = {value}\n" for path, _ in todo),
+            "before": "".join(f"{path} = {b}\n" for path, _, _, b in todo),
+            "after": "".join(f"{path} = {value}\n" for path, value, _, _ in todo),
         }
     if module.check_mode or not todo:
         module.exit_json(**result)
     try:
-        require_recorded(p["state_file"], [path for path, _ in todo])
+        require_recorded(p["state_file"], [path for path, _, _, _ in todo])
     except KnobError as exc:
         module.fail_json(msg=f"{label}: {exc}")
-    for path, _ in todo:
+    for path, value, kind, _ in todo:
         try:
             write_knob(path, value)
         except OSError as exc:
             module.fail_json(msg=f"{label}: writing {value!r} to {path} failed: {exc.strerror}")
         after = read_knob(path)
-        if not same(p["kind"] or kind_for(path), after, value):
+        if not same(kind, after, value):
             module.fail_json(msg=f"{label}: wrote {value!r} to {path} but it reads back {after!r}")
     module.exit_json(**result)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import tempfile
 import time
 
@@ -43,36 +44,36 @@ def kind_for(path):
     return "text"
 
 
-# CPU lists: one of three copies, each forced by where it runs: socketlab.cpulist (the
-# controller's), collectors/_collector.py (stdlib scripts on a host, which cannot import the
-# socketlab package) and this one (Ansible modules carry only ansible.module_utils into
-# AnsiballZ). They agree on all the kernel prints.
-def parse_cpulist(text):
-    cpus = set()
-    # Commas or whitespace between ranges: the kernel prints "0-1,96-97", `systemctl show -p
-    # AllowedCPUs` prints "0-1 96-97" (systemd's cpu_set_to_range_string).
-    for part in text.replace(",", " ").split():
-        if not part:
-            continue
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            cpus.update(range(int(lo), int(hi) + 1))
-        else:
-            cpus.add(int(part))
+# CPU lists: a stdlib copy of socketlab.cpulist's parse/format, for code on a host that can't
+# import the package; collectors/_collector.py and playbooks/module_utils/socketlab_isolation.py
+# carry this same block, and tests/test_cpulist_copies.py fails unless all three agree.
+_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
+
+
+def parse_cpulist(text, what="CPU list"):
+    """'0-2,5', systemd's '0-2 5', the kernel's stride '0-15:2/4' -> sorted ids; ValueError."""
+    text, cpus = (text or "").strip(), set()
+    for part in re.split(r"\s*,\s*|\s+", text) if text else []:
+        m = _CPU_RANGE.fullmatch(part)
+        if not m:
+            raise ValueError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
+        first, last, used, group = int(m[1]), int(m[2] or m[1]), int(m[3] or 1), int(m[4] or 1)
+        if last < first:
+            raise ValueError(f"{what}: bad CPU range {part!r} in {text!r}: it runs backwards")
+        if not 0 < used <= group:
+            raise ValueError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
+        cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
     return sorted(cpus)
 
 
 def format_cpulist(cpus):
-    out, run = [], []
-    for cpu in sorted(set(cpus)):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [cpu]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    """[0, 1, 2, 5] -> '0-2,5' (a run of two is a range too, as the kernel prints it)."""
+    out, ordered = [], sorted(set(cpus))
+    for i, cpu in enumerate(ordered):
+        if i and cpu == ordered[i - 1] + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
+        else:
+            out.append(str(cpu))
     return ",".join(out)
 
 

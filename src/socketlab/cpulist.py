@@ -1,8 +1,8 @@
 """CPU lists and CPU masks in the kernel's text formats: the controller's implementation.
 
-Code that runs on a host can't import this package, so two stdlib copies of parse/format exist,
-one a boundary each: collectors/_collector.py (host scripts) and
-playbooks/module_utils/socketlab_isolation.py (Ansible modules). They follow this one.
+Code on a host can't import this package: collectors/_collector.py and module_utils/
+socketlab_isolation.py carry stdlib copies of parse/format, which tests/test_cpulist_copies.py
+holds to this one (same results and messages on one corpus); only this one bounds sizes.
 
 - A *cpulist* is what ``/sys/devices/system/node/node0/cpulist`` prints: ``"0-3,8,10-11"``.
   The kernel prints a run of two as a range (``"0-1"``), and so do we.
@@ -25,30 +25,30 @@ class CpuListError(PlanError, ValueError):
     """A CPU list or mask string is malformed."""
 
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?$")
+_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
+#: between ranges: commas (the kernel's "0-1,96-97") or blanks (systemd's "0-1 96-97")
+_SEP = re.compile(r"\s*,\s*|\s+")
 
 
 def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
     """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (sorted, unique).
 
-    Accepts the kernel's full syntax, including ``"0-31:2/8"`` (2 CPUs of every group of 8).
-    ``what`` names the value in the error message (e.g. a file and field).
+    Accepts the kernel's full syntax, including ``"0-31:2/8"`` (2 CPUs of every group of 8), and
+    systemd's blank-separated ``"0-1 96-97"``. ``what`` names the value in the error message.
     """
     text = (text or "").strip()
     cpus: set[int] = set()
-    if not text:
-        return []
     max_id, max_cpus, count = limit("CPU_ID"), limit("CPUS"), 0
-    for part in text.split(","):
-        part = part.strip()
-        m = _RANGE.match(part)
+    for part in _SEP.split(text) if text else []:
+        m = _RANGE.fullmatch(part)
         if not m:
             raise CpuListError(f"{what}: {_short(text)} is not a CPU list; expected e.g. "
                                "'0-3,8,10-11'")
-        first = _id(m.group(1))
-        last = _id(m.group(2)) if m.group(2) is not None else first
+        first, last = _id(m[1]), _id(m[2] or m[1])
+        used, group = int(m[3] or 1), int(m[4] or 1)
         if last < first:
-            raise CpuListError(f"{what}: range {part!r} in {_short(text)} runs backwards")
+            raise CpuListError(f"{what}: bad CPU range {part!r} in {_short(text)}: it runs "
+                               "backwards")
         # bounded before anything is expanded: "0-4000000000" is refused, not allocated
         if last > max_id:
             raise CpuListError(f"{what}: {_short(part)} in {_short(text)} names CPU ids "
@@ -56,13 +56,10 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
         count += last - first + 1
         if count > max_cpus:
             raise CpuListError(f"{what}: {_short(text)} names {over('CPUS', count, 'CPUs')}")
-        if m.group(3) is not None:
-            used, group = int(m.group(3)), int(m.group(4))
-            if group == 0 or used == 0 or used > group:
-                raise CpuListError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
-            cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
-        else:
-            cpus.update(range(first, last + 1))
+        if not 0 < used <= group:
+            raise CpuListError(f"{what}: bad stride {part!r} in {_short(text)}; expected "
+                               "used/group")
+        cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
     return sorted(cpus)
 
 
@@ -81,15 +78,13 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     ordered = sorted({int(c) for c in cpus})
     if ordered and ordered[0] < 0:
         raise CpuListError(f"CPU ids must be >= 0, got {ordered[0]}")
-    parts: list[str] = []
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(parts)
+    out: list[str] = []
+    for i, cpu in enumerate(ordered):
+        if i and cpu == ordered[i - 1] + 1:  # the run goes on: "3" -> "3-4", "3-4" -> "3-5"
+            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
+        else:
+            out.append(str(cpu))
+    return ",".join(out)
 
 
 def cpumask(cpus: Iterable[int], ncpus: int) -> str:

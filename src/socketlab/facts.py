@@ -1,5 +1,7 @@
-"""Gathering host facts: run collectors/host_facts.py on a host (locally, or piped over ssh so
-nothing is copied) and build its topology."""
+"""Gathering host facts, the one place it is done: run collectors/host_facts.py on each host
+(locally, or piped over ssh so nothing is copied) and build its topology. The host's
+``socketlab_state_dir`` (inventory var, as the playbooks use it) is passed as --state-dir, so
+verify.yml's records are found where the playbooks wrote them."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from socketlab import paths
 from socketlab.errors import HostError, SocketlabError
+from socketlab.execute import BECOME_REFUSED, become_preflight, become_refused, become_requested
 from socketlab.inventory import InventoryHost
 from socketlab.topology import topology_from_snapshot
 
@@ -39,20 +42,30 @@ def ssh_argv(host: InventoryHost, *command: str, connect_timeout: int = 10) -> l
 def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
     """The raw host_facts.py snapshot of one host."""
     script = SCRIPT.read_text()
+    state_dir = (getattr(host, "vars", None) or {}).get("socketlab_state_dir")
+    options = ["--state-dir", str(state_dir)] if state_dir else []
     if host.is_local:
-        argv = [host.python, "-"]
+        argv = [host.python, "-", *options]
         where = f"{host.name} (local, {host.python})"
-    else:
-        argv = ssh_argv(host, shlex.quote(host.python), "-")
+    else:  # the remote shell parses the command: quote every word
+        words = [shlex.quote(w) for w in (host.python, "-", *options)]
+        if become_requested(getattr(host, "vars", None)):
+            words.insert(0, become_preflight())  # sudo must work before anything is sent
+        argv = ssh_argv(host, *words)
         where = (
             f"{host.name} (ssh {host.user + '@' if host.user else ''}{host.address}:{host.port})"
         )
+    if "{{" in str(state_dir or ""):
+        raise HostError(f"{where}: socketlab_state_dir={state_dir!r} is a template; expected a "
+                        "literal path in the inventory (orchestrate does not render templates)")
     try:
         proc = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError as exc:
         raise HostError(f"{where}: cannot run {exc.filename}") from None
     except subprocess.TimeoutExpired:
         raise HostError(f"{where}: host_facts.py gave no answer within {timeout:.0f} s") from None
+    if proc.returncode == BECOME_REFUSED and become_requested(getattr(host, "vars", None)):
+        raise HostError(become_refused(where, host.user))
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         why = lines[-1].strip() if lines else f"exit status {proc.returncode}"
@@ -63,20 +76,17 @@ def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
         raise HostError(f"{where}: host_facts.py printed no JSON object") from None
 
 
-def gather_facts(host: InventoryHost, timeout: float = 60) -> dict[str, Any]:
-    """{"topology": Topology.facts(), "snapshot": <host_facts.py output>} for one host."""
-    snapshot = collect_snapshot(host, timeout)
-    return {"topology": topology_from_snapshot(snapshot).facts(), "snapshot": snapshot}
-
-
 def gather_all(
     hosts: list[InventoryHost], timeout: float = 60, workers: int = 8
 ) -> dict[str, dict[str, Any] | SocketlabError]:
-    """Facts of many hosts in parallel; a host that fails maps to its error, not an exception."""
+    """name -> {"topology": Topology.facts(), "snapshot": <host_facts.py output>} of many hosts
+    in parallel; a host that fails maps to its error, not an exception. The only fan-out over
+    hosts for facts: `hosts`, `cpuset`, `plan` and `run` all use it."""
 
     def one(host: InventoryHost) -> dict[str, Any] | SocketlabError:
         try:
-            return gather_facts(host, timeout)
+            snapshot = collect_snapshot(host, timeout)
+            return {"topology": topology_from_snapshot(snapshot).facts(), "snapshot": snapshot}
         except SocketlabError as exc:
             return exc
 

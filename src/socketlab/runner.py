@@ -2,8 +2,9 @@
 
 For each host: connect, install the tools, take the host's lock, build what its points need
 (cached by source hash), then for each point whose run key is not stored as complete:
-fingerprint -> collectors start -> run (pinned, timed, own process group) -> collectors stop ->
-fingerprint -> fetch raw files -> parse -> sanity -> store (one transaction).
+fingerprint -> collectors start -> run by its kind (socketlab.runkinds: a command pinned, timed,
+in its own process group; a server and its load) -> collectors stop -> fingerprint -> fetch raw
+files -> collector metrics, required metrics, drift -> store (one transaction).
 
 A host that becomes unreachable fails its remaining points with the reason; other hosts go
 on. Resume is the store: a run key stored "ok" is never run again; failed, timed-out and
@@ -15,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import re
 import shutil
 import signal
 import threading
@@ -30,12 +30,14 @@ from socketlab import __version__
 from socketlab.build import BuildJob, ensure_built
 from socketlab.collect import collector_metrics, read_records
 from socketlab.errors import HostError, StoreError
-from socketlab.execute import Executor, HostBusy, HostUnreachable, Result, make_executor
+from socketlab.execute import Executor, HostBusy, HostUnreachable, make_executor
 from socketlab.execute.progress import Reporter
 from socketlab.execute.ssh import AGENT_IDLE_S
 from socketlab.fingerprint import drift
-from socketlab.parse import Metric, parse_output
+from socketlab.parse import Metric
 from socketlab.parse.jsonl import VERSION as JSONL_VERSION
+from socketlab.runkinds import Outcome, RunContext
+from socketlab.runkinds import run_point as run_kind
 from socketlab.spec.points import RunPoint
 from socketlab.store import COMPLETE, INTERRUPTED, RunRecord, Store
 
@@ -391,11 +393,7 @@ class Runner:
 
     def _run_point(self, ex: Executor, point: RunPoint, key: str, manifest: dict | None,
                    scratch: Path) -> None:  # fmt: skip
-        if point.kind == "serving":  # server lifecycle + load generator: socketlab.serve
-            from socketlab.serve.campaign import run_in_runner
-
-            run_in_runner(self, ex, point, key)
-            return
+        """One point of any kind (socketlab.runkinds), with what every kind shares around it."""
         self._meet(point)
         label = point_label(point)
         self.reporter.point_started(point.host, label)
@@ -404,6 +402,10 @@ class Runner:
         coll_dir = f"{remote}/collectors"
         ex.check(["rm", "-rf", remote], what="clearing the run directory")
         ex.check(["mkdir", "-p", coll_dir], what="making the run directory")
+        raw = self.results_dir / (".warmup" if point.warmup else "runs") / key
+        if raw.exists():
+            shutil.rmtree(raw)  # an earlier failed attempt's files
+        raw.mkdir(parents=True)
         before = self._fingerprint(ex)
         notes: dict[str, Any] = {}
         for name in point.collectors:
@@ -413,9 +415,11 @@ class Runner:
             code, text = ex.call(argv, timeout=30)
             if code != 0:
                 notes.setdefault("collector_errors", {})[name] = text.strip()[-300:]
-        cwd = self.jobs[point.build].remote_dir(ex) if point.build else None
-        result = ex.run(point.argv, env=point.env, cwd=cwd, timeout=point.timeout_s,
-                        cpus=point.cpus, out_dir=remote, pidfile=f"{coll_dir}/target.pid")  # fmt: skip
+            with contextlib.suppress(ValueError, IndexError, KeyError, HostError):
+                ex.watch(int(json.loads(text.strip().splitlines()[-1])["pid"]))  # dies with us
+        context = RunContext(ex, key, raw, remote, self.reporter,
+                             self.jobs[point.build].remote_dir(ex) if point.build else None)
+        out = run_kind(context, point)
         for name in point.collectors:
             code, text = ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=30)
             if code != 0:
@@ -423,26 +427,16 @@ class Runner:
         after = self._fingerprint(ex)
         if point.warmup:  # nothing is kept of a warm-up, on the host either
             ex.call(["rm", "-rf", remote])
+            shutil.rmtree(raw, ignore_errors=True)
             self.reporter.point_done(point.host, label, "warmup", "", time.monotonic() - t0)
             return
-        raw = self.results_dir / "runs" / key
-        if raw.exists():
-            shutil.rmtree(raw)  # an earlier failed attempt's files
-        raw.mkdir(parents=True)
         collector_files = ex.fetch_tree(coll_dir, raw / "collectors") if point.collectors else []
-        status, reason, metrics = self._verdict(point, result, before, after, raw)
-        if status == COMPLETE:  # a collector that died leaves its metrics missing: never "ok"
-            broken = {**notes.get("collector_errors", {}), **_collector_deaths(raw / "collectors")}
-            if broken:
-                status = "failed"
-                reason = "collector failed: " + "; ".join(f"{n}: {t}" for n, t in broken.items())
-        (raw / "stdout").write_text(result.stdout)
-        (raw / "stderr").write_text(result.stderr)
+        self._judge(point, out, before, after, raw, notes)
         provenance = {
             "point": _point_dict(point), "run_key": key, "host_profile": self.profiles[point.host],
             "build": manifest, "fingerprint_before": before, "fingerprint_after": after,
-            "result": {k: v for k, v in result.__dict__.items() if k not in ("stdout", "stderr")},
-            "status": status, "reason": reason, "collectors": collector_files,
+            **out.provenance, "status": out.status, "reason": out.reason,
+            "collectors": collector_files,
             "orchestrator": {"version": __version__, "controller": _controller(),
                              "run_as": getattr(ex, "run_as", "")}, **notes,
         }  # fmt: skip
@@ -451,13 +445,13 @@ class Runner:
             (raw / "facts.json").write_text(
                 json.dumps(self.host_facts[point.host], indent=1, sort_keys=True, default=str))
         record = self._record(
-            point, key, status, reason, exit_code=result.exit_code, started=result.started,
-            duration_s=result.duration_s, build=manifest, fingerprint_before=before,
+            point, key, out.status, out.reason, exit_code=out.exit_code, started=out.started,
+            duration_s=out.duration_s, build=manifest, fingerprint_before=before,
             fingerprint_after=after,
-            extra={"pgid": result.pgid, "collectors": collector_files,
-                   "orchestrator": __version__, **notes},
+            extra={**out.extra, "collectors": collector_files, "orchestrator": __version__,
+                   **notes},
         )  # fmt: skip
-        self.store.add_run(record, metrics)
+        self.store.add_run(record, out.metrics, requests=out.requests)
         self._done(point, record, time.monotonic() - t0)
         try:
             ex.call(["rm", "-rf", remote])  # cleanup only: the run is stored
@@ -473,49 +467,34 @@ class Runner:
         except (ValueError, IndexError):
             raise HostError(f"{ex.name}: fingerprint.py printed no JSON: {text[-200:]!r}") from None
 
-    def _verdict(self, point: RunPoint, result: Result, before: dict, after: dict,
-                 raw: Path) -> tuple[str, str, list[Metric]]:  # fmt: skip
-        parsed = parse_output(point.parsers, result.stdout, result.stderr)
-        metrics = list(parsed.metrics)
+    def _judge(self, point: RunPoint, out: Outcome, before: dict, after: dict, raw: Path,
+               notes: dict) -> None:  # fmt: skip
+        """What every kind's run is judged by: collectors (metrics, deaths), the required
+        metrics, and drift of the host's state between the fingerprints."""
         for path in sorted((raw / "collectors").glob("*.jsonl")):
             collector = path.stem
             # collectors with a parser in socketlab.collect.parsers (clock, RAPL, perf, noise)
             # are parsed there; others by the JSON-lines contract
             found = collector_metrics(collector, path.parent).metrics
-            metrics += [
+            out.metrics += [
                 Metric(m["name"], m["value"], m["unit"],
                        {**{k: v for k, v in m["dims"].items() if k != "ts"}, "source": collector},
                        f"collector:{collector}/{JSONL_VERSION}")
                 for m in found
             ]  # fmt: skip
-        if parsed.meta:
-            (raw / "meta.json").write_text(json.dumps(parsed.meta, indent=1, default=str))
-        if result.timed_out:
-            return "timeout", (f"killed after {point.timeout_s:g} s (process group "
-                               f"{result.pgid})"), metrics  # fmt: skip
-        if result.exit_code is None:
-            return "failed", result.stderr.strip()[-300:] or "no result", metrics
-        sanity = point.sanity
-        if result.exit_code not in sanity.exit_codes:
-            tail = " | ".join(result.stderr.strip().splitlines()[-2:])
-            why = f"exit code {result.exit_code} (accepted: {', '.join(map(str, sanity.exit_codes))})"
-            if result.exit_code < 0:  # subprocess's -N: killed by signal N (a crash, usually)
-                why = f"killed by {_signal_name(-result.exit_code)} ({why})"
-            return "failed", why + (f": {tail}" if tail else ""), metrics
-        if parsed.errors:
-            return "failed", "unparsable output: " + "; ".join(parsed.errors[:3]), metrics
-        names = {m.name for m in metrics}
-        missing = [n for n in sanity.required_metrics if n not in names]
-        if missing:
-            return "failed", f"required metrics missing: {', '.join(missing)}", metrics
-        for pattern in sanity.must_not_match:
-            match = re.search(pattern, result.stdout + "\n" + result.stderr, re.MULTILINE)
-            if match:
-                return "failed", f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}", metrics
+        names = {m.name for m in out.metrics}
+        missing = [n for n in point.sanity.required_metrics if n not in names]
+        # a collector that died leaves its metrics missing: never "ok"
+        broken = {**notes.get("collector_errors", {}), **_collector_deaths(raw / "collectors")}
         changes = drift(before, after)
-        if changes:
-            return "invalid", "host state drifted during the run: " + "; ".join(changes), metrics
-        return COMPLETE, "", metrics
+        if out.status == COMPLETE and missing:
+            out.status, out.reason = "failed", f"required metrics missing: {', '.join(missing)}"
+        if out.status in (COMPLETE, "invalid") and changes:
+            why = "host state drifted during the run: " + "; ".join(changes)
+            out.status, out.reason = "invalid", f"{out.reason}; {why}" if out.reason else why
+        if out.status == COMPLETE and broken:
+            out.status = "failed"
+            out.reason = "collector failed: " + "; ".join(f"{n}: {t}" for n, t in broken.items())
 
 
 @contextlib.contextmanager
@@ -531,13 +510,6 @@ def _stop_signals(handler: Any) -> Iterator[None]:
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _collector_deaths(folder: Path) -> dict[str, str]:

@@ -8,6 +8,8 @@ gives a TypeError, and ``yes: 1`` a boolean key. So, before the document is buil
 bounded, the text must be UTF-8 without control characters, the event stream is checked for
 depth and alias expansion (without expanding), and the node graph for non-string keys. Number
 scalars must be finite: ``.nan`` and ``.inf`` are never a valid setting or published value.
+A key given twice is refused (PyYAML keeps the last silently), and every field path is mapped
+to its line, so that a later check (the schema, the model) can name the line at fault.
 """
 
 from __future__ import annotations
@@ -55,12 +57,12 @@ def decode(path: Path, raw: bytes) -> str:
 
 
 def load_document(
-    path: Path, text: str, *, syntax: str = "YAML syntax error", inspect: Any = None
+    path: Path, text: str, *, syntax: str = "YAML syntax error", lines: dict | None = None
 ) -> tuple[Any, Any]:
     """(data, root node) of the single YAML document in ``text``; (None, None) when empty.
 
     ``syntax`` is the words a syntax error starts with (the callers' messages differ);
-    ``inspect(node)`` sees the checked node graph before construction folds merge keys into it.
+    ``lines`` receives field path (``field_path``) -> 1-based line, for ``line_of``.
     """
     bad = _NON_PRINTABLE.search(text)
     if bad:
@@ -75,8 +77,7 @@ def load_document(
             if node is None:
                 return None, None
             _check_nodes(path, node)
-            if inspect is not None:
-                inspect(node)
+            _walk(path, node, [], {} if lines is None else lines)  # before merge keys fold in
             data = loader.construct_document(node)
         finally:
             loader.dispose()
@@ -91,6 +92,49 @@ def load_document(
     except (ValueError, TypeError, OverflowError) as exc:  # e.g. a date 2026-02-30
         raise SpecError(f"{path}:1: unsupported YAML value: {exc}".splitlines()[0]) from None
     return data, node
+
+
+def field_path(parts: Any) -> str:
+    """["experiments", 0, "sweep"] -> "experiments[0].sweep"."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def line_of(lines: dict[str, int], field_path: str) -> int:
+    """Line of a field path, or of its nearest parent that has one (1 when none does)."""
+    probe = field_path
+    while probe:
+        if probe in lines:
+            return lines[probe]
+        cut = max(probe.rfind("."), probe.rfind("["))
+        probe = probe[:cut] if cut > 0 else ""
+    return 1
+
+
+def _walk(path: Path, node: yaml.Node, parts: list[Any], lines: dict[str, int]) -> None:
+    """Record each field's line, and refuse duplicate keys."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key == "<<":  # merge key: its fields belong to this mapping
+                continue
+            line = key_node.start_mark.line + 1
+            here = field_path([*parts, key])
+            if key in seen:
+                raise SpecError(f"{path}:{line}: {here}: duplicate key '{key}' (first given on "
+                                f"line {seen[key]})")
+            seen[key] = lines[here] = line
+            _walk(path, value_node, [*parts, key], lines)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            lines[field_path([*parts, index])] = item.start_mark.line + 1
+            _walk(path, item, [*parts, index], lines)
 
 
 def _check_events(path: Path, text: str) -> None:

@@ -7,12 +7,14 @@ keyed by inventory name. Names and subnets include this process's PID so that tw
 on one machine don't collide.
 
 Processes started here are stopped by their PIDs; namespaces and links are deleted by name
-(they are ours: the name carries our PID).
+(they are ours: the name carries our PID). `login_user` adds a non-root login (with or without
+passwordless sudo) for the hosts; it too is on this machine, since /etc is shared.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -134,7 +136,8 @@ class SshHostPool:
             conf.write_text(
                 f"ListenAddress {inner}\nPort 22\nHostKey {hostkey}\n"
                 f"PidFile {self.workdir}/sshd_{name}.pid\n"
-                f"AuthorizedKeysFile {self.workdir}/authorized_keys\n"
+                # then the user's own file, for login_user's users (this one only root reads)
+                f"AuthorizedKeysFile {self.workdir}/authorized_keys .ssh/authorized_keys\n"
                 "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
                 "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                 "Subsystem sftp /usr/lib/openssh/sftp-server\n"
@@ -195,6 +198,49 @@ class SshHostPool:
             self._remove_netns(host.netns, f"sl{self.tag}o{index}")
         self.hosts.clear()
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+_USERS_MADE = 0  # login users made by this process
+
+
+@contextlib.contextmanager
+def login_user(host: SshHost, sudo: str | None = "nopasswd") -> Iterator[SshHost]:
+    """``host`` as seen by a new non-root user who logs in with the pool's key (put in its
+    ~/.ssh/authorized_keys, which the pool's sshd reads after its own). sudo: "nopasswd" gives it passwordless sudo,
+    "password" a sudo rule that asks for a password (it has none, so `sudo -n` refuses), None no
+    rule. The user and the rule exist on this machine (the hosts share its /etc) and are removed
+    afterwards: the user by name (ours: it carries our PID), the rule file by its path."""
+    global _USERS_MADE
+    k, _USERS_MADE = _USERS_MADE, _USERS_MADE + 1
+    name = f"slab{os.getpid() % 100000}u{k}"
+    rule = Path(f"/etc/sudoers.d/socketlab-test-{name}")
+    # a home of its own: without one sshd writes "Could not chdir" into every session's output
+    # password "*": none can be typed, yet not "!" (locked), which sshd refuses keys for too
+    _run("useradd", "--create-home", "--shell", "/bin/sh", "--password", "*", name)
+    try:
+        ssh_dir = Path(os.path.expanduser(f"~{name}")) / ".ssh"
+        ssh_dir.mkdir(mode=0o700)
+        (ssh_dir / "authorized_keys").write_text(host.key_file.with_suffix(".pub").read_text())
+        for path in (ssh_dir, ssh_dir / "authorized_keys"):
+            shutil.chown(path, name, name)
+        if sudo is not None:
+            tag = {"nopasswd": "NOPASSWD: ", "password": ""}[sudo]
+            text = f"{name} ALL=(ALL) {tag}ALL\n"
+            staged = rule.with_name(f".{rule.name}.tmp")  # sudo skips names with a dot
+            staged.write_text(text)
+            os.chmod(staged, 0o440)
+            _run("visudo", "-c", "-q", "-f", str(staged))  # a broken rule would break all sudo
+            os.replace(staged, rule)
+        yield dataclasses.replace(host, user=name)
+    finally:
+        rule.unlink(missing_ok=True)
+        rule.with_name(f".{rule.name}.tmp").unlink(missing_ok=True)
+        # userdel refuses (exit 8) while a session of the user is still closing
+        deadline = time.monotonic() + 30
+        while subprocess.run(["userdel", "--remove", name], capture_output=True).returncode == 8:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
 
 
 @contextlib.contextmanager

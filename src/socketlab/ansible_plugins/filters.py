@@ -2,6 +2,7 @@
 
     {{ snapshot | socketlab_isolation_plan(housekeeping_per_node=2) }}  -> IsolationPlan.facts()
     {{ snapshot | socketlab_topology }}                                 -> Topology.facts()
+    {{ snapshot | socketlab_isolation_targets(plan, sys_root=..., ...) }} -> each role's knobs
     {{ [0, 1, 2, 5] | socketlab_cpulist }}                              -> "0-2,5"
     {{ "0-2,5" | socketlab_parse_cpulist }}                             -> [0, 1, 2, 5]
     {{ [0, 1] | socketlab_cpumask(192) }}                               -> "00000000,...,00000003"
@@ -18,7 +19,7 @@ from typing import Any
 
 from socketlab.cpulist import cpumask, format_cpulist, parse_cpulist, parse_cpumask
 from socketlab.errors import SocketlabError
-from socketlab.plan.isolation import plan_isolation
+from socketlab.plan.isolation import isolation_targets, plan_isolation
 from socketlab.topology.model import topology_from_snapshot
 
 try:  # the module is importable without Ansible (tests, the CLI)
@@ -94,6 +95,20 @@ def socketlab_isolation_plan(
     return plan.facts()
 
 
+def socketlab_isolation_targets(snapshot: Any, plan: dict, sys_root: str, proc_root: str,
+                                thp_mode: str, numa_balancing: Any, hugepages_per_node: Any,
+                                governor: str) -> dict:
+    """isolation_targets() of the plan's facts: each role's knob list, ``knobs`` and ``summary``."""
+    try:
+        return isolation_targets(
+            plan, _snapshot(snapshot), roots={"sys": sys_root, "proc": proc_root},
+            thp_mode=thp_mode, governor=governor,
+            numa_balancing=_as_int(numa_balancing, "numa_balancing"),
+            hugepages_per_node=_as_int(hugepages_per_node, "hugepages_per_node"))
+    except SocketlabError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def socketlab_cpulist(cpus: Any) -> str:
     try:
         return format_cpulist(_cpus(cpus))
@@ -127,6 +142,7 @@ class FilterModule:
         return {
             "socketlab_topology": socketlab_topology,
             "socketlab_isolation_plan": socketlab_isolation_plan,
+            "socketlab_isolation_targets": socketlab_isolation_targets,
             "socketlab_cpulist": socketlab_cpulist,
             "socketlab_parse_cpulist": socketlab_parse_cpulist,
             "socketlab_cpumask": socketlab_cpumask,

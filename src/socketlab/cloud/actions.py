@@ -38,15 +38,20 @@ def plain(args: dict[str, Any]) -> dict[str, Any]:
 
 def provision(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     args = plain(args)
+    platform = inventory.platform_from_args(args)  # takes the tier settings out of args
     settings = settings_from_args(args, "provision")
     target = _target(args, "provision")
+    if platform:
+        platform = platform.with_s3_default(lambda: target.service_url("s3"))
     inv = _inventory_file(args, settings.campaign)
     check_inventory_path(inv)  # before launching: a bad path must not cost an instance
+    existing = inventory.read(inv)  # other campaigns of a shared inventory (hosts and guests)
+    inventory.check_before_launch(existing, settings.campaign, target.describe(), inv, platform)
     result = ec2.provision(target, settings, key_dir=KEY_DIR, log=log)
     try:
-        text = inventory.render(
-            settings.campaign, result["hosts"], target.describe(), inventory.known_hosts_path(inv)
-        )
+        text = inventory.render(settings.campaign, result["hosts"], target.describe(),
+                                inventory.known_hosts_path(inv, settings.campaign),
+                                platform=platform, existing=existing)  # fmt: skip
         result["inventory_changed"] = inventory.write(inv, text)
     except Exception as exc:
         # Instances nobody can find through an inventory are money burning: end what we made.
@@ -64,31 +69,19 @@ def provision(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any
 def teardown(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     args = plain(args)
     campaign = check_campaign(args.get("campaign"), "teardown")
-    unknown = sorted(
-        set(args)
-        - {
-            "campaign",
-            "aws_region",
-            "aws_profile",
-            "aws_endpoint_url",
-            "inventory_file",
-            "timeout_s",
-            "poll_s",
-        }
-    )
+    known = {"campaign", "aws_region", "aws_profile", "aws_endpoint_url", "inventory_file",
+             "timeout_s", "poll_s"}  # fmt: skip
+    unknown = sorted(set(args) - known)
     if unknown:
         raise CloudError(f"teardown: unknown setting(s) {', '.join(unknown)}")
     target = _target(args, "teardown")
-    result = ec2.teardown(
-        target,
-        campaign,
-        key_dir=KEY_DIR,
-        log=log,
-        timeout=float(args.get("timeout_s") or 900),
-        poll=float(args.get("poll_s") or 5),
-    )
     inv = _inventory_file(args, campaign)
-    result["inventory_removed"] = inventory.remove(inv)
+    inventory.check_same_cloud(inventory.read(inv, foreign="none"), campaign, target.describe(),
+                               inv, "teardown")  # fmt: skip
+    result = ec2.teardown(target, campaign, key_dir=KEY_DIR, log=log,
+                          timeout=float(args.get("timeout_s") or 900),
+                          poll=float(args.get("poll_s") or 5))  # fmt: skip
+    result["inventory_removed"] = inventory.remove(inv, campaign)
     result["inventory"] = str(inv)
     result["changed"] = result["changed"] or result["inventory_removed"]
     return result

@@ -247,11 +247,8 @@ def ensure_key_pair(
     """Imports or creates the key pair when asked; returns the private key file if one was made."""
     if not (s.public_key_file or s.create_key_pair):
         return None
-    existing = _call(
-        "describe_key_pairs",
-        ec2.describe_key_pairs,
-        Filters=[{"Name": "key-name", "Values": [s.key_name]}],
-    )["KeyPairs"]
+    existing = _call("describe_key_pairs", ec2.describe_key_pairs,
+                     Filters=[{"Name": "key-name", "Values": [s.key_name]}])["KeyPairs"]
     private = key_dir / f"{s.key_name}.pem"
     if existing:
         return str(private) if s.create_key_pair and private.exists() else None
@@ -287,17 +284,9 @@ def ensure_key_pair(
     return str(private)
 
 
-def _launch(
-    ec2: Any,
-    s: LaunchSettings,
-    n: int,
-    first_index: int,
-    ami: str,
-    subnet_id: str | None,
-    group_id: str | None,
-    now: datetime,
-    root_device: str = "/dev/xvda",
-) -> list[str]:
+def _launch(ec2: Any, s: LaunchSettings, n: int, first_index: int, ami: str,
+            subnet_id: str | None, group_id: str | None, now: datetime,
+            root_device: str = "/dev/xvda") -> list[str]:
     ids: list[str] = []
     for i in range(first_index, first_index + n):
         # One call per instance so each gets its own Name; a failure part-way still leaves the
@@ -449,14 +438,8 @@ def _next_index(instances: list[dict], campaign: str) -> int:
     return max(used, default=-1) + 1
 
 
-def provision(
-    target: CloudTarget,
-    s: LaunchSettings,
-    *,
-    key_dir: Path,
-    log: Log = _quiet,
-    now: datetime | None = None,
-) -> dict[str, Any]:
+def provision(target: CloudTarget, s: LaunchSettings, *, key_dir: Path, log: Log = _quiet,
+              now: datetime | None = None) -> dict[str, Any]:
     """Makes the campaign have s.count live instances, ready for SSH. Returns a JSON-able result.
 
     Raises CloudError (after terminating what it launched) when anything after launch fails.
@@ -584,15 +567,8 @@ def _host(inst: dict, s: LaunchSettings, created_key: str | None) -> dict[str, A
     }
 
 
-def teardown(
-    target: CloudTarget,
-    campaign: str,
-    *,
-    key_dir: Path | None = None,
-    log: Log = _quiet,
-    timeout: float = 900.0,
-    poll: float = 5.0,
-) -> dict[str, Any]:
+def teardown(target: CloudTarget, campaign: str, *, key_dir: Path | None = None,
+             log: Log = _quiet, timeout: float = 900.0, poll: float = 5.0) -> dict[str, Any]:
     """Terminates the campaign's instances and deletes what provision created for it."""
     ec2 = target.client("ec2")
     ids = [i["InstanceId"] for i in campaign_instances(ec2, campaign)]
@@ -600,13 +576,8 @@ def teardown(
         log(f"terminating {', '.join(ids)}")
     terminate(ec2, ids, timeout=timeout, poll=poll)
     deleted = _delete_created(ec2, campaign, log, key_dir)
-    return {
-        "changed": bool(ids or deleted),
-        "campaign": campaign,
-        "terminated": ids,
-        "deleted": deleted,
-        "target": target.describe(),
-    }
+    return {"changed": bool(ids or deleted), "campaign": campaign, "terminated": ids,
+            "deleted": deleted, "target": target.describe()}
 
 
 def _delete_created(ec2: Any, campaign: str, log: Log, key_dir: Path | None) -> list[str]:
@@ -665,26 +636,16 @@ def _delete_created(ec2: Any, campaign: str, log: Log, key_dir: Path | None) -> 
     return deleted
 
 
-def list_instances(
-    target: CloudTarget,
-    *,
-    campaign: str | None = None,
-    price_per_hour: float | None = None,
-    now: datetime | None = None,
-) -> list[InstanceRow]:
+def list_instances(target: CloudTarget, *, campaign: str | None = None,
+                   price_per_hour: float | None = None,
+                   now: datetime | None = None) -> list[InstanceRow]:
     now = now or datetime.now(UTC)
     ec2 = target.client("ec2")
     return [instance_row(i, now, price_per_hour) for i in campaign_instances(ec2, campaign)]
 
 
-def reap(
-    target: CloudTarget,
-    *,
-    campaign: str | None = None,
-    dry_run: bool = False,
-    now: datetime | None = None,
-    log: Log = _quiet,
-) -> list[InstanceRow]:
+def reap(target: CloudTarget, *, campaign: str | None = None, dry_run: bool = False,
+         now: datetime | None = None, log: Log = _quiet) -> list[InstanceRow]:
     """Terminates tagged instances past their socketlab:expires-at; returns those rows."""
     rows = [r for r in list_instances(target, campaign=campaign, now=now) if r.expired]
     if rows and not dry_run:

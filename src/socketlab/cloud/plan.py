@@ -23,7 +23,7 @@ TAG_CREATED = "socketlab:created-by"
 DEFAULT_INSTANCE_TYPE = "c8i.metal-48xl"
 #: Amazon Linux 2023 standard images (not "minimal") of one kernel family, 6.18 (the
 #: published campaign's kernel, 6.18.51-...amzn2023), so the kernel is not whichever family
-#: happens to be newest; the newest match is used. Override with -e ami_name=... or -e ami=....
+#: happens to be newest; the newest match is used. Override: -e socketlab_ec2_ami_name / _ami.
 DEFAULT_AMI_NAME = "al2023-ami-2023.*-kernel-6.18-x86_64"
 DEFAULT_AMI_OWNER = "amazon"
 DEFAULT_SSH_USER = "ec2-user"  #: Amazon Linux's login user
@@ -113,7 +113,7 @@ def _number(value: Any, name: str, source: str, *, integer: bool = False) -> flo
 
 def check_campaign(campaign: Any, source: str) -> str:
     if not campaign:
-        raise CloudError(f"{source}: campaign is required (-e campaign=NAME)")
+        raise CloudError(f"{source}: campaign is required (-e socketlab_ec2_campaign=NAME)")
     if not isinstance(campaign, str) or not _CAMPAIGN_RE.match(campaign):
         raise CloudError(
             f"{source}: campaign {campaign!r}: expected letters, digits, '.', '_' or '-' "
@@ -140,29 +140,25 @@ def settings_from_args(args: dict[str, Any], source: str = "provision") -> Launc
     if "max_instance_hours" not in a:
         raise CloudError(
             f"{source}: max_instance_hours is required: the most instance-hours this launch may "
-            "commit (count x hours), e.g. -e max_instance_hours=8"
+            "commit (count x hours), e.g. -e socketlab_ec2_max_instance_hours=8"
         )
     if not a.get("owner"):
         raise CloudError(
-            f"{source}: owner is required (-e owner=NAME); it is tagged on every instance"
+            f"{source}: owner is required (-e socketlab_ec2_owner=NAME); it tags every instance"
         )
     a["count"] = int(_number(a.get("count", 1), "count", source, integer=True))
     if "hours" not in a:
         raise CloudError(
             f"{source}: hours is required: how long the instances may live "
-            "(sets socketlab:expires-at), e.g. -e hours=4"
+            "(sets socketlab:expires-at), e.g. -e socketlab_ec2_hours=4"
         )
     a["hours"] = _number(a["hours"], "hours", source)
     a["max_instance_hours"] = _number(a["max_instance_hours"], "max_instance_hours", source)
-    a["root_volume_gb"] = int(
-        _number(a.get("root_volume_gb", 100), "root_volume_gb", source, integer=True)
-    )
-    a["ssh_port"] = int(_number(a.get("ssh_port", 22), "ssh_port", source, integer=True))
-    for name in ("ssh_timeout_s", "status_timeout_s", "poll_s"):
+    for name, default in (("root_volume_gb", 100), ("ssh_port", 22)):
+        a[name] = int(_number(a.get(name, default), name, source, integer=True))
+    for name in ("ssh_timeout_s", "status_timeout_s", "poll_s", "price_per_hour"):
         if name in a:
             a[name] = _number(a[name], name, source)
-    if "price_per_hour" in a:
-        a["price_per_hour"] = _number(a["price_per_hour"], "price_per_hour", source)
     for name in ("create_network", "create_key_pair", "create_security_group",
                  "check_vcpu_quota"):
         if name in a:
@@ -218,12 +214,7 @@ class LaunchPlan:
     estimated_cost: float | None  #: instance_hours x price_per_hour, None without a price
 
     def facts(self) -> dict[str, Any]:
-        return {
-            "existing": list(self.existing),
-            "to_launch": self.to_launch,
-            "instance_hours": self.instance_hours,
-            "estimated_cost": self.estimated_cost,
-        }
+        return {**self.__dict__, "existing": list(self.existing)}
 
 
 def plan_launch(s: LaunchSettings, existing_ids: list[str]) -> LaunchPlan:
@@ -249,11 +240,7 @@ def tag_dict(resource: dict[str, Any]) -> dict[str, str]:
 
 def ssh_address(instance: dict[str, Any], mode: str) -> str | None:
     public, private = instance.get("PublicIpAddress"), instance.get("PrivateIpAddress")
-    if mode == "public":
-        return public
-    if mode == "private":
-        return private
-    return public or private
+    return {"public": public, "private": private}.get(mode, public or private)
 
 
 @dataclass(frozen=True)

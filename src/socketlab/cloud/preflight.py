@@ -87,7 +87,8 @@ def capacity_message(code: str, instance_type: str, zone: str | None,
                      offered: tuple[str, ...]) -> str:  # fmt: skip
     """What to do when AWS has no capacity for the type in the zone right now."""
     others = [z for z in offered if z != zone]
-    hint = (f"try another zone (-e availability_zone={others[0]}; offering: {', '.join(others)})"
+    hint = (f"try another zone (-e socketlab_ec2_availability_zone={others[0]}; offering: "
+            f"{', '.join(others)})"
             if others else "try later or another region")  # fmt: skip
     return (f"provision: no {instance_type} capacity in {zone or 'the subnet zone'} now ({code}); "
             f"{hint}; nothing is left running")

@@ -4,6 +4,7 @@ Layout under s3://bucket/prefix/<campaign>/:
 
     runs/experiment=<e>/host=<h>/part-<sha>.parquet      the store's run rows of that partition
     metrics/experiment=<e>/host=<h>/part-<sha>.parquet   their metric rows
+    requests/experiment=<e>/host=<h>/part-<sha>.parquet  their serving requests (serve_requests)
     bundles/<run key>.tar.gz                             results/<campaign>/runs/<run key>/
     files/<sha>.tar.gz                                   the campaign's other records: last-run.json,
                                                          hosts/, specs/, cloud-hosts.json, ...
@@ -90,6 +91,16 @@ def _metric_schema():
             ("parser", pa.string()),
         ]
     )
+
+
+def _request_schema():
+    import pyarrow as pa
+
+    from socketlab.store import REQUEST_COLUMNS
+
+    ints = {"idx", "n_in", "n_out"}
+    return pa.schema([(c, pa.int64() if c in ints or c.endswith("_ns") else pa.string())
+                      for c in REQUEST_COLUMNS])  # fmt: skip
 
 
 def _run_row(record: Any) -> dict[str, Any]:
@@ -236,6 +247,7 @@ def push(
     with Store(path, create=False) as store:
         records = store.runs(campaign)
         metrics = store.metric_rows(campaign)
+        requests = store.request_rows(campaign)
     if not records:
         raise CloudError(f"push: {path}: campaign {campaign!r} has no runs to push")
     s3 = target.client("s3")
@@ -244,6 +256,9 @@ def push(
     by_run: dict[str, list[dict[str, Any]]] = {}
     for m in metrics:
         by_run.setdefault(m["run_key"], []).append(m)
+    asked: dict[str, list[dict[str, Any]]] = {}
+    for q in requests:
+        asked.setdefault(q["run_key"], []).append(q)
     parts: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in records:
         parts.setdefault((r.experiment, r.host), []).append(_run_row(r))
@@ -251,10 +266,12 @@ def push(
     for (experiment, host), rows in sorted(parts.items()):
         rows.sort(key=lambda r: r["run_key"])
         mrows = [m for r in rows for m in by_run.get(r["run_key"], [])]
-        sha = _sha([rows, mrows])[:20]
-        # Metrics first: a runs part on S3 then always has its metrics part (pull relies on it).
+        qrows = [q for r in rows for q in asked.get(r["run_key"], [])]
+        sha = _sha([rows, mrows, *([qrows] if qrows else [])])[:20]
+        # Metrics and requests first: a runs part on S3 then always has them (pull relies on it).
         for table, data_rows, schema in (
             ("metrics", mrows, _metric_schema()),
+            *([("requests", qrows, _request_schema())] if qrows else []),
             ("runs", rows, _run_schema()),
         ):
             key = _join(base, table, _partition(experiment, host), f"part-{sha}.parquet")
@@ -284,12 +301,14 @@ def push(
         _put(s3, bucket, mkey, json.dumps(manifest, indent=1, sort_keys=True).encode())
     log(
         f"pushed {campaign} to s3://{bucket}/{base}: {summary['runs']} runs, "
-        f"{summary['metrics']} metrics; {uploaded} new parquet parts, {bundles} new bundles"
+        f"{summary['metrics']} metrics, {len(requests)} requests; {uploaded} new parquet parts, "
+        f"{bundles} new bundles"
     )
     return {
         "campaign": campaign,
         "url": f"s3://{bucket}/{base}",
         **summary,
+        "requests": len(requests),
         "uploaded_parts": uploaded,
         "uploaded_bundles": bundles,
     }
@@ -327,6 +346,7 @@ def _pull_one(
     s3: Any, bucket: str, base: str, campaign: str, keys: set[str], results: Path | None, log: Log
 ) -> dict[str, Any]:
     from socketlab.parse import Metric
+    from socketlab.serve.records import RequestRecord
     from socketlab.store import RunRecord, Store, store_path
 
     # A run may arrive in several parts (re-pushes, or two controllers that ran the same point):
@@ -339,6 +359,7 @@ def _pull_one(
                 remote[row["run_key"]] = row
                 source[row["run_key"]] = key
     metrics: dict[str, list[dict[str, Any]]] = {}
+    requests: dict[str, dict[str, list[Any]]] = {}  #: run key -> level -> records
     for key in sorted(set(source.values())):
         mkey = base + "/metrics/" + key[len(base + "/runs/") :]
         if mkey not in keys:
@@ -349,6 +370,12 @@ def _pull_one(
         for m in _read_parquet(_get(s3, bucket, mkey)):
             if source.get(m["run_key"]) == key:
                 metrics.setdefault(m["run_key"], []).append(m)
+        qkey = base + "/requests/" + key[len(base + "/runs/") :]
+        for q in _read_parquet(_get(s3, bucket, qkey)) if qkey in keys else []:
+            if source.get(q["run_key"]) == key:
+                levels = requests.setdefault(q["run_key"], {})
+                levels.setdefault(q["level"], []).append(
+                    RequestRecord.from_json(json.loads(q["record"])))
     path = store_path(campaign, results)
     runs_dir = path.parent / "runs"
     json_fields = _json_fields()
@@ -374,7 +401,7 @@ def _pull_one(
                 Metric(m["name"], m["value"], m["unit"], json.loads(m["dims"]), m["parser"])
                 for m in metrics.get(run_key, [])
             ]
-            store.add_run(RunRecord(**data), ms)
+            store.add_run(RunRecord(**data), ms, requests=requests.get(run_key, {}).items())
             added += 1
             added_metrics += len(ms)
         summary = store_digest(store, campaign)

@@ -51,6 +51,12 @@ class CloudTarget:
             raise api_error(f"making the {service} client", exc) from None
 
 
+    def service_url(self, service: str) -> str:
+        """The URL a client of that service talks to, wherever it came from (the setting, the
+        environment, the profile's endpoint_url, or the cloud's default); no request is made."""
+        return self.client(service).meta.endpoint_url
+
+
 def _service_endpoint_env(service: str) -> str | None:
     key = "AWS_ENDPOINT_URL_" + service.upper().replace("-", "_")
     return os.environ.get(key) or os.environ.get("AWS_ENDPOINT_URL") or None
@@ -70,8 +76,8 @@ def resolve_target(
         region = _profile_region(profile)
     if not region:
         raise CloudError(
-            f"{source}: aws_region is not set: pass it (-e aws_region=... / --region) "
-            "or set AWS_REGION"
+            f"{source}: aws_region is not set: pass it (-e socketlab_ec2_aws_region=... / "
+            "--region) or set AWS_REGION"
         )
     endpoint_url = endpoint_url or None
     if endpoint_url and not endpoint_url.startswith(("http://", "https://")):

@@ -24,3 +24,17 @@ def add_results_argument(parser: argparse.ArgumentParser, help: str | None = Non
     parser.add_argument(
         "--results", metavar="DIR", help=help or f"results folder (default {paths.RESULTS})"
     )
+
+
+def add_host_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which inventory hosts, how their isolation is planned, --timeout and --json: the options
+    `hosts` and `cpuset` share (both gather facts through socketlab.facts.gather_all)."""
+    parser.add_argument("--inventory", "-i", metavar="FILE",
+                        help="Ansible inventory (default: localhost)")
+    parser.add_argument("--limit", "-l", metavar="PATTERN", help="Ansible host pattern")
+    parser.add_argument("--housekeeping", type=int, default=2, metavar="H",
+                        help="housekeeping physical cores per NUMA node (default 2)")
+    parser.add_argument("--prefer-irq-cores", action="store_true",
+                        help="pick housekeeping cores that already serve the node's device IRQs")
+    parser.add_argument("--timeout", type=float, default=60, help="seconds per host (default 60)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")

@@ -157,5 +157,6 @@ def _reap(args) -> int:
     live = sorted({r.campaign for r in ec2.list_instances(target, campaign=args.campaign)})
     if live and not args.json:
         print(f"still running (not expired): {', '.join(live)}; end them with "
-              "ansible-playbook playbooks/teardown.yml -e campaign=NAME -e aws_region=...")
+              "ansible-playbook playbooks/teardown.yml -e socketlab_ec2_campaign=NAME "
+              "-e socketlab_ec2_aws_region=...")
     return 0

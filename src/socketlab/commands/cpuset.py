@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from socketlab.commands._options import add_host_arguments
 from socketlab.errors import HostError, PlanError, SocketlabError
 from socketlab.facts import gather_all
 from socketlab.inventory import load_inventory
@@ -67,48 +68,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="|".join(ORDERS),
         help="place the biggest job first (default), or in the order given",
     )
-    p.add_argument(
-        "--distributed",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="spread this job evenly over NUMA nodes (KEP-2902); repeatable",
-    )
-    p.add_argument(
-        "--threads",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="give this job first threads only, not whole cores; repeatable",
-    )
-    p.add_argument(
-        "--hugepages",
-        action="append",
-        default=[],
-        metavar="NAME=PAGES",
-        help="2 MiB pages the job needs on each NUMA node it runs on; repeatable",
-    )
-    p.add_argument(
-        "--housekeeping",
-        type=int,
-        default=2,
-        metavar="H",
-        help="housekeeping physical cores per NUMA node (default 2)",
-    )
-    p.add_argument(
-        "--prefer-irq-cores",
-        action="store_true",
-        help="pick housekeeping cores that already serve the node's device IRQs",
-    )
-    p.add_argument("--inventory", "-i", metavar="FILE", help="Ansible inventory")
-    p.add_argument("--limit", "-l", metavar="PATTERN", help="Ansible host pattern")
+    for flag, metavar, what in (
+        ("--distributed", "NAME", "spread this job evenly over NUMA nodes (KEP-2902)"),
+        ("--threads", "NAME", "give this job first threads only, not whole cores"),
+        ("--hugepages", "NAME=PAGES", "2 MiB pages the job needs on each NUMA node it runs on"),
+    ):  # per-job options, each repeatable
+        p.add_argument(flag, action="append", default=[], metavar=metavar,
+                       help=f"{what}; repeatable")
+    add_host_arguments(p)
     p.add_argument(
         "--topology",
         metavar="FILE|DIR",
         help="plan for a recorded host: a host_facts.py JSON snapshot or a sysfs tree",
     )
-    p.add_argument("--timeout", type=float, default=60, help="seconds per host (default 60)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,10 @@ inventory, a --limit that matches nothing). A host whose plan is impossible, e.g
 with the default 2 housekeeping cores per node, shows its topology and the planner's one-line
 reason; that is not a failure unless --strict is given (then exit 1), so `make run` works on
 small machines.
+
+"isolated now" is what playbooks/isolate.yml left: verify.yml's record for the host (restore.yml
+removes it, and verify.yml keeps none without the state file) and the workqueue mask the plan
+sets, read now; "boot isolcpus" is the kernel's own isolcpus= list, a boot-time setting.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import json
 import sys
 from typing import Any
 
+from socketlab.commands._options import add_host_arguments
 from socketlab.errors import PlanError, SocketlabError
 from socketlab.facts import gather_all
 from socketlab.inventory import InventoryHost, load_inventory
 from socketlab.plan.isolation import plan_isolation
+from socketlab.report.isolation import verify_text
+from socketlab.spec.hosts import isolation_applied
 from socketlab.topology import topology_from_snapshot
 
 
@@ -29,26 +36,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--inventory", "-i", metavar="FILE", help="Ansible inventory (default: localhost)"
-    )
-    p.add_argument("--limit", "-l", metavar="PATTERN", help="Ansible host pattern")
-    p.add_argument(
-        "--housekeeping",
-        type=int,
-        default=2,
-        metavar="N",
-        help="housekeeping physical cores per NUMA node (default 2)",
-    )
-    p.add_argument(
-        "--prefer-irq-cores",
-        action="store_true",
-        help="pick housekeeping cores that already serve the node's device IRQs",
-    )
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    add_host_arguments(p)
     p.add_argument("--strict", action="store_true", help="exit 1 if any host has no valid plan")
-    p.add_argument("--timeout", type=float, default=60, help="seconds per host (default 60)")
     p.set_defaults(func=run)
+
+
+def isolation_now(name: str, facts: dict, plan: dict | None) -> dict[str, Any]:
+    """{"isolated", "verified", "text"}: whether isolate.yml's plan runs on the host now.
+
+    Isolated: verify.yml's record of this inventory host names a plan whose workqueue mask the
+    host has now; without a record, a host on the mask of ``plan`` (this command's) is isolated
+    but not verified. Pure: the gathered facts in, the row out."""
+    record = (facts["snapshot"].get("isolation_verify") or {}).get(name)
+    if isinstance(record, dict) and record:
+        checked = record.get("plan") if isinstance(record.get("plan"), dict) else None
+        applied = isolation_applied(facts["topology"], checked)
+        entry = {"isolation_verify": record, "isolation_applied": applied, "isolation": checked}
+        verified = record.get("passed") is True and applied
+        if applied:
+            text = (f"isolated: isolate.yml's plan (housekeeping {checked['housekeeping_list']}, "
+                    f"workers {checked['workers_list']}); {verify_text(entry)}")
+        else:
+            text = f"not isolated (the workqueue mask is not the plan's); {verify_text(entry)}"
+        return {"isolated": applied, "verified": verified, "text": text}
+    if isolation_applied(facts["topology"], plan):
+        return {"isolated": True, "verified": False,
+                "text": "isolated: the workqueue mask is the plan's; not verified (run "
+                        "playbooks/verify.yml)"}  # fmt: skip
+    return {"isolated": False, "verified": False, "text": "not isolated"}
 
 
 def describe(
@@ -65,6 +80,7 @@ def describe(
         "topology": None,
         "isolation": None,
         "plan_error": None,
+        "isolated_now": None,
     }
     if isinstance(facts, SocketlabError):
         entry["error"] = str(facts)
@@ -75,6 +91,7 @@ def describe(
         entry["isolation"] = plan_isolation(topology, housekeeping, prefer_irq).facts()
     except PlanError as exc:
         entry["plan_error"] = str(exc)
+    entry["isolated_now"] = isolation_now(host.name, facts, entry["isolation"])
     return entry
 
 
@@ -109,7 +126,8 @@ def _table(entry: dict[str, Any]):
                   f"irqbalance {'running' if t['irqbalance']['running'] else 'not running'}"),
         ("cpufreq", f"{cpufreq['driver']}: {governors}" if cpufreq["present"] else "not present"),
         ("irqs", f"{len(t['irqs'])} device IRQs" if t["irqs_readable"] else "unreadable"),
-        ("isolated now", t["cpu_isolated"] or "none"),
+        ("isolated now", entry["isolated_now"]["text"]),
+        ("boot isolcpus", t["cpu_isolated"] or "none"),
     ]  # fmt: skip
     plan = entry["isolation"]
     if plan:

@@ -11,10 +11,8 @@ import sys
 from typing import Any
 
 from socketlab.commands._options import add_results_argument, add_spec_arguments
-from socketlab.errors import HostError, SocketlabError
-from socketlab.spec.expand import Plan, Skip, expand_points
-from socketlab.spec.hosts import gather_host_facts, select_hosts
-from socketlab.spec.load import load_spec
+from socketlab.errors import HostError
+from socketlab.spec.expand import Plan, Skip
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,22 +43,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec, profile=args.profile)
-    errors: dict[str, SocketlabError] = {}
-    if getattr(args, "assume_host", None):
-        facts = assumed_host_facts(spec, args.assume_host)
-    else:
-        hosts = select_hosts(spec, args.hosts, args.inventory)
-        facts = gather_host_facts(spec, hosts, errors)
-    if not facts:
-        first = next(iter(errors.values()))
-        raise HostError(f"no host could be reached ({len(errors)} tried); first: {first}")
-    plan = expand_points(spec, facts, repetitions=args.repetitions)
+    from socketlab.session import prepare
+
+    campaign = prepare(args.spec, profile=args.profile, pattern=args.hosts,
+                       inventory=args.inventory, repetitions=args.repetitions,
+                       assume=getattr(args, "assume_host", None))  # fmt: skip
+    if not campaign.facts:
+        first = next(iter(campaign.unreachable.values()))
+        raise HostError(f"no host could be reached ({len(campaign.unreachable)} tried); "
+                        f"first: {first}")
+    plan = campaign.plan
     # Unreachable hosts are part of the answer: every experiment there is skipped, with why.
     plan.skipped.extend(
         Skip(name, exp.name, f"host unreachable: {exc}")
-        for name, exc in errors.items()
-        for exp in spec.experiments
+        for name, exc in campaign.unreachable.items()
+        for exp in campaign.spec.experiments
     )
     # An assumed host has no past runs of its own (those in the store are of other machines,
     # maybe with another profile), so its estimate comes from the spec.
@@ -145,40 +142,6 @@ def print_plan(plan: Plan, estimate: dict[str, Any] | None) -> None:
 RUN_OVERHEAD_S = 2.0
 #: per build and host: `make -C native all` of a fresh checkout (compile + self-checks)
 BUILD_ALLOWANCE_S = 120.0
-
-
-def assumed_host_facts(spec: Any, given: list[str]) -> dict[str, dict[str, Any]]:
-    """inventory name -> host entry from recorded host_facts.py snapshots (no host contacted)."""
-    from pathlib import Path
-
-    from socketlab.errors import SpecError
-    from socketlab.spec.hosts import host_entry
-    from socketlab.topology import topology_from_snapshot
-
-    out: dict[str, dict[str, Any]] = {}
-    for item in given:
-        name, sep, file = item.partition("=")
-        if not sep:
-            name, file = Path(item).stem, item
-        try:
-            snapshot = json.loads(Path(file).read_text())
-        except OSError as exc:
-            raise SpecError(f"--assume-host {file}: {exc.strerror}") from None
-        except ValueError as exc:
-            raise SpecError(f"--assume-host {file}: not JSON ({exc})") from None
-        if isinstance(snapshot, dict) and "snapshot" in snapshot:
-            snapshot = snapshot["snapshot"]  # a gathered-facts record wraps the snapshot
-        try:
-            topology = topology_from_snapshot(snapshot)
-        except SocketlabError as exc:
-            raise SpecError(f"--assume-host {file}: {exc}") from None
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise SpecError(f"--assume-host {file}: not a collectors/host_facts.py snapshot "
-                            f"(missing or bad {exc})") from None  # fmt: skip
-        entry = host_entry(topology, spec)
-        entry.update(vars={}, python="python3", address=name)
-        out[name] = entry
-    return out
 
 
 def _argv_seconds(argv: tuple[str, ...]) -> float | None:

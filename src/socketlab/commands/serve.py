@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from socketlab import paths
-from socketlab.errors import SpecError, StoreError
+from socketlab.commands._options import add_results_argument
+from socketlab.errors import SpecError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,51 +17,45 @@ def register(sub: argparse._SubParsersAction) -> None:
         "load level the throughput, TTFT and TPOT percentiles and peak memory, their ratios "
         "against the baseline arm, and the placement A/B table.")
     rep.add_argument("campaign", help="campaign id")
-    rep.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+    add_results_argument(rep)
     rep.set_defaults(func=report)
-
-    imp = sub.add_parser(
-        "import-vllm", help="store a vLLM bench-serve result JSON as a serving run",
+    imp = _import_parser(
+        sub, "vllm", help="store a vLLM bench-serve result JSON as a serving run",
         description="Import a `vllm bench serve --save-result --save-detailed` JSON: its "
         "per-request arrays become request records, metrics are recomputed with socketlab's "
-        "definitions and stored beside vLLM's own numbers.")
-    imp.add_argument("file", type=Path)
-    imp.add_argument("--campaign", required=True)
-    imp.add_argument("--experiment", default="vllm-import")
-    imp.add_argument("--arm", default="vllm", help="arm name for the report (default vllm)")
-    imp.add_argument("--placement", default="unknown")
-    imp.add_argument("--host", default="imported")
-    imp.add_argument("--repetition", type=int, default=0)
+        "definitions and stored beside vLLM's own numbers.", arm_help=" (default vllm)")
     imp.add_argument("--load", help="load label like c8 or r2 (default: from the file)")
-    imp.add_argument("--baseline", help="the experiment's baseline arm for the report")
-    imp.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
     imp.set_defaults(func=import_file)
-
-    gdl = sub.add_parser(
-        "import-guidellm", help="store a guidellm benchmarks JSON as serving runs",
+    gdl = _import_parser(
+        sub, "guidellm", help="store a guidellm benchmarks JSON as serving runs",
         description="Import a `guidellm run --output kind=json` file: one run per benchmark "
         "(load level); records rebuilt from its per-request timings, our metrics recomputed "
         "and guidellm's own numbers stored under honest names (its ITL is vLLM's TPOT, "
-        "token-weighted; its TPOT includes TTFT).")
-    gdl.add_argument("file", type=Path)
-    gdl.add_argument("--campaign", required=True)
-    gdl.add_argument("--experiment", default="guidellm-import")
-    gdl.add_argument("--arm", default="guidellm", help="arm name for the report")
-    gdl.add_argument("--placement", default="unknown")
-    gdl.add_argument("--host", default="imported")
-    gdl.add_argument("--repetition", type=int, default=0)
-    gdl.add_argument("--baseline", help="the experiment's baseline arm for the report")
-    gdl.add_argument("--results", metavar="DIR", help=f"results folder (default {paths.RESULTS})")
+        "token-weighted; its TPOT includes TTFT).", arm_help="")
     gdl.set_defaults(func=import_guidellm_file)
+
+
+def _import_parser(sub: argparse._SubParsersAction, tool: str, *, help: str, description: str,
+                   arm_help: str) -> argparse.ArgumentParser:  # fmt: skip
+    """`import-<tool>`: the options both importers take (where the result goes, under what)."""
+    parser = sub.add_parser(f"import-{tool}", help=help, description=description)
+    parser.add_argument("file", type=Path)
+    parser.add_argument("--campaign", required=True)
+    parser.add_argument("--experiment", default=f"{tool}-import")
+    parser.add_argument("--arm", default=tool, help=f"arm name for the report{arm_help}")
+    parser.add_argument("--placement", default="unknown")
+    parser.add_argument("--host", default="imported")
+    parser.add_argument("--repetition", type=int, default=0)
+    parser.add_argument("--baseline", help="the experiment's baseline arm for the report")
+    add_results_argument(parser)
+    return parser
 
 
 def report(args: argparse.Namespace) -> int:
     from socketlab.serve.report import serving_report
-    from socketlab.store import Store, store_path
+    from socketlab.store import Store, existing_store_path
 
-    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
-    if not path.exists():
-        raise StoreError(f"{path}: no results for campaign '{args.campaign}'")
+    path = existing_store_path(args.campaign, args.results)
     with Store(path, create=False) as store:
         text = serving_report(store, args.campaign)
     out = path.parent / "serving-report.md"
@@ -77,7 +71,7 @@ def import_file(args: argparse.Namespace) -> int:
 
     _check_file(args.file, "a vLLM bench-serve JSON file")
     got = import_vllm(args.file, args.load)  # a bad file is refused before a store is made
-    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
+    path = store_path(args.campaign, args.results)
     with Store(path) as store:
         record = store_import(store, args.file, campaign=args.campaign,
                               experiment=args.experiment, arm=args.arm,
@@ -107,7 +101,7 @@ def import_guidellm_file(args: argparse.Namespace) -> int:
 
     _check_file(args.file, "a guidellm benchmarks JSON file")
     got = import_guidellm(args.file)  # a bad file is refused before a store is made
-    path = store_path(args.campaign, Path(args.results or paths.RESULTS))
+    path = store_path(args.campaign, args.results)
     with Store(path) as store:
         records = store_import(store, args.file, got, campaign=args.campaign,
                                experiment=args.experiment, arm=args.arm,

@@ -23,6 +23,7 @@ from typing import Any
 
 from socketlab import paths
 from socketlab.errors import HostError, SocketlabError
+from socketlab.topology.read import collector_module
 
 STATE_DIR = "/run/socketlab/tailor"
 SCRIPT = paths.COLLECTORS / "tailor.py"
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     start = sub.add_parser("start", help="start the controller (a daemon with a pidfile)")
     # One list of options: the host side's own (collectors/tailor.py add_options).
-    host_module().add_options(start, state_dir=False)
+    collector_module("tailor").add_options(start, state_dir=False)
     start.set_defaults(start_parser=start)
     sub.add_parser("stop", help="stop it; it restores every cpuset first")
     sub.add_parser("restore", help="the same as --restore")
@@ -48,19 +49,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     timeline.add_argument("--json", action="store_true")
     register_simulate(sub)
     p.set_defaults(func=run)
-
-
-def host_module():
-    """collectors/tailor.py as a module (a stdlib script beside the collectors)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("socketlab_tailor_host", SCRIPT)
-    if spec is None or spec.loader is None or not SCRIPT.exists():
-        raise HostError(f"{SCRIPT}: missing; expected collectors/tailor.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
 
 
 def start_argv(args: argparse.Namespace) -> list[str]:

@@ -46,6 +46,8 @@ class Executor:
     python: str = "python3"
     workdir: str
     run_as: str = ""  #: the user the host's commands run as (provenance: who ran)
+    address: str  #: where the controller reaches the host's servers
+    controller = False  #: the host is this machine (the load generator's)
 
     def connect(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -73,7 +75,36 @@ class Executor:
     def unlock(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def _request(self, request: dict, deadline_s: float) -> dict:
+        """One request to the host's agent (collectors/_runwrap.py); its JSON reply."""
+        raise NotImplementedError  # pragma: no cover - interface
+
     # -- shared helpers built on the primitives ---------------------------------------------
+
+    def _agent_op(self, request: dict, timeout: float = 30.0) -> dict:
+        reply = self._request(request, timeout + 15.0)
+        if "error" in reply:
+            raise HostError(reply["error"])
+        return reply
+
+    def spawn(self, argv: list[str], *, env=None, cwd=None, cpus=None, log: str) -> int:
+        """Start argv on the host in its own session, output to ``log``; returns its PID."""
+        request = {"op": "spawn", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
+                   "cpus": list(cpus) if cpus else None, "log": log}  # fmt: skip
+        return int(self._agent_op(request)["pid"])
+
+    def tree(self, pid: int) -> dict:
+        """A spawned process: exit_code (None while it runs), pids below it, thread affinity,
+        seen (every PID its tree had) and ticks (their start times, in that order)."""
+        return self._agent_op({"op": "tree", "pid": pid})
+
+    def stop_spawned(self, pid: int, grace_s: float = 10.0) -> dict:
+        """Stop a spawned process's group and descendants by PID: exit_code, left, seen, ticks."""
+        return self._agent_op({"op": "stop", "pid": pid, "grace": grace_s}, grace_s + 15.0)
+
+    def watch(self, pid: int) -> None:
+        """The agent kills ``pid`` (a collector daemon) if the orchestrator goes away."""
+        self._agent_op({"op": "watch", "pid": pid})
 
     @property
     def tools(self) -> str:
@@ -132,8 +163,8 @@ class Executor:
         return sorted(m.name.removeprefix("./") for m in members)
 
     def install_tools(self, scratch: Path) -> None:
-        """Send what runs on the host: collectors (incl. the run wrapper), fingerprint.py and
-        the serving sampler procstats.py."""
+        """Send what runs on the host: collectors (incl. the agent and the process module),
+        fingerprint.py and the serving sampler procstats.py."""
         files = {p.name: p for p in sorted(paths.COLLECTORS.glob("*.py"))}
         files["fingerprint.py"] = Path(__file__).resolve().parents[1] / "fingerprint.py"
         # the serving sampler (stdlib) runs beside a server started on the host
@@ -145,6 +176,24 @@ def become_requested(hostvars: dict | None) -> bool:
     """The host variable socketlab_become (true/yes/1): run the host's agent as root via sudo."""
     value = (hostvars or {}).get("socketlab_become", False)
     return value is True or str(value).lower() in ("true", "yes", "1")
+
+
+#: exit status of become_preflight() where `sudo -n` is refused (facts.py looks for it)
+BECOME_REFUSED = 97
+
+
+def become_preflight() -> str:
+    """Shell text put before a become host's fact gathering: the one check that sudo works
+    without a password, so a host where it doesn't is skipped before anything is uploaded,
+    built or run (the agent would otherwise fail at each point)."""
+    return f"sudo -n true 2>/dev/null || exit {BECOME_REFUSED};"
+
+
+def become_refused(where: str, user: str | None) -> str:
+    who = user or "the login user"
+    return (f"{where}: socketlab_become is set but `sudo -n` fails for {who} (sudo asks for a "
+            f"password, or is missing): give {who} passwordless sudo (a NOPASSWD rule in "
+            "/etc/sudoers.d), log in as root, or set socketlab_become: false")
 
 
 def make_executor(host, workroot: str | None = None) -> Executor:

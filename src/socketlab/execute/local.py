@@ -1,25 +1,32 @@
-"""Run on this machine, no SSH: the executor for ``connection: local`` inventory hosts."""
+"""Run on this machine, no SSH: the executor for ``connection: local`` inventory hosts.
+
+Commands run through ``socketlab.execute.process`` (own group, parent-death signal, killed by
+PID at the timeout), as the SSH hosts' agent runs them. Long-lived processes (a server under
+test, its sampler) and collector daemons are held by the same agent as on SSH hosts, here over
+a pipe: when the orchestrator dies, even by SIGKILL, the pipe closes and the agent kills them.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
+import select
 import shutil
-import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
-from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, Result
-
-# If the orchestrator dies (SIGKILL), its commands must not run on unattended: setpriv gives
-# the child a parent-death signal without a preexec_fn (unsafe with our host threads).
-_SETPRIV = shutil.which("setpriv")
+from socketlab.errors import HostError
+from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
+from socketlab.execute import process as process
 
 
 class LocalExecutor(Executor):
+    controller = True
+    address = "127.0.0.1"
+
     def __init__(self, name: str = "localhost", *, workroot: str = DEFAULT_WORKROOT,
                  python: str | None = None) -> None:  # fmt: skip
         self.name = name
@@ -29,66 +36,73 @@ class LocalExecutor(Executor):
 
         self.run_as = pwd.getpwuid(os.geteuid()).pw_name  # recorded with each run
         self._lock_fh = None
+        self._agent: subprocess.Popen | None = None
+        self._installed = False
+        self._request_lock = threading.Lock()
 
     def connect(self) -> None:
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
 
     def close(self) -> None:
         self.unlock()
+        with self._request_lock:
+            if self._agent is not None:  # EOF: it stops what it still holds, then exits
+                self._agent.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._agent.wait(timeout=30)
+                self._agent.stdout.close()
+                self._agent = None
 
     def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
             pidfile=None) -> Result:  # fmt: skip
-        prefix: list[str] = []
-        if _SETPRIV:
-            prefix += [_SETPRIV, "--pdeathsig", "KILL", "--"]
-        if cpus:
-            prefix += ["taskset", "-c", cpus]
-        environ = dict(os.environ)
-        environ.update(env or {})
-        started = time.time()
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.Popen(
-                [*prefix, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, cwd=cwd or None, env=environ, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:
-            return Result(127, "", f"cannot start {argv[0]}: {exc}", 0.0, started=started)
-        if pidfile:
-            Path(pidfile).write_text(f"{proc.pid}\n")
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            # start_new_session made the child a group leader: kill the group by its PID.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            try:
-                out, err = proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:  # a process outside the group holds the pipes
-                proc.kill()
-                out, err = b"", b""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the group hold cores
-        duration = time.perf_counter() - t0
-        # taskset/setpriv exec into the command: a failed exec shows as their exit code.
-        return Result(
-            proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"),
-            duration, timed_out, started, proc.pid,
-        )  # fmt: skip
+        return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
+                                    out_dir=out_dir, pidfile=pidfile, started_hook=self._held))
 
     def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
-        try:
-            proc = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, timeout=timeout,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired:
+        reply = process.run(argv, timeout=timeout, merged=True, started_hook=self._held)
+        if reply["timed_out"]:
             return 124, f"{argv[0]}: no answer in {timeout:g} s"
-        except OSError as exc:
-            return 127, f"cannot start {argv[0]}: {exc}"
-        return proc.returncode, proc.stdout.decode("utf-8", "replace")
+        return reply["exit_code"], reply["stdout"] or reply["stderr"]
+
+    def install_tools(self, scratch: Path) -> None:
+        super().install_tools(scratch)
+        self._installed = True  # the agent starts from this session's copy, never an older one
+        self._request({"op": "ping"}, 30.0)  # now: each command's group is handed over at once
+
+    def _held(self, pid: int) -> None:
+        """The agent kills this group if we die (the parent-death signal reaches the leader
+        only); before the tools are installed there is no agent and the leader's signal is all."""
+        if self._installed:
+            with contextlib.suppress(HostError):
+                self.watch(pid)
+
+    def _request(self, request: dict, deadline_s: float) -> dict:
+        """One request to this host's agent (started on first use, from the installed tools)."""
+        with self._request_lock:
+            if self._agent is None:
+                if not self._installed:
+                    raise HostError(f"{self.name}: no agent before install_tools")
+                # its own session: a terminal's Ctrl-C must not end it before it has cleaned up
+                self._agent = subprocess.Popen(
+                    self.tool("_runwrap.py", "serve", "--idle", str(365 * 86400.0)),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+                self._buffer = b""
+                self._readline(time.monotonic() + 30)  # {"ready": true}
+            self._agent.stdin.write(json.dumps(request).encode() + b"\n")
+            self._agent.stdin.flush()
+            return json.loads(self._readline(time.monotonic() + deadline_s))
+
+    def _readline(self, deadline: float) -> bytes:
+        fd = self._agent.stdout.fileno()
+        while b"\n" not in self._buffer:
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise HostUnreachable(f"{self.name}: the local agent gave no reply in time")
+            data = os.read(fd, 1 << 16)
+            if not data:
+                raise HostUnreachable(f"{self.name}: the local agent exited")
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line
 
     def put(self, local, remote: str) -> None:
         Path(remote).parent.mkdir(parents=True, exist_ok=True)
@@ -100,20 +114,10 @@ class LocalExecutor(Executor):
 
     def lock(self, info: dict) -> None:
         path = Path(self.workdir) / "host.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a+")  # noqa: SIM115 - held until unlock()
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip()
-            fh.close()
+        fh, holder = process.take_lock(str(path), info)
+        if fh is None:
             raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
-                           f"({holder or 'unknown holder'}; lock file {path})") from None  # fmt: skip
-        fh.seek(0)
-        fh.truncate()
-        fh.write(json.dumps({**info, "pid": os.getpid(), "since": time.time()}))
-        fh.flush()
+                           f"({holder or 'unknown holder'}; lock file {path})")  # fmt: skip
         self._lock_fh = fh
 
     def unlock(self) -> None:

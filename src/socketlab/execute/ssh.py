@@ -23,7 +23,6 @@ import time
 import paramiko
 from fabric import Connection
 
-from socketlab.errors import HostError
 from socketlab.execute import (
     DEFAULT_WORKROOT,
     Executor,
@@ -100,6 +99,7 @@ class SshExecutor(Executor):
         self.name = host.name
         self.python = host.python or "python3"
         self.workdir = f"{workroot}/{host.name}"
+        self.address = host.address
         # socketlab_become: the agent (and so every command of the campaign) runs as root through
         # `sudo -n`, for the collectors that read MSR, RAPL and perf counters; explicit per host
         # (the generated cloud inventory sets it for a non-root login), recorded as run_as.
@@ -279,28 +279,6 @@ class SshExecutor(Executor):
         if reply["timed_out"]:
             return 124, reply["stdout"] + f"\n{argv[0]}: no answer in {timeout:g} s"
         return reply["exit_code"], reply["stdout"]
-
-    # long-lived processes (a server under test, its samplers), held by the agent
-
-    def _agent_op(self, request: dict, timeout: float) -> dict:
-        reply = self._request(request, timeout + GRACE_S)
-        if "error" in reply:
-            raise HostError(f"{self.name}: {reply['error']}")
-        return reply
-
-    def spawn(self, argv: list[str], *, env=None, cwd=None, cpus=None, log: str) -> int:
-        """Start argv on the host in its own session, output to ``log``; returns its PID."""
-        request = {"op": "spawn", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
-                   "cpus": list(cpus) if cpus else None, "log": log}  # fmt: skip
-        return int(self._agent_op(request, 30.0)["pid"])
-
-    def tree(self, pid: int) -> dict:
-        """A spawned process: exit_code (None while it runs), pids below it, thread affinity."""
-        return self._agent_op({"op": "tree", "pid": pid}, 30.0)
-
-    def stop_spawned(self, pid: int, grace_s: float = 10.0) -> dict:
-        """Stop a spawned process's group and descendants by PID: exit_code, left, seen."""
-        return self._agent_op({"op": "stop", "pid": pid, "grace": grace_s}, grace_s + 15.0)
 
     def put(self, local, remote: str) -> None:
         if self.become and self._agent is not None:

@@ -21,6 +21,10 @@ LOWEST = "lowest core ids"
 IRQS = "device IRQs"
 
 
+def _flat(by_node: dict[int, tuple[int, ...]]) -> list[int]:
+    return sorted(c for cpus in by_node.values() for c in cpus)
+
+
 @dataclass(frozen=True)
 class IsolationPlan:
     source: str
@@ -32,17 +36,10 @@ class IsolationPlan:
     siblings_by_node: dict[int, tuple[int, ...]]
     chosen_by: dict[int, str]  #: per node: LOWEST or IRQS
 
-    @property
-    def housekeeping(self) -> list[int]:
-        return sorted(c for cpus in self.housekeeping_by_node.values() for c in cpus)
-
-    @property
-    def workers(self) -> list[int]:
-        return sorted(c for cpus in self.workers_by_node.values() for c in cpus)
-
-    @property
-    def siblings(self) -> list[int]:
-        return sorted(c for cpus in self.siblings_by_node.values() for c in cpus)
+    # every node's CPUs of one kind, sorted
+    housekeeping = property(lambda self: _flat(self.housekeeping_by_node))
+    workers = property(lambda self: _flat(self.workers_by_node))
+    siblings = property(lambda self: _flat(self.siblings_by_node))
 
     @property
     def workqueue_mask(self) -> str:
@@ -148,3 +145,46 @@ def plan_isolation(
         siblings_by_node=siblings,
         chosen_by=chosen_by,
     )
+
+
+#: The knob files isolation writes, under the sysfs or procfs root: the one place they are named.
+KNOB_FILES = {
+    "workqueue cpumask": ("sys", "devices/virtual/workqueue/cpumask", "cpumask"),
+    "transparent hugepages": ("sys", "kernel/mm/transparent_hugepage/enabled", "choice"),
+    "kernel.numa_balancing": ("proc", "sys/kernel/numa_balancing", "int"),
+    "node{} 2 MiB huge pages": ("sys", "devices/system/node/node{}/hugepages/"
+                                "hugepages-2048kB/nr_hugepages", "int"),
+    "cpu{} cpufreq governor": ("sys", "devices/system/cpu/cpu{}/cpufreq/scaling_governor", "text"),
+}
+THP_MODES = ("always", "madvise", "never")
+
+
+def isolation_targets(plan: dict[str, Any], snapshot: dict[str, Any], *, roots: dict[str, str],
+                      thp_mode: str, numa_balancing: int, hugepages_per_node: int,
+                      governor: str) -> dict[str, list]:
+    """Each knob role's list of {name, path, value, kind}, from the plan's facts and the
+    host_facts.py snapshot, and ``knobs``: all of them, what the state file records and verify
+    reads back, and ``summary``, a line per value. Huge pages go on every node with CPUs when
+    asked; the governor on every CPU that has cpufreq. ``roots``: "sys" and "proc" mount points."""
+    if thp_mode not in THP_MODES:
+        raise PlanError(f"thp_mode: expected one of {', '.join(THP_MODES)}, got {thp_mode!r}")
+
+    def knob(name: str, value: Any, at: Any = "") -> dict[str, str]:
+        root, rel, kind = KNOB_FILES[name]
+        return {"name": name.format(at), "path": f"{roots[root]}/{rel.format(at)}",
+                "value": str(value), "kind": kind}
+
+    cpus = sorted(int(c) for c, f in snapshot["cpus"].items()
+                  if f.get("scaling_governor") is not None)
+    out = {
+        "workqueue_mask": [knob("workqueue cpumask", plan["workqueue_mask"])],
+        "vm_tuning": [knob("transparent hugepages", thp_mode),
+                      knob("kernel.numa_balancing", numa_balancing)],
+        "hugepages": [knob("node{} 2 MiB huge pages", hugepages_per_node, n)
+                      for n in plan["housekeeping_by_node"] if hugepages_per_node > 0],
+        "cpufreq_governor": [knob("cpu{} cpufreq governor", governor, c) for c in cpus],
+    }
+    shown = [f"{k['name']} = {k['value']}" for r in ("workqueue_mask", "vm_tuning", "hugepages")
+             for k in out[r]]
+    return {**out, "knobs": [k for role in out.values() for k in role],
+            "summary": [*shown, f"cpufreq governor = {governor} on {len(cpus)} CPU(s)"]}

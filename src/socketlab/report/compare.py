@@ -37,6 +37,7 @@ from typing import Any
 from socketlab.report.coreclass import CoreMatch, core_class, missing_flags, short_model
 from socketlab.report.derived import derive
 from socketlab.report.published import Cell, Published
+from socketlab.units import convert
 
 #: Run statuses whose metrics count. Anything else (failed, timeout, invalid, ...) is ignored.
 GOOD_STATUSES = frozenset({"ok", "complete", "completed", "success", "succeeded", "passed"})
@@ -54,30 +55,6 @@ NOT_COMPARABLE = "not comparable"
 #: every verdict kind, in the order the report's summary line counts them
 KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, DISPUTED, NOT_COMPARABLE,
          NOT_RUN)
-
-#: unit -> (dimension, factor to the dimension's base unit). Same dimension = convertible.
-_UNITS: dict[str, tuple[str, float]] = {
-    "MB/s": ("bw", 1e6), "GB/s": ("bw", 1e9), "TB/s": ("bw", 1e12),
-    "Gflop/s": ("flops", 1e9), "Tflop/s": ("flops", 1e12),
-    "GFLOP/s": ("flops", 1e9), "TFLOP/s": ("flops", 1e12),
-    "MHz": ("freq", 1e6), "GHz": ("freq", 1e9),
-    "ns": ("time", 1e-9), "us": ("time", 1e-6), "µs": ("time", 1e-6), "ms": ("time", 1e-3),
-    "s": ("time", 1.0),
-    "B": ("bytes", 1.0), "KiB": ("bytes", 1024.0), "MiB": ("bytes", 1024.0**2),
-    "GiB": ("bytes", 1024.0**3), "MB": ("bytes", 1e6),
-    "fraction": ("frac", 1.0), "percent": ("frac", 0.01),
-}
-
-
-def convert(value: float, unit: str, to: str) -> float | None:
-    """``value`` in ``unit`` expressed in ``to``; None when the units are not convertible."""
-    if unit == to:
-        return value
-    a, b = _UNITS.get(unit), _UNITS.get(to)
-    if a is None or b is None or a[0] != b[0]:
-        return None
-    return value * a[1] / b[1]
-
 
 @dataclass(frozen=True)
 class Measured:

@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from socketlab.errors import SpecError
 from socketlab.paths import EXPERIMENTS, SCHEMAS
-from socketlab.yamlload import load_document, read_text
+from socketlab.yamlload import field_path, line_of, load_document, read_text
 
 SCHEMA_PATH = SCHEMAS / "published.schema.json"
 PUBLISHED_DIR = EXPERIMENTS / "published"
@@ -198,26 +197,6 @@ def _schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text())
 
 
-def _line_of(node: yaml.Node | None, path: list[Any]) -> int | None:
-    """1-based line of the YAML node at ``path`` (keys and list indexes), or of its nearest parent."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for step in path:
-        if isinstance(node, yaml.MappingNode):
-            for k, v in node.value:
-                if k.value == step:
-                    node = v
-                    line = k.start_mark.line + 1
-                    break
-            else:
-                return line
-        elif isinstance(node, yaml.SequenceNode) and isinstance(step, int) and step < len(node.value):
-            node = node.value[step]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
 def _where(doc: Any, path: list[Any]) -> str:
     """Human path: ``tables[2] (ladder) rows[4] (l2-1.5-thp) values.step_p50_us``."""
     parts: list[str] = []
@@ -239,10 +218,8 @@ def _where(doc: Any, path: list[Any]) -> str:
     return " ".join(parts) or "(top level)"
 
 
-def _fail(path: Path, node: yaml.Node | None, doc: Any, where: list[Any], msg: str) -> SpecError:
-    line = _line_of(node, where)
-    loc = f"{path}:{line}" if line else str(path)
-    return SpecError(f"{loc}: {_where(doc, where)}: {msg}")
+def _fail(path: Path, lines: dict[str, int], doc: Any, where: list[Any], msg: str) -> SpecError:
+    return SpecError(f"{path}:{line_of(lines, field_path(where))}: {_where(doc, where)}: {msg}")
 
 
 def _most_specific(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
@@ -287,15 +264,16 @@ def load_published(path: str | Path) -> Published:
     """Load and validate one published-values file; raise SpecError with a one-line message."""
     path = Path(path)
     _, text = read_text(path, "published-values file")
-    doc, node = load_document(path, text, syntax="not valid YAML")
+    lines: dict[str, int] = {}
+    doc, _ = load_document(path, text, syntax="not valid YAML", lines=lines)
     if not isinstance(doc, dict):
         raise SpecError(f"{path}: expected a mapping with format, id, title, host, tables")
     validator = jsonschema.Draft202012Validator(_schema())
     errors = list(validator.iter_errors(doc))
     if errors:
         where, msg = _schema_message(_most_specific(errors))
-        raise _fail(path, node, doc, where, msg)
-    return _build(path, node, doc)
+        raise _fail(path, lines, doc, where, msg)
+    return _build(path, lines, doc)
 
 
 def _tolerance(raw: Any, default: Tolerance) -> Tolerance:
@@ -322,13 +300,13 @@ def _first(key: str, *levels: dict[str, Any]) -> Any:
     return None
 
 
-def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
+def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
     seen_tables: set[str] = set()
     tables: list[Table] = []
     for ti, t in enumerate(doc["tables"]):
         tw = ["tables", ti]
         if t["id"] in seen_tables:
-            raise _fail(path, node, doc, tw + ["id"], f"duplicate table id '{t['id']}'")
+            raise _fail(path, lines, doc, tw + ["id"], f"duplicate table id '{t['id']}'")
         seen_tables.add(t["id"])
         join = tuple(t.get("join", ()))
         table_tol = _tolerance(t.get("tolerance"), Tolerance(rel=0.05))
@@ -340,7 +318,7 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
             unmeasured_cols = [k for k, c in t["columns"].items()
                                if not c.get("experiment") and not c.get("unmeasured")]
             if unmeasured_cols:
-                raise _fail(path, node, doc, tw, "needs 'experiment' (the campaign experiment "
+                raise _fail(path, lines, doc, tw, "needs 'experiment' (the campaign experiment "
                             "that measures it) or 'unmeasured' (why nothing does)")
         seen_rows: set[str] = set()
         rows: list[tuple[str, str, dict[str, Any]]] = []
@@ -348,29 +326,29 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
         for ri, r in enumerate(t["rows"]):
             rw = tw + ["rows", ri]
             if r["id"] in seen_rows:
-                raise _fail(path, node, doc, rw + ["id"], f"duplicate row id '{r['id']}'")
+                raise _fail(path, lines, doc, rw + ["id"], f"duplicate row id '{r['id']}'")
             seen_rows.add(r["id"])
             cond = {**t.get("conditions", {}), **r.get("conditions", {})}
             for key in join:
                 if key not in cond:
-                    raise _fail(path, node, doc, rw + ["conditions"],
+                    raise _fail(path, lines, doc, rw + ["conditions"],
                                 f"join key '{key}' has no value (set it in the row's or the "
                                 "table's conditions)")
             rows.append((r["id"], r.get("label", r["id"]), cond))
             for col, raw in r["values"].items():
                 cw = rw + ["values", col]
                 if col not in t["columns"]:
-                    raise _fail(path, node, doc, cw, f"unknown column '{col}' (declared: "
+                    raise _fail(path, lines, doc, cw, f"unknown column '{col}' (declared: "
                                 f"{', '.join(t['columns'])})")
                 cdef = t["columns"][col]
                 obj = raw if isinstance(raw, dict) else {"value": raw}
                 source = obj.get("source") or r.get("source") or t.get("source")
                 if not source:
-                    raise _fail(path, node, doc, cw, "missing source (give 'source' on the "
+                    raise _fail(path, lines, doc, cw, "missing source (give 'source' on the "
                                 "cell, the row or the table: seed section or phase report)")
                 rng = obj.get("range")
                 if rng is not None and rng[0] > rng[1]:
-                    raise _fail(path, node, doc, cw + ["range"], "range must be [low, high]")
+                    raise _fail(path, lines, doc, cw + ["range"], "range must be [low, high]")
                 per_core = _per_core(_first("per_core", r, cdef, t))
                 if per_core is not None and cond.get("tier") in SHARED_TIERS:
                     per_core = None  # a shared tier's figure depends on the whole socket
@@ -378,7 +356,7 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                     divisor = cond.get(per_core.divide_by)
                     if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
                             or divisor <= 0:
-                        raise _fail(path, node, doc, rw + ["conditions"],
+                        raise _fail(path, lines, doc, rw + ["conditions"],
                                     f"per_core is derived (value / '{per_core.divide_by}'), so "
                                     f"'{per_core.divide_by}' must be a positive number here, "
                                     f"got {divisor!r}")
@@ -405,23 +383,23 @@ def _build(path: Path, node: yaml.Node, doc: dict[str, Any]) -> Published:
                     host_independent=t.get("host_independent"),
                 ))
                 if cdef.get("divide_by") and cdef["divide_by"] not in cond:
-                    raise _fail(path, node, doc, cw, f"column divides by '{cdef['divide_by']}', "
+                    raise _fail(path, lines, doc, cw, f"column divides by '{cdef['divide_by']}', "
                                 "which is not a condition of this row")
                 if cdef.get("divide_by"):
                     divisor = cond[cdef["divide_by"]]
                     if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
                             or divisor <= 0:
-                        raise _fail(path, node, doc, rw + ["conditions"],
+                        raise _fail(path, lines, doc, rw + ["conditions"],
                                     f"column divides by '{cdef['divide_by']}', so it must be a "
                                     f"positive number here, got {divisor!r}")
         plot = t.get("plot")
         if plot:
             if plot["column"] not in t["columns"]:
-                raise _fail(path, node, doc, tw + ["plot", "column"],
+                raise _fail(path, lines, doc, tw + ["plot", "column"],
                             f"unknown column '{plot['column']}'")
             for key in [plot["x"], *plot.get("series", [])]:
                 if not all(key in cond for _, _, cond in rows):
-                    raise _fail(path, node, doc, tw + ["plot"],
+                    raise _fail(path, lines, doc, tw + ["plot"],
                                 f"'{key}' is not a condition of every row")
         tables.append(Table(
             id=t["id"], title=t["title"], section=t.get("section", ""), note=t.get("note", ""),

@@ -1,11 +1,13 @@
-"""One serving run end to end, and a small loop that stores a plan's serving runs.
+"""The serving kind: one serving run end to end, ``run(context, point)`` (socketlab.runkinds).
 
-``run_point(point, raw_dir)``: pick a free port, start the arm's server pinned to the point's
-CPUs in its own process group, wait for readiness, start the server-side samplers, then per
-load level make prompts, run the load generator as a separate process pinned to the client
-CPUs, compute the metrics and check the server is still alive; finally always stop the samplers
-and the whole server tree by PID. The outcome carries a status ("ok" or "failed"), a one-line
-reason, metrics (``socketlab.parse.Metric`` with a ``load`` dimension) and the raw records.
+Pick a free port on the host, start the arm's server there pinned to the point's CPUs in its
+own process group (through the executor's agent: the same on this machine and on SSH hosts),
+wait for readiness, start the server-side sampler beside it, then per load level make prompts,
+run the load generator here as a separate process pinned to the client CPUs, compute the
+metrics and check the server is still alive; finally always stop the sampler and the whole
+server tree by PID. The outcome carries a status ("ok", "failed" or "invalid"), a one-line
+reason, metrics (``socketlab.parse.Metric`` with a ``load`` dimension) and every request's
+records; the runner stores them with the run.
 """
 
 from __future__ import annotations
@@ -13,9 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.cpulist import format_cpulist, parse_cpulist
+from socketlab.execute import process
 from socketlab.parse import Metric
+from socketlab.runkinds import Outcome, RunContext
 from socketlab.serve import metrics as metrics_mod
 from socketlab.serve import procstats
 from socketlab.serve.config import Level, ServingConfig
@@ -33,7 +34,7 @@ from socketlab.serve.dram import DramCounter
 from socketlab.serve.loadgen import LoadConfig, LoadResult, Prompt, read_result
 from socketlab.serve.prompts import PromptError, ServerTokenizer, corpus_prompts, synthetic_prompts
 from socketlab.serve.records import RequestRecord
-from socketlab.serve.server import ServerFailure, ServerProcess, pinned
+from socketlab.serve.server import Server, ServerFailure
 
 PARSER = "serving/1"
 
@@ -47,14 +48,8 @@ class LevelResult:
 
 
 @dataclass
-class ServingOutcome:
-    status: str = "ok"
-    reason: str = ""
-    metrics: list[Metric] = field(default_factory=list)
+class ServingOutcome(Outcome):
     levels: list[LevelResult] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    exit_code: int | None = None
-    server_pids: list[int] = field(default_factory=list)
 
     def fail(self, reason: str) -> None:
         self.status = "failed"
@@ -88,12 +83,6 @@ def health(level: Level, summary: dict[str, Any], output_tokens: int) -> str | N
     return None
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_prompts(cfg: ServingConfig, level: Level, base_url: str, seed: int,
                  rep: int) -> tuple[list[Prompt], list[Prompt]]:
     """Warm-up and measured prompts for one level; tags make every prompt unique."""
@@ -124,17 +113,15 @@ def run_level(cfg: ServingConfig, level: Level, base_url: str, client_cpus: list
            "measured": [vars(p) for p in meas]}
     (out / "loadgen-config.json").write_text(json.dumps(doc, indent=1))
     with open(out / "loadgen.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "socketlab.serve.loadgen",
-                                 str(out / "loadgen-config.json"), str(out)],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=pinned(client_cpus))
         try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):  # it may have ended just now
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise ServerFailure(f"load level {level.label} ran past {timeout_s:g} s") from None
+            proc = process.start([sys.executable, "-m", "socketlab.serve.loadgen",
+                                  str(out / "loadgen-config.json"), str(out)],
+                                 cpus=client_cpus, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            raise ServerFailure(f"load generator could not start: {exc}") from None
+        rc, timed_out = process.wait(proc, timeout_s)
+        if timed_out:
+            raise ServerFailure(f"load level {level.label} ran past {timeout_s:g} s")
     if rc != 0:
         tail = (out / "loadgen.log").read_text(errors="replace").strip().splitlines()[-1:]
         raise ServerFailure(f"load generator failed at {level.label} with exit code {rc}: "
@@ -162,11 +149,11 @@ def _peak_in(samples: list[dict], t0: float, t1: float) -> int | None:
     return max(vals) if vals else None
 
 
-def remote_free_port(ex: Any, address: str) -> int:
-    """A free TCP port on an SSH host's ``address``, asked of the host itself."""
+def free_port(ex: Any) -> int:
+    """A free TCP port on the host's server address, asked of the host itself."""
     code = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
             "print(s.getsockname()[1])")
-    text = ex.check([ex.python, "-c", code, address], timeout=30, what="picking a free port")
+    text = ex.check([ex.python, "-c", code, ex.address], timeout=30, what="picking a free port")
     return int(text.strip().splitlines()[-1])
 
 
@@ -177,53 +164,43 @@ def controller_cpus(wanted: list[int]) -> list[int]:
     return [c for c in wanted if c in allowed] or allowed
 
 
-def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
-              store_path: Path | None = None, ex: Any = None,
-              address: str = "127.0.0.1") -> ServingOutcome:
+def run(context: RunContext, point: Any) -> ServingOutcome:
     """Run one serving point (``RunPoint`` of kind "serving"); never raises for server faults.
 
-    With ``ex`` (an SSH host's executor) the server and its sampler run on that host through
-    its agent, listening on ``address``; readiness and the load generator run here, pinned to
-    this machine's CPUs (recorded as ``client_on: controller``).
+    The server and its sampler run on the point's host, listening on its address; readiness
+    and the load generator run here, pinned to this machine's CPUs (on another host than this
+    one recorded as ``client_on: controller``).
     """
-    raw_dir.mkdir(parents=True, exist_ok=True)
+    ex, raw_dir, remote = context.ex, context.raw, context.remote
     cfg = ServingConfig.from_json(point.extra["serving"])
     arm = cfg.arm(point.extra["arm"])
     place = point.extra["placement"]
     server_cpus = parse_cpulist(place["server_cpus"])
     client_cpus = parse_cpulist(place["client_cpus"])
-    port = free_port() if ex is None else remote_free_port(ex, address)
+    port = free_port(ex)
 
     def fill(text: str) -> str:
-        return text.replace("{port}", str(port)).replace("{address}", address)
+        return text.replace("{port}", str(port)).replace("{address}", ex.address)
 
     argv = [fill(a) for a in point.argv]
     base_url = fill(cfg.base_url)
     ready_url = base_url + (arm.ready_path or cfg.ready_path)
     out = ServingOutcome(extra={"arm": arm.name, "baseline": cfg.baseline, "port": port,
                                 "argv": argv, "ready_url": ready_url, **place})
-    remote = None if ex is None else f"{ex.workdir}/runs/{run_key or 'serving'}"
-    if ex is None:
-        server = ServerProcess(argv, ready_url, cpus=server_cpus, env=dict(point.env),
-                               log_path=raw_dir / "server.log",
-                               ready_timeout_s=cfg.ready_timeout_s)
-    else:
-        from socketlab.serve.server import RemoteServer
-
-        ex.check(["mkdir", "-p", remote], what="making the run directory")
-        server = RemoteServer(ex, argv, ready_url, f"{remote}/server.log", cpus=server_cpus,
-                              env=dict(point.env), log_path=raw_dir / "server.log",
-                              ready_timeout_s=cfg.ready_timeout_s)
-        # the load generator runs here, not on the host: its CPUs are this machine's
+    server = Server(ex, argv, ready_url, f"{remote}/server.log", cpus=server_cpus,
+                    env=dict(point.env), log_path=raw_dir / "server.log",
+                    ready_timeout_s=cfg.ready_timeout_s)
+    dram = DramCounter(raw_dir / "dram-perf.csv")
+    if not ex.controller:  # the load generator runs here: its CPUs are this machine's
         out.extra.update(client_on="controller", server_host=point.host,
                          host_client_cpus=place["client_cpus"])
         client_cpus = controller_cpus(client_cpus)
         out.extra["client_cpus"] = format_cpulist(client_cpus)
-    sampler: subprocess.Popen | int | None = None
-    dram = DramCounter(raw_dir / "dram-perf.csv")
-    if ex is not None:  # perf here would count this machine's memory traffic, not the host's
+        # perf here would count this machine's memory traffic, not the host's
         dram.reason = f"DRAM counters are read on the controller, not on SSH host {point.host}"
+    sampler: int | None = None
     windows: list[tuple[LevelResult, float, float]] = []
+    out.started = time.time()
     deadline = time.monotonic() + point.timeout_s
     try:
         server.start()
@@ -233,19 +210,12 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
         stray = {k: v for k, v in affinity.items() if not set(parse_cpulist(v)) <= set(server_cpus)}
         if stray:
             out.fail(f"server threads outside the placement: {sorted(set(stray.values()))}")
-        if ex is None:
-            sampler = subprocess.Popen(
-                [sys.executable, procstats.__file__, "--root-pid", str(server.pid),
-                 "--out", str(raw_dir / "procstats.jsonl"),
-                 "--interval-ms", str(cfg.sample_interval_ms)],
-                start_new_session=True, preexec_fn=pinned(client_cpus))
-            dram.start()
-        else:  # on the host, beside the server, on the CPUs the server does not use there
-            sampler = ex.spawn(
-                [ex.python, f"{ex.tools}/procstats.py", "--root-pid", str(server.pid),
-                 "--out", f"{remote}/procstats.jsonl",
-                 "--interval-ms", str(cfg.sample_interval_ms)],
-                cpus=parse_cpulist(place["client_cpus"]), log=f"{remote}/procstats.log")
+        # beside the server, on the CPUs the server does not use there
+        sampler = ex.spawn(
+            [ex.python, f"{ex.tools}/procstats.py", "--root-pid", str(server.pid),
+             "--out", f"{remote}/procstats.jsonl", "--interval-ms", str(cfg.sample_interval_ms)],
+            cpus=parse_cpulist(place["client_cpus"]), log=f"{remote}/procstats.log")
+        dram.start()
         for level in cfg.levels:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -271,37 +241,25 @@ def run_point(point: Any, raw_dir: Path, *, run_key: str = "",
     except PromptError as exc:
         out.fail(f"prompts: {exc}")
     finally:
-        counts = dram.stop() if ex is None else None
-        if isinstance(sampler, int):  # on the host: SIGTERM makes it write its summary
+        counts = dram.stop()
+        if sampler is not None:  # SIGTERM makes it write its summary
             with contextlib.suppress(Exception):  # a lost host: its samples are lost with it
                 ex.stop_spawned(sampler, 10.0)
                 ex.get(f"{remote}/procstats.jsonl", raw_dir / "procstats.jsonl")
-        elif sampler is not None:
-            with contextlib.suppress(ProcessLookupError):
-                sampler.send_signal(signal.SIGTERM)
-            try:
-                sampler.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                sampler.kill()
-                sampler.wait()
-        out.server_pids = sorted(server.pids_seen)
         left_over = server.stop()
         out.exit_code = server.exit_code
         if left_over:
             out.fail(f"server PIDs still running after stop: {left_over}")
-        if remote is not None:
-            ex.call(["rm", "-rf", remote])
+    out.duration_s = time.time() - out.started
     out.extra["server_exit_code"] = server.exit_code
-    out.extra["server_pids"] = out.server_pids  # every PID of the tree; all checked stopped
+    out.extra["server_pids"] = sorted(server.pids_seen)  # every PID of the tree; all stopped
     out.extra["server_pids_left"] = left_over
+    out.extra["server_peak_rss_kib"] = server.peak_rss_kib
     _collect_metrics(out, raw_dir, windows, counts, dram.reason)
-    if store_path is not None and run_key:
-        from socketlab.serve.requests_store import save_requests
-
-        for lr in out.levels:
-            save_requests(store_path, run_key, lr.level.label, lr.records)
+    out.requests = [(lr.level.label, lr.records) for lr in out.levels]
     (raw_dir / "serving.json").write_text(json.dumps(
         {"status": out.status, "reason": out.reason, "extra": out.extra}, indent=1, default=str))
+    out.provenance = {"serving": out.extra}
     return out
 
 
@@ -335,75 +293,3 @@ def _collect_metrics(out: ServingOutcome, raw_dir: Path, windows, counts, dram_r
                                   "B", {"load": "all"}, PARSER))
     else:
         out.extra["dram_bytes_per_output_token"] = dram_reason or "no output tokens"
-
-
-def run_plan(plan: Any, store: Any, results: Path) -> list[Any]:
-    """Run and store every serving point of a plan on this machine (resume: complete run keys
-    are skipped; warm-up repetitions run but are never stored). Returns the stored records.
-
-    The orchestrator's runner can call ``run_point`` itself; this loop is what `orchestrate`
-    falls back to and what the tests drive.
-    """
-    from socketlab.store import RunRecord
-
-    stored = []
-    for point in plan.points:
-        if point.kind != "serving":
-            continue
-        profile = plan.profile_hash(point.host)
-        key = point.key(None, profile)
-        if not point.warmup and store.has_complete(key):
-            continue
-        raw = Path(results) / point.campaign / "runs" / key
-        started = time.time()
-        outcome = run_point(point, raw, run_key=key,
-                            store_path=None if point.warmup else Path(store.path))
-        if point.warmup:
-            continue
-        finished = time.time()
-        record = RunRecord(
-            run_key=key, campaign=point.campaign, experiment=point.experiment, host=point.host,
-            repetition=point.repetition, params=dict(point.params), status=outcome.status,
-            reason=outcome.reason, exit_code=outcome.exit_code, started=started,
-            finished=finished, duration_s=finished - started, argv=list(point.argv),
-            cpus=point.cpus, host_profile=profile, spec_sha256=plan.spec.sha256,
-            raw_dir=str(raw), extra=outcome.extra)
-        store.add_run(record, outcome.metrics)
-        stored.append(record)
-    return stored
-
-
-def run_in_runner(runner: Any, ex: Any, point: Any, key: str) -> None:
-    """The orchestrator's hook for a serving point (socketlab.runner.Runner._run_point).
-
-    On a local host everything runs here. On an SSH host the server and its sampler run there
-    through the host's agent (listening on its inventory address) and the load generator here.
-    """
-    from socketlab.runner import point_label
-
-    host = runner.hosts.get(point.host)
-    remote = getattr(host, "connection", "local") != "local"
-    where = {"ex": ex, "address": host.address} if remote else {}
-
-    label = point_label(point)
-    runner.reporter.point_started(point.host, label)
-    t0 = time.monotonic()
-    raw = runner.results_dir / "runs" / key
-    if raw.exists() and not point.warmup:
-        shutil.rmtree(raw)  # an earlier failed attempt's files
-    before = runner._fingerprint(ex)
-    started = time.time()
-    outcome = run_point(point, raw if not point.warmup else runner.results_dir / ".warmup" / key,
-                        run_key=key, store_path=None if point.warmup else Path(runner.store.path),
-                        **where)
-    after = runner._fingerprint(ex)
-    if point.warmup:
-        shutil.rmtree(runner.results_dir / ".warmup" / key, ignore_errors=True)
-        runner.reporter.point_done(point.host, label, "warmup", "", time.monotonic() - t0)
-        return
-    record = runner._record(point, key, outcome.status, outcome.reason,
-                            exit_code=outcome.exit_code, started=started,
-                            duration_s=time.time() - started, fingerprint_before=before,
-                            fingerprint_after=after, extra=outcome.extra)
-    runner.store.add_run(record, outcome.metrics)
-    runner._done(point, record, time.monotonic() - t0)

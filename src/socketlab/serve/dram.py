@@ -16,9 +16,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-LINE = 64
-_UNITS = {"": None, "B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30, "MB": 10**6,
-          "GB": 10**9}
+from socketlab.units import cas_bytes
 
 
 def imc_events(sysfs: Path = Path("/sys/bus/event_source/devices")) -> list[str]:
@@ -65,10 +63,8 @@ def parse_perf_csv(text: str) -> dict[str, float]:
             v = float(value)
         except ValueError:  # "<not counted>", "<not supported>"
             continue
-        scale = _UNITS.get(unit.strip())
-        nbytes = v * scale if scale else v * LINE
         key = "write_bytes" if ("write" in event or "_wr" in event) else "read_bytes"
-        out[key] += nbytes
+        out[key] += cas_bytes(v, unit)
     return out
 
 

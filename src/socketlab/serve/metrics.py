@@ -10,6 +10,7 @@ to last completion"; the vLLM-style whole-run numbers are published too, under v
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -241,24 +242,36 @@ def _timeline(measured, ok, good, lats, slo, window, start, stop) -> dict[str, A
     return out
 
 
-#: scalar summary fields and their units, for the store's metrics table
+_LATENCIES = ("ttft", "tpot", "itl", "e2el", "ttft_sched", "itl_token", "queue_client",
+              "client_queue_time", "tpot_token_weighted", "tpot_incl_ttft", "request_latency")
+# (vLLM's name for queue_client, then guidellm's latencies: guidellm_import.MAPPED)
+#: the scalar fields of a summary (ours, vLLM's, guidellm's) -> their units (socketlab.units);
+#: percentiles are matched by _PERCENTILE, as vLLM's are whichever --metric-percentiles named
+UNITS: dict[str, str] = {
+    **{f"{s}_{name}_ms": "ms" for s in ("mean", "median", "std", "min", "max")
+       for name in _LATENCIES},
+    **{f"n_{name}": "count" for name in _LATENCIES},
+    **dict.fromkeys(("duration", "window_start_s", "window_end_s", "window_s", "client_cpu_s"),
+                    "s"),
+    **dict.fromkeys(("output_throughput", "total_token_throughput", "max_output_tokens_per_s",
+                     "peak_output_tokens_1s", "window_output_tok_s", "window_total_tok_s",
+                     "goodput_tok_s", "output_tok_s"), "tok/s"),
+    **dict.fromkeys(("request_throughput", "request_goodput", "window_request_throughput",
+                     "goodput_req_s", "request_rate"), "req/s"),
+    **dict.fromkeys(("completed", "failed", "num_prompts", "total_input_tokens",
+                     "total_output_tokens", "peak_concurrency", "mean_concurrency",
+                     "littles_law_concurrency", "max_concurrent_requests", "max_concurrency",
+                     "requests_successful", "requests_errored", "requests_incomplete",
+                     "short_outputs"), "count"),
+    **dict.fromkeys(("dispatch_delay_p99_ms", "event_loop_lag_p99_ms"), "ms"),
+    "slo_attainment": "fraction", "burstiness": "ratio", "rtfx": "ratio",
+}  # fmt: skip
+_PERCENTILE = re.compile(rf"p\d+(?:\.\d+)?_(?:{'|'.join(_LATENCIES)})_ms")
+
+
 def scalar_metrics(summary: dict[str, Any]) -> list[tuple[str, float, str]]:
-    rows = []
-    for k, v in summary.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or v is None:
-            continue
-        if k.endswith("_ms"):
-            unit = "ms"
-        elif k.endswith("tok_s") or k in ("output_throughput", "total_token_throughput",
-                                          "max_output_tokens_per_s", "peak_output_tokens_1s"):
-            unit = "tok/s"
-        elif k.endswith("throughput") or k in ("request_goodput", "goodput_req_s"):
-            unit = "req/s"
-        elif k.endswith("_s") or k == "duration":
-            unit = "s"
-        elif k.endswith("_bytes") or k.endswith("_bytes_per_output_token"):
-            unit = "B"
-        else:
-            unit = "1"
-        rows.append((k, float(v), unit))
-    return rows
+    """(field, value, unit) of each number in ``summary`` that UNITS defines, for the store's
+    metrics table; a field UNITS does not define stays in the summary only."""
+    units = {k: UNITS.get(k) or ("ms" if _PERCENTILE.fullmatch(k) else None) for k in summary}
+    return [(k, float(v), units[k]) for k, v in summary.items()
+            if units[k] and isinstance(v, int | float) and not isinstance(v, bool)]

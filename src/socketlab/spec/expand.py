@@ -94,12 +94,36 @@ def template_facts(entry: dict[str, Any]) -> dict[str, Any]:
     return facts
 
 
+#: why a required device path is missing, when nothing more specific is known
+_DEVICE_WHY = {
+    "/dev/pseudo_lock": "pseudo-lock driver not loaded; playbooks/pseudo_lock_driver.yml loads it",
+    "/dev/cpu/0/msr": "msr driver not loaded (modprobe msr)",
+    "/dev/cpu_dma_latency": "kernel without PM QoS (CONFIG_PM)",
+    "/sys/fs/resctrl": "resctrl not mounted",
+    "/proc/modules": "kernel without module support",
+}
+#: devices a kernel without module support can't gain: their driver is a module
+_MODULE_DEVICES = {"/dev/pseudo_lock": "pseudo-lock driver", "/dev/cpu/0/msr": "msr driver"}
+
+
+def device_why(dev: str, devices: set[str]) -> str:
+    """The precise reason a host lacks `dev`, from the device paths it has."""
+    if dev in _MODULE_DEVICES and "/proc/modules" not in devices:
+        return f"{_MODULE_DEVICES[dev]} not loaded: kernel without module support"
+    return _DEVICE_WHY.get(dev, "not present")
+
+
 def unmet(requires: Requirements, entry: dict[str, Any], host: str) -> str | None:
     """Why the host doesn't meet the requirements, or None when it does."""
-    flags = set((entry.get("topology") or {}).get("flags") or ())
+    topology = entry.get("topology") or {}
+    flags = set(topology.get("flags") or ())
+    devices = set(topology.get("devices") or ())
     missing = [f for f in requires.flags if f not in flags]
-    if missing:
-        return f"host {host} lacks CPU flags {', '.join(missing)}"
+    lacks = [f"CPU flags {', '.join(missing)}"] if missing else []
+    # every missing device with its own reason: a driver not loaded is the fix a user can act on
+    lacks += [f"{d} ({device_why(d, devices)})" for d in requires.devices if d not in devices]
+    if lacks:
+        return f"host {host} lacks {' and '.join(lacks)}"
     if requires.isolation and not entry.get("isolation_applied"):
         why = entry.get("isolation_error")
         return f"isolation is not applied on host {host}" + (f" ({why})" if why else "")

@@ -1,19 +1,21 @@
 """The host side of planning: which inventory hosts a spec targets, and their facts.
 
 This is the only part of planning that touches hosts (it runs collectors/host_facts.py on each,
-through socketlab.facts). `orchestrate plan` and `orchestrate run` both use it, so the facts a
-plan shows are the facts a run expands with. Expansion itself (socketlab.spec.expand) is pure.
+through socketlab.facts; or reads recorded snapshots for `plan --assume-host`). The session
+(socketlab.session) that `plan` and `run` share uses it, so the facts a plan shows are the
+facts a run expands with. Expansion itself (socketlab.spec.expand) is pure.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import json
 from pathlib import Path
 from typing import Any
 
 from socketlab.cpulist import parse_cpumask
-from socketlab.errors import HostError, PlanError, SocketlabError
+from socketlab.errors import HostError, PlanError, SocketlabError, SpecError
 from socketlab.spec.model import Spec
+from socketlab.topology import topology_from_snapshot
 
 
 def select_hosts(spec: Spec, pattern: str | None = None, inventory: str | Path | None = None):
@@ -88,32 +90,52 @@ def gather_host_facts(
     A host whose facts can't be gathered raises its HostError, or, when `errors` is given,
     is left out and its error recorded there (so one unreachable host doesn't stop a plan).
     """
-    from socketlab.facts import gather_facts
-    from socketlab.topology import topology_from_snapshot
+    from socketlab.facts import gather_all
 
-    def one(host: Any) -> dict[str, Any] | SocketlabError:
-        try:
-            gathered = gather_facts(host)
-        except SocketlabError as exc:
+    gathered = gather_all(hosts)
+    out: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        facts = gathered[host.name]
+        if isinstance(facts, SocketlabError):
             if errors is None:
-                raise
-            return exc
-        entry = host_entry(topology_from_snapshot(gathered["snapshot"]), spec)
+                raise facts
+            errors[host.name] = facts
+            continue
+        entry = host_entry(topology_from_snapshot(facts["snapshot"]), spec)
         entry["vars"] = dict(getattr(host, "vars", None) or {})
         entry["python"] = str(getattr(host, "python", "") or "python3")
         entry["address"] = str(getattr(host, "address", "") or host.name)  # for `inventory`
         # playbooks/verify.yml's result for this inventory host (report provenance)
-        verify = (gathered["snapshot"].get("isolation_verify") or {}).get(host.name)
+        verify = (facts["snapshot"].get("isolation_verify") or {}).get(host.name)
         if verify is not None:
             entry["isolation_verify"] = verify
-        return entry
+        out[host.name] = entry
+    return out
 
-    with ThreadPoolExecutor(max_workers=min(8, max(1, len(hosts)))) as pool:
-        results = list(pool.map(one, hosts))
+
+def assumed_host_facts(spec: Spec, given: list[str]) -> dict[str, dict[str, Any]]:
+    """inventory name -> host entry from recorded host_facts.py snapshots (no host contacted)."""
     out: dict[str, dict[str, Any]] = {}
-    for host, result in zip(hosts, results, strict=True):
-        if isinstance(result, SocketlabError):
-            errors[host.name] = result  # type: ignore[index]  # errors is set here
-        else:
-            out[host.name] = result
+    for item in given:
+        name, sep, file = item.partition("=")
+        if not sep:
+            name, file = Path(item).stem, item
+        try:
+            snapshot = json.loads(Path(file).read_text())
+        except OSError as exc:
+            raise SpecError(f"--assume-host {file}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise SpecError(f"--assume-host {file}: not JSON ({exc})") from None
+        if isinstance(snapshot, dict) and "snapshot" in snapshot:
+            snapshot = snapshot["snapshot"]  # a gathered-facts record wraps the snapshot
+        try:
+            topology = topology_from_snapshot(snapshot)
+        except SocketlabError as exc:
+            raise SpecError(f"--assume-host {file}: {exc}") from None
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise SpecError(f"--assume-host {file}: not a collectors/host_facts.py snapshot "
+                            f"(missing or bad {exc})") from None  # fmt: skip
+        entry = host_entry(topology, spec)
+        entry.update(vars={}, python="python3", address=name)
+        out[name] = entry
     return out

@@ -17,7 +17,6 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
@@ -32,12 +31,11 @@ from socketlab.spec.model import (
     Requirements,
     Spec,
     Sweep,
-    line_of,
 )
 from socketlab.spec.points import ParserSpec, SanityRules
 from socketlab.spec.profiles import apply_profile
 from socketlab.spec.render import suggest
-from socketlab.yamlload import load_document, read_text
+from socketlab.yamlload import field_path, line_of, load_document, read_text
 
 SCHEMA_FILE = SCHEMAS / "spec.schema.json"
 #: Settings an experiment may inherit from `defaults` (env is merged, the rest replaced).
@@ -75,17 +73,6 @@ def _validator() -> Draft202012Validator:
     return Draft202012Validator(schema())
 
 
-def field_path(parts: Any) -> str:
-    """["experiments", 0, "sweep"] -> "experiments[0].sweep"."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
 # --- YAML with marks -----------------------------------------------------------------------
 
 
@@ -93,37 +80,13 @@ def _read_yaml(path: Path, text: str) -> tuple[Any, dict[str, int]]:
     """Parse YAML (socketlab.yamlload: total, bounded); return the data and a map field path ->
     1-based line."""
     lines: dict[str, int] = {}
-    data, node = load_document(path, text, inspect=lambda root: _walk(path, root, [], lines))
+    data, node = load_document(path, text, lines=lines)
     if node is None:
         raise SpecError(
             f"{path}:1: the file is empty; expected a mapping with schema_version, "
             "campaign and experiments"
         )
     return data, lines
-
-
-def _walk(path: Path, node: yaml.Node, parts: list[Any], lines: dict[str, int]) -> None:
-    """Record each field's line, and refuse duplicate keys (PyYAML keeps the last silently)."""
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[Any, int] = {}
-        for key_node, value_node in node.value:
-            key = key_node.value
-            if key == "<<":  # merge key: its fields belong to this mapping
-                continue
-            line = key_node.start_mark.line + 1
-            here = field_path([*parts, key])
-            if key in seen:
-                raise SpecError(
-                    f"{path}:{line}: {here}: duplicate key '{key}' (first given on line "
-                    f"{seen[key]})"
-                )
-            seen[key] = line
-            lines[here] = line
-            _walk(path, value_node, [*parts, key], lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            lines[field_path([*parts, index])] = item.start_mark.line + 1
-            _walk(path, item, [*parts, index], lines)
 
 
 # --- schema errors -------------------------------------------------------------------------
@@ -347,15 +310,17 @@ def _check_profiles(path: Path, data: Any, chosen: str | None, lines: dict[str, 
 
 def _requirements(sources: list[tuple[str, dict[str, Any] | None]]) -> Requirements:
     flags: list[str] = []
+    devices: list[str] = []
     isolation = False
     on_unmet = "skip"
     for _, body in sources:
         if not body:
             continue
         flags += [f for f in body.get("flags", []) if f not in flags]
+        devices += [d for d in body.get("devices", []) if d not in devices]
         isolation = isolation or bool(body.get("isolation", False))
         on_unmet = body.get("on_unmet", on_unmet)
-    return Requirements(tuple(flags), isolation, on_unmet)
+    return Requirements(tuple(flags), isolation, devices=tuple(devices), on_unmet=on_unmet)
 
 
 def _experiment(

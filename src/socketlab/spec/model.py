@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.spec.points import ParserSpec, SanityRules
+from socketlab.yamlload import line_of
 
 #: Names a template sees besides the experiment's parameters. Parameters may not shadow them.
 CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign", "tools",
@@ -28,6 +29,8 @@ class Build:
 class Requirements:
     flags: tuple[str, ...] = ()  #: CPU flags the host must have (/proc/cpuinfo names)
     isolation: bool = False  #: the isolation plan must be applied on the host
+    #: device paths the host must have (one of collectors/host_facts.py DEVICE_PATHS)
+    devices: tuple[str, ...] = ()
     on_unmet: str = "skip"  #: "skip" (record why) or "fail" (refuse to plan)
 
 
@@ -99,12 +102,3 @@ class Spec:
         raise KeyError(name)
 
 
-def line_of(lines: dict[str, int], field_path: str) -> int:
-    """Line of a field path, or of its nearest parent that has one (1 when none does)."""
-    probe = field_path
-    while probe:
-        if probe in lines:
-            return lines[probe]
-        cut = max(probe.rfind("."), probe.rfind("["))
-        probe = probe[:cut] if cut > 0 else ""
-    return 1

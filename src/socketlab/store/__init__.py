@@ -22,7 +22,8 @@ from typing import Any
 from socketlab import paths
 from socketlab.errors import StoreError
 
-SCHEMA_VERSION = 1
+#: 2: serve_requests (every serving request's timestamps) joined the store
+SCHEMA_VERSION = 2
 
 #: statuses a run can end in; only "ok" counts as complete for resume, and "interrupted" (the
 #: session was stopped by SIGTERM/SIGINT during it) is run again by any resume
@@ -76,7 +77,30 @@ CREATE TABLE IF NOT EXISTS host_failures (
     attempts INTEGER NOT NULL DEFAULT 1,
     PRIMARY KEY (campaign, host)
 );
+CREATE TABLE IF NOT EXISTS serve_requests (
+    run_key TEXT NOT NULL,
+    level TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT,
+    prompt_id TEXT,
+    n_in INTEGER,
+    n_out INTEGER,
+    t_sched_ns INTEGER,
+    t_send_ns INTEGER,
+    t_first_ns INTEGER,
+    t_end_ns INTEGER,
+    t_done_ns INTEGER,
+    events TEXT NOT NULL,
+    record TEXT NOT NULL,
+    PRIMARY KEY (run_key, level, idx)
+);
 """
+#: serve_requests' columns, as push and pull move them
+REQUEST_COLUMNS = ("run_key", "level", "idx", "phase", "status", "error", "prompt_id", "n_in",
+                   "n_out", "t_sched_ns", "t_send_ns", "t_first_ns", "t_end_ns", "t_done_ns",
+                   "events", "record")
 
 
 @dataclass
@@ -198,8 +222,8 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
-            self._db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            self._db.execute(  # the tables above make any older store this version
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a usable results store ({exc})") from None
@@ -216,10 +240,14 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def add_run(self, record: RunRecord, metrics: Iterable[Any] = ()) -> None:
-        """Store a run and its metrics in one transaction, replacing an earlier attempt.
+    def add_run(self, record: RunRecord, metrics: Iterable[Any] = (),
+                requests: Iterable[tuple[str, list]] = ()) -> None:  # fmt: skip
+        """Store a run, its metrics and its requests in one transaction, replacing an earlier
+        attempt.
 
-        ``metrics`` are socketlab.parse.Metric objects (name, value, unit, dims, parser).
+        ``metrics`` are socketlab.parse.Metric objects (name, value, unit, dims, parser);
+        ``requests`` (load level, [socketlab.serve.records.RequestRecord]) replace the run's
+        rows of each level given.
         """
         row = asdict(record)
         for key in _JSON_FIELDS:
@@ -235,6 +263,8 @@ class Store:
             )
             for m in metrics
         ]
+        levels = [(level, [_request_row(record.run_key, level, r) for r in records])
+                  for level, records in requests]  # fmt: skip
         with self._lock:
             cur = self._db.cursor()
             try:
@@ -251,6 +281,7 @@ class Store:
                     [row[c] for c in _COLUMNS],
                 )
                 cur.executemany("INSERT INTO metrics VALUES (?,?,?,?,?,?)", metric_rows)
+                self._put_requests(cur, record.run_key, levels)
                 cur.execute("COMMIT")
             except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
                 _rollback(cur)
@@ -259,6 +290,37 @@ class Store:
             except BaseException:
                 _rollback(cur)
                 raise
+
+    def add_requests(self, run_key: str, level: str, records: list) -> None:
+        """Replace one load level's request rows of a run (an importer's)."""
+        with self._lock, _writing(self.path, f"the requests of run {run_key[:12]}"):
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                rows = [_request_row(run_key, level, r) for r in records]
+                self._put_requests(cur, run_key, [(level, rows)])
+                cur.execute("COMMIT")
+            except BaseException:
+                _rollback(cur)
+                raise
+
+    @staticmethod
+    def _put_requests(cur: sqlite3.Cursor, run_key: str, levels: list) -> None:
+        for level, rows in levels:
+            cur.execute("DELETE FROM serve_requests WHERE run_key = ? AND level = ?",
+                        (run_key, level))  # fmt: skip
+            cur.executemany(f"INSERT INTO serve_requests VALUES ({','.join('?' * 16)})", rows)
+
+    def request_rows(self, campaign: str | None = None, run_key: str | None = None) -> list:
+        """serve_requests rows (dicts of REQUEST_COLUMNS) in dispatch order, of one campaign
+        or one run; none from a store older than the table (opened read-only)."""
+        if not self._query("SELECT name FROM sqlite_master WHERE name = 'serve_requests'"):
+            return []
+        sql = ("SELECT q.* FROM serve_requests q JOIN runs r USING (run_key) WHERE "
+               + ("r.campaign = ?" if run_key is None else "q.run_key = ?")
+               + " ORDER BY q.run_key, q.level, q.idx")  # fmt: skip
+        rows = self._query(sql, (campaign if run_key is None else run_key,))
+        return [dict(r) for r in rows]
 
     def record_host_failure(self, campaign: str, host: str, stage: str, reason: str) -> None:
         """Note that ``host`` could not be worked on this session (replaces the last note)."""
@@ -400,8 +462,11 @@ class Store:
         return frame.drop(columns="dims")
 
 
-def now() -> float:
-    return time.time()
+def _request_row(run_key: str, level: str, r: Any) -> tuple:
+    """A serve_requests row of a socketlab.serve.records.RequestRecord."""
+    return (run_key, level, r.index, r.phase, r.status, r.error, r.prompt_id, r.n_in, r.n_out,
+            r.t_sched, r.t_send, r.t_first, r.t_end, r.t_done, json.dumps(r.events),
+            json.dumps(r.to_json(), separators=(",", ":")))
 
 
 def _rollback(cur: sqlite3.Cursor) -> None:

@@ -88,6 +88,9 @@ class Topology:
     irqs: tuple[Irq, ...] | None = None  #: None when /proc/interrupts is unreadable
     workqueue_cpumask: str | None = None
     hugepages_2m: dict[int, int | None] = field(default_factory=dict)
+    #: the collectors/host_facts.py DEVICE_PATHS present on the host, sorted. A snapshot without
+    #: the field (recorded before it) reads as none present, as its tree would.
+    devices: tuple[str, ...] = ()
 
     # -- derived -------------------------------------------------------------------------
     @property
@@ -165,6 +168,7 @@ class Topology:
             },
             "workqueue_cpumask": self.workqueue_cpumask,
             "hugepages_2m": {str(k): v for k, v in sorted(self.hugepages_2m.items())},
+            "devices": list(self.devices),
             "irqs_readable": self.irqs is not None,
             "irqs": [
                 {
@@ -238,6 +242,19 @@ def _bracketed(text: str | None) -> str | None:
         return None
     m = re.search(r"\[([^\]]+)\]", text)
     return m.group(1) if m else text.strip() or None
+
+
+def _devices(r: _Reader, value: Any) -> tuple[str, ...]:
+    """The device paths the snapshot's presence map says exist, sorted."""
+    if value is None:
+        return ()
+    out = []
+    for dev, present in r.record(value, "devices", "an object of device path -> true/false").items():
+        if not isinstance(present, bool):
+            raise r.fail(f"devices.{dev}", "true or false", present)
+        if present:
+            out.append(str(dev))
+    return tuple(sorted(out))
 
 
 def topology_from_snapshot(snapshot: dict) -> Topology:
@@ -402,4 +419,5 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
         irqs=irqs,
         workqueue_cpumask=snapshot.get("workqueue_cpumask"),
         hugepages_2m=hugepages,
+        devices=_devices(r, snapshot.get("devices")),
     )

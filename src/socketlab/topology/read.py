@@ -18,16 +18,21 @@ from socketlab.topology.model import Topology, topology_from_snapshot
 
 
 @cache
-def host_facts_module() -> ModuleType:
-    """collectors/host_facts.py as a module (it is a stdlib script, not part of the package)."""
-    path = paths.COLLECTORS / "host_facts.py"
-    spec = importlib.util.spec_from_file_location("socketlab_host_facts", path)
+def collector_module(name: str) -> ModuleType:
+    """collectors/<name>.py as a module (stdlib scripts, not part of the package): host_facts,
+    and tailor, the host side `orchestrate tailor` takes its options from."""
+    path = paths.COLLECTORS / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"socketlab_{name}", path)
     if spec is None or spec.loader is None or not path.exists():
-        raise HostError(f"{path}: collector missing; expected collectors/host_facts.py")
+        raise HostError(f"{path}: collector missing; expected collectors/{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault(spec.name, module)
     spec.loader.exec_module(module)
     return module
+
+
+def host_facts_module() -> ModuleType:
+    return collector_module("host_facts")
 
 
 def read_snapshot(root: str | Path = "/") -> dict:

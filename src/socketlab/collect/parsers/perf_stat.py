@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.collect import CollectorOutput, metric
-
-_UNIT_BYTES = {"": 64.0, "B": 1.0, "KiB": 1024.0, "MiB": 1024.0**2, "GiB": 1024.0**3,
-               "KB": 1e3, "MB": 1e6, "GB": 1e9}
+from socketlab.units import cas_bytes
 
 
 def read_csv(text: str) -> tuple[dict[str, float], dict[str, str], float, list[str]]:
@@ -85,8 +83,7 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
             kind = _kind(event)
             if kind is None:
                 continue
-            scale = _UNIT_BYTES.get(units.get(event, ""), 64.0)
-            bytes_by[kind[0]] += value * scale
+            bytes_by[kind[0]] += cas_bytes(value, units.get(event, ""))
             schedulers[kind[0]].add(kind[1])
         if schedulers["read"]:
             sch = "+".join(sorted(schedulers["read"]))

@@ -1,0 +1,115 @@
+"""A campaign session: the one path `orchestrate plan`, `run --dry-run` and `run` share.
+
+`prepare` loads the spec, selects its hosts, gathers their facts once and expands the points;
+`pending` says what a run would do; `run` writes the campaign's provenance and host-failure
+notes and runs it. The commands only parse arguments and print.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from socketlab import paths
+from socketlab.errors import SocketlabError, StoreError
+from socketlab.spec.expand import Plan, expand_points
+from socketlab.spec.hosts import assumed_host_facts, gather_host_facts, select_hosts
+from socketlab.spec.load import load_spec
+from socketlab.spec.model import Spec
+
+
+@dataclass(frozen=True)
+class Campaign:
+    spec: Spec
+    plan: Plan
+    hosts: dict[str, Any]  #: inventory name -> host, the hosts that answered
+    facts: dict[str, dict[str, Any]]  #: inventory name -> host entry (socketlab.spec.hosts)
+    unreachable: dict[str, SocketlabError]  #: inventory name -> why its facts are missing
+    profile: str | None
+
+
+def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str | None = None,
+            inventory: str | Path | None = None, repetitions: int | None = None,
+            assume: list[str] | None = None) -> Campaign:  # fmt: skip
+    """Load, select hosts (or take `assume`d snapshots), gather facts once, expand the points."""
+    spec = load_spec(spec_file, profile=profile)
+    unreachable: dict[str, SocketlabError] = {}
+    if assume:
+        hosts: list[Any] = []
+        facts = assumed_host_facts(spec, assume)
+    else:
+        hosts = select_hosts(spec, pattern, inventory)
+        facts = gather_host_facts(spec, hosts, unreachable)
+    plan = expand_points(spec, facts, repetitions=repetitions)
+    reached = {h.name: h for h in hosts if h.name in facts}
+    return Campaign(spec, plan, reached, facts, unreachable, profile)
+
+
+def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bool = False,
+           rerun_failed: bool = False, reporter: Any = None):  # fmt: skip
+    """The campaign's Runner over results/<campaign>/store.sqlite (a dry run creates nothing:
+    with no store yet it reads an empty one in memory)."""
+    from socketlab.runner import Runner, combined_profile
+    from socketlab.store import Store, check_results_folder
+
+    spec, plan = campaign.spec, campaign.plan
+    folder = check_results_folder(Path(results or paths.RESULTS) / spec.campaign)
+    store_file = folder / "store.sqlite"
+    return Runner(
+        campaign=spec.campaign, points=plan.points, hosts=campaign.hosts,
+        profiles={h: combined_profile(h, plan.profile_hash(h)) for h in plan.hosts},
+        store=Store(":memory:" if dry_run and not store_file.exists() else store_file),
+        results_dir=folder, builds=spec.builds, spec_sha256=spec.sha256,
+        rerun_failed=rerun_failed, reporter=reporter, host_facts=campaign.facts,
+    )  # fmt: skip
+
+
+def pending(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: bool = False):
+    """(host -> [(point, run key)] a run would do, runs already stored complete); writes nothing."""
+    dry = runner(campaign, results, dry_run=True, rerun_failed=rerun_failed)
+    try:
+        return dry.pending(), dry.summary.skipped_done
+    finally:
+        dry.store.close()
+
+
+def run(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: bool = False,
+        reporter: Any = None):  # fmt: skip
+    """Record the campaign's provenance and host-failure notes, run what is pending and return
+    the Runner (its summary, and the signal that stopped it if one did)."""
+    session = runner(campaign, results, rerun_failed=rerun_failed, reporter=reporter)
+    try:
+        save_provenance(session.results_dir, campaign)
+        # Hosts not reached have no points to store failed: note them per host, so that
+        # `status` and `report` show them; a later session that reaches the host clears it.
+        for name, why in campaign.unreachable.items():
+            session.store.record_host_failure(campaign.spec.campaign, name, "facts", str(why))
+        for name in campaign.facts:  # reached; a "lock" note clears once the runner holds it
+            session.store.clear_host_failure(campaign.spec.campaign, name, "facts")
+        session.run()
+    finally:
+        session.store.close()
+    return session
+
+
+def save_provenance(results: Path, campaign: Campaign) -> None:
+    """Beside the store: the spec as run (by hash), each host's facts, and which file and
+    profile the campaign last ran with (the report re-plans from it)."""
+    spec = campaign.spec
+    try:
+        for sub in ("specs", "hosts"):
+            (results / sub).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(spec.path, results / "specs" /
+                        f"{spec.sha256[:16]}{Path(spec.path).suffix or '.yaml'}")
+        for name, entry in campaign.facts.items():
+            (results / "hosts" / f"{name}.json").write_text(
+                json.dumps(entry, indent=1, sort_keys=True, default=str))
+        (results / "last-run.json").write_text(json.dumps(
+            {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,
+             "profile": campaign.profile}, indent=1))  # fmt: skip
+    except OSError as exc:
+        raise StoreError(f"{exc.filename or results}: cannot write the results folder: "
+                         f"{exc.strerror or exc}") from None

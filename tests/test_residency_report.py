@@ -1,0 +1,207 @@
+"""`requires: {devices: [...]}`, the device facts behind it, and the §5.4 P1 residency cells
+(experiments/published/residency-oct-2026.yaml) joined to experiments/residency.yaml: plain
+cells measured (not comparable off the published host), locked cells "not run" with the reason
+the host lacks /dev/pseudo_lock."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from socketlab.errors import PlanError
+from socketlab.paths import SCHEMAS
+from socketlab.report.build import build_report
+from socketlab.report.compare import NOT_COMPARABLE, NOT_RUN
+from socketlab.report.published import load_published
+from socketlab.spec.expand import expand_points
+from socketlab.spec.hosts import host_entry
+from socketlab.spec.load import load_spec, sweep_points
+from socketlab.topology import host_facts_module, read_topology, topology_from_snapshot
+from tests.fixtures.topology import snapshot
+
+REPO = Path(__file__).resolve().parents[1]
+RESIDENCY = REPO / "experiments" / "residency.yaml"
+PUBLISHED = REPO / "experiments" / "published" / "residency-oct-2026.yaml"
+ORCHESTRATE = Path(sys.executable).parent / "orchestrate"
+NO_MODULES = ("host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded: kernel without "
+              "module support)")
+
+
+def entry(spec, devices: dict[str, bool] | None, fixture: str = "c8i-metal-48xl") -> dict:
+    snap = dict(snapshot(fixture))
+    if devices is not None:
+        snap["devices"] = devices
+    return host_entry(topology_from_snapshot(snap), spec)
+
+
+# --- the device facts ----------------------------------------------------------------------
+
+
+def test_host_facts_reports_the_device_set_of_a_tree(tmp_path):
+    hf = host_facts_module()
+    snap = dict(snapshot("two-socket"))
+    want = {d: d in ("/dev/pseudo_lock", "/proc/modules", "/sys/fs/resctrl")
+            for d in hf.DEVICE_PATHS}
+    snap["devices"] = want
+    hf.write_tree(snap, str(tmp_path))
+    assert hf.snapshot(str(tmp_path))["devices"] == want
+    assert read_topology(tmp_path).devices == ("/dev/pseudo_lock", "/proc/modules",
+                                               "/sys/fs/resctrl")
+    assert read_topology(tmp_path).facts()["devices"] == sorted(d for d, p in want.items() if p)
+
+
+def test_resctrl_counts_only_when_mounted(tmp_path):
+    # the directory exists on any kernel built with resctrl; only a mount makes it usable
+    (tmp_path / "sys" / "fs" / "resctrl").mkdir(parents=True)
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "mounts").write_text("proc /proc proc rw 0 0\n")
+    assert host_facts_module().snapshot(str(tmp_path))["devices"]["/sys/fs/resctrl"] is False
+    (tmp_path / "proc" / "mounts").write_text("resctrl /sys/fs/resctrl resctrl rw 0 0\n")
+    assert host_facts_module().snapshot(str(tmp_path))["devices"]["/sys/fs/resctrl"] is True
+
+
+def test_spec_schema_names_exactly_the_collected_paths():
+    schema = json.loads((SCHEMAS / "spec.schema.json").read_text())
+    listed = schema["$defs"]["requires"]["properties"]["devices"]["items"]["enum"]
+    assert tuple(listed) == host_facts_module().DEVICE_PATHS
+
+
+def test_snapshot_with_a_bad_device_map_is_one_line():
+    from socketlab.errors import HostError
+
+    snap = dict(snapshot("two-socket"), devices={"/dev/pseudo_lock": "yes"})
+    with pytest.raises(HostError, match=r"devices\./dev/pseudo_lock: expected true or false"):
+        topology_from_snapshot(snap)
+
+
+# --- requires: devices in the plan ---------------------------------------------------------
+
+
+def _spec(tmp_path, on_unmet="skip"):
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "schema_version: 1\ncampaign: t\nexperiments:\n"
+        f"  - {{name: locked, command: 'true', requires: {{devices: [/dev/pseudo_lock], "
+        f"on_unmet: {on_unmet}}}}}\n"
+        "  - {name: plain, command: 'true'}\n"
+    )
+    return load_spec(path)
+
+
+@pytest.mark.parametrize("devices, reason", [
+    ({}, NO_MODULES),
+    (None, NO_MODULES),  # a snapshot recorded before the field: nothing reported present
+    ({"/proc/modules": True},
+     "host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded; "
+     "playbooks/pseudo_lock_driver.yml loads it)"),
+])
+def test_missing_device_skips_with_the_precise_reason(tmp_path, devices, reason):
+    spec = _spec(tmp_path)
+    plan = expand_points(spec, {"xeon": entry(spec, devices)})
+    assert [p.experiment for p in plan.points] == ["plain"]
+    assert [(s.experiment, s.reason) for s in plan.skipped] == [("locked", reason.format(h="xeon"))]
+
+
+def test_present_device_plans_the_points(tmp_path):
+    spec = _spec(tmp_path)
+    plan = expand_points(spec, {"xeon": entry(spec, {"/dev/pseudo_lock": True})})
+    assert sorted(p.experiment for p in plan.points) == ["locked", "plain"]
+    assert plan.skipped == []
+
+
+def test_missing_device_with_on_unmet_fail_refuses_the_plan(tmp_path):
+    spec = _spec(tmp_path, on_unmet="fail")
+    with pytest.raises(PlanError, match="lacks /dev/pseudo_lock .*on_unmet is 'fail'"):
+        expand_points(spec, {"xeon": entry(spec, {})})
+
+
+# --- experiments/residency.yaml and the published cells ----------------------------------
+
+
+def test_residency_locked_points_need_the_device():
+    for profile in (None, "quick"):
+        spec = load_spec(RESIDENCY, profile=profile)
+        assert spec.experiment("residency-locked").requires.devices == ("/dev/pseudo_lock",)
+    quick = load_spec(RESIDENCY, profile="quick")
+    plan = expand_points(quick, {"c8i": entry(quick, {})})
+    reasons = {s.experiment: s.reason for s in plan.skipped}
+    assert reasons["residency-locked"] == NO_MODULES.format(h="c8i")
+    loaded = entry(quick, {"/dev/pseudo_lock": True, "/proc/modules": True})
+    assert "residency-locked" in {p.experiment for p in expand_points(quick, {"c8i": loaded}).points}
+    # the full profile on an AMD host: both the missing flags and the missing device, each said
+    full = load_spec(RESIDENCY)
+    plan = expand_points(full, {"genoa": entry(full, {}, "genoa-1s-nps1")})
+    reasons = {s.experiment: s.reason for s in plan.skipped}
+    assert reasons["residency-locked"] == (
+        "host genoa lacks CPU flags amx_tile, amx_bf16, cat_l2 and "
+        "/dev/pseudo_lock (pseudo-lock driver not loaded: kernel without module support)")
+    assert reasons["residency-plain"] == "host genoa lacks CPU flags amx_tile, amx_bf16"
+
+
+def test_published_p1_cells_join_the_residency_sweeps():
+    pub = load_published(PUBLISHED)
+    assert pub.campaign == load_spec(RESIDENCY).campaign == "residency"
+    counts = {t.id: len(t.cells) for t in pub.tables}
+    assert counts == {"p1-residency": 63, "p1-residency-avx": 14, "p1-kv-step": 5, "p1-gap": 6,
+                      "p1-long": 9}
+    spec = load_spec(RESIDENCY)
+    sweeps = {e.name: (set(e.sweep.names), sweep_points(e.sweep)) for e in spec.experiments}
+    unmatched = set()
+    for cell in pub.cells:
+        if cell.unmeasured:
+            continue
+        names, points = sweeps[cell.experiment]
+        assert set(cell.join_params()) <= names, (cell.id, cell.join_params(), names)
+        if not any(all(p[k] == v for k, v in cell.join_params().items()) for p in points):
+            unmatched.add(cell.id.rsplit("/", 1)[0] + "/" + cell.experiment)
+    # residency-locked sweeps AMX only (the table's note says so): the locked AVX-512 cells
+    assert unmatched == {"p1-residency-avx/w12-1344-avx512-c/residency-locked",
+                         "p1-residency-avx/w14-1568-avx512-a/residency-locked"}
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    """residency-avx and residency-locked of the quick profile through `orchestrate run`."""
+    root = tmp_path_factory.mktemp("residency-run")
+    doc = yaml.safe_load(RESIDENCY.read_text())
+    keep = {"residency-avx", "residency-locked"}
+    doc["experiments"] = [e for e in doc["experiments"] if e["name"] in keep]
+    doc["profiles"]["quick"]["experiments"] = {
+        k: v for k, v in doc["profiles"]["quick"]["experiments"].items() if k in keep}
+    spec = root / "residency.yaml"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec), "--profile", "quick", "--plain",
+                           "--results", str(root)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root
+
+
+def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run):
+    """Host-dependent (prints which branch): plain AVX-512 cells are measured and not
+    comparable on any 2-core host; locked cells are not run with the reason the plan gives."""
+    rep = build_report("residency", results=real_run, spec_path=real_run / "residency.yaml")
+    rows = {r.cell.id: r for r in rep.rows}
+    topo = json.loads(next((real_run / "residency" / "hosts").glob("*.json")).read_text())
+    topo = topo["topology"]
+    devices, flags = set(topo["devices"]), set(topo["flags"])
+    print(f"branch: {topo['cpu_model']}, devices {sorted(devices)}, "
+          f"avx512f={'avx512f' in flags}")
+    plain = rows["p1-residency-avx/w12-1344-avx512-c/plain_bw"]
+    if {"avx512f", "avx512bw"} <= flags:
+        assert plain.measured is not None and plain.measured.n == 1
+        assert plain.kind == NOT_COMPARABLE and "published host is Xeon 6975P-C" in plain.verdict
+    else:
+        assert plain.kind == NOT_RUN and "lacks CPU flags" in plain.verdict
+    locked = [r for r in rep.rows if r.cell.experiment == "residency-locked"]
+    assert len(locked) == 44  # 11 rows x locked GB/s, slowest core, p99, held after
+    if "/dev/pseudo_lock" not in devices:
+        why = "not run: host localhost lacks /dev/pseudo_lock (pseudo-lock driver not loaded"
+        assert all(r.kind == NOT_RUN and r.verdict.startswith(why) for r in locked), \
+            {r.verdict for r in locked}
+        if "/proc/modules" not in devices:
+            assert all(r.verdict.endswith("kernel without module support)") for r in locked)
