@@ -1,7 +1,9 @@
 """native/layer: the real-layer stage on dumps from `orchestrate layer-dump`, built with gcc and
 clang-16. Every run must pass the stage's own gate (rel RMS <= 1.5 x the BF16 reference's error
-at every op boundary, out cosine >= 0.99999, first and last step identical); planted errors must
-fail it naming the boundary; bad input is one line and exit 2."""
+at every op boundary, out cosine >= 0.99999, first and last step identical; the BF16
+reference's error is the larger of the bar and its spread over other valid BF16 realizations,
+socketlab.layer.spread); planted errors must fail it naming the boundary; bad input is one line
+and exit 2."""
 
 from __future__ import annotations
 
@@ -63,11 +65,11 @@ def build(request, tmp_path_factory) -> Path:
     return out
 
 
-def layer_dump(shape: str, context: int, batch: int, out: Path) -> Path:
+def layer_dump(shape: str, context: int, batch: int, out: Path, seed: int = 3) -> Path:
     orchestrate = Path(sys.executable).parent / "orchestrate"
     proc = subprocess.run(
         [str(orchestrate), "layer-dump", str(SHAPES / f"{shape}.yaml"), "--context", str(context),
-         "--batch", str(batch), "--seed", "3", "--out", str(out)],
+         "--batch", str(batch), "--seed", str(seed), "--out", str(out)],
         capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -117,6 +119,12 @@ def tiny(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tiny_s1(tmp_path_factory) -> Path:
+    """tiny, seed 1, B=16: the dump of issue 12's gate failure (--gemv avx512, row 13 at pp)."""
+    return layer_dump("tiny", 100, 16, tmp_path_factory.mktemp("tiny-s1") / "d", seed=1)
+
+
+@pytest.fixture(scope="module")
 def e2b(tmp_path_factory) -> Path:
     return layer_dump("gemma4-e2b-l0", 2048, 1, tmp_path_factory.mktemp("e2b") / "d")
 
@@ -140,7 +148,10 @@ def assert_gate_passed(proc: subprocess.CompletedProcess, batch: int) -> dict:
     for m in gate:
         assert m["pass"] is True, m
         assert m["repeat_max_abs"] == 0, m  # every step recomputes the same token
-        assert m["value"] <= max(1.5 * m["bf16_bar"], 1e-6), m
+        # 1.5 x the BF16 reference's error: its bar or, where larger, its spread (spread.py)
+        assert m["limit"] == pytest.approx(max(1.5 * max(m["bf16_bar"], m["bf16_spread"]), 1e-6),
+                                           rel=1e-5), m
+        assert m["value"] <= m["limit"], m
         assert 0 <= m["row"] < batch
     names = {m["name"] for m in metrics}
     assert {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_barrier",
@@ -277,6 +288,117 @@ def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mo
         assert meta["fid_store"] == "nt64"
 
 
+def strip_spread(src: Path, dst: Path) -> Path:
+    """A copy of a dump without bf16_ref_spread in any row's meta (as ref_layer.py writes it)."""
+    shutil.copytree(src, dst, symlinks=True)
+    for meta in [dst / "meta.json", *dst.glob("row*/meta.json")]:
+        m = json.loads(meta.read_text())
+        del m["bf16_ref_spread"]
+        meta.write_text(json.dumps(m, indent=1))
+    return dst
+
+
+def check_issue12_rows(proc: subprocess.CompletedProcess) -> None:
+    """The run passes, and its pp boundary is the case of issue 12: row 13 lands above 1.5 x its
+    one-realization bar (the old limit) and within 1.5 x the spread."""
+    assert_gate_passed(proc, 16)
+    pp = next(m for m in records(proc)[1] if m["name"] == "gate_rel_rms" and m["boundary"] == "pp")
+    print(f"pp: row {pp['row']} ratio to bar {pp['ratio_to_bar']:.3f}, spread / bar "
+          f"{pp['bf16_spread'] / pp['bf16_bar']:.3f}")
+    assert pp["row"] == 13 and pp["value"] > 1.5 * pp["bf16_bar"], pp
+
+
+def test_avx512_small_vector_rows_pass_gate(emu512, tiny_s1, tmp_path):
+    """Issue 12: VDPBF16PS sums in another order and the packed attention takes q and P as
+    bf16 hi + lo, so a few values sit on the other side of a BF16 rounding midpoint than in the
+    reference; on tiny's 64-wide per-layer input a few elements carry most of the error, and one
+    flip moved pp to 1.69 x the bar. Every GEMV is exact to FP32 against its own inputs (see
+    docs/layer.md), so it is a valid realization: the gate holds it to 1.5 x the spread of the
+    dump's other valid realizations (here 1.69 x the bar: the hi + lo realizations land on the
+    same flip). On SIMDe (every host; same numbers as the real VDPBF16PS path); without the
+    spread the old limit fails it, as the issue reported."""
+    args = ["--gemv", "avx512", "--dump", str(tiny_s1), "--batch", "16", "--steps", "3"]
+    check_issue12_rows(run(emu512, *args))
+    old = strip_spread(tiny_s1, tmp_path / "old")
+    proc = run(emu512, *args[:3], str(old), *args[4:])
+    assert proc.returncode == 1 and "gate failed at boundary pp:" in proc.stderr, proc.stderr
+
+
+def test_avx512_small_vector_rows_pass_gate_or_exit_3(build, tiny_s1):
+    """Host-dependent: the same on the real VDPBF16PS path where the CPU has AVX-512 BF16 (1 and
+    2 workers), else exit 3 naming the reason."""
+    for cpus in ("0", CPUS[2]):
+        proc = run(build / "layer", "--gemv", "avx512", "--dump", str(tiny_s1), "--batch", "16",
+                   "--cpus", cpus, "--steps", "3")
+        if not HAS_AVX512_BF16:
+            print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
+            assert proc.returncode == 3 and "not available on this host" in proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+            return
+        print(f"branch: CPU has AVX-512 BF16, the real path ran on CPUs {cpus}")
+        if cpus == "0":
+            check_issue12_rows(proc)
+        else:  # 2 workers split the positions differently: another realization, also valid
+            assert_gate_passed(proc, 16)
+
+
+def test_valid_bf16_realizations_pass_and_bad_ones_fail(tiny_s1, e2b):
+    """The spread's premise, in the reference alone (no native code): BF16-mode realizations
+    with summation orders the generator never drew (half with hi + lo attention) pass every row's
+    gate, some of them above 1.5 x the one-realization bar; a planted error (one q_proj row + 1,
+    the stage's --debug perturb-row) still fails at q; and on E2B's 1536..6144-wide vectors the
+    spread is within 5% of the bar (only the 256-wide per-layer input differs more), so the
+    limit barely moves there."""
+    import numpy as np
+
+    from socketlab.layer.check import gate, load_rows, open_dump
+    from socketlab.layer.reference import layer_ref
+
+    dumps = open_dump(str(tiny_s1))
+    shape, w, rows = load_rows(dumps)
+    above_old = 0
+    for k in range(4):
+        got = layer_ref(shape, w, rows, bf16=True, order=np.random.default_rng([12345, k]),
+                        split_attn=bool(k % 2))
+        for i, d in enumerate(dumps):
+            lines = gate({b: got[b][i] for b in got}, d)
+            assert all(g.ok for g in lines), [g for g in lines if not g.ok]
+            above_old += sum(g.rel_rms > 1.5 * g.bar > 0 for g in lines)
+    assert above_old > 0  # the old limit would have failed some valid realization
+    w["self_attn.q_proj.weight"] = w["self_attn.q_proj.weight"].copy()
+    w["self_attn.q_proj.weight"][7] += 1
+    got = layer_ref(shape, w, rows, bf16=True, order=np.random.default_rng([12345, 0]))
+    bad = [g for g in gate({b: got[b][0] for b in got}, dumps[0]) if not g.ok]
+    assert bad and bad[0].boundary == "q" and bad[0].rel_rms > 100 * bad[0].limit, bad
+    meta = open_dump(str(e2b))[0].meta
+    for b, bar in meta["bf16_ref_err"].items():
+        sp = meta["bf16_ref_spread"]["rel_rms_max"][b]
+        assert sp <= (1.5 if b in ("pg", "pact", "pp") else 1.05) * max(bar["rel_rms"], 1e-9), b
+
+
+@pytest.mark.parametrize("kernel", ["avx2", "amx"])
+def test_gelu_isas_agree_bit_for_bit(build, tiny, kernel):
+    """gelu (native/layer/gelu.c: x / (1 + exp(-2u)), no branch, no table) gives the same bits on
+    its scalar, AVX2 and AVX-512 paths: every gate record of a B=16 run is identical whichever
+    runs, and all pass. Host-dependent: --gelu avx512 runs where the CPU has AVX-512, else exit 3;
+    auto picks the widest there is."""
+    binary = build / ("layer_amx_emu" if kernel == "amx" else "layer")
+    args = ["--gemv", kernel, "--dump", str(tiny), "--batch", "16", "--steps", "2"]
+    want_auto = "avx512" if HAS_AVX512 else "avx2"
+    print(f"branch: CPU {'has' if HAS_AVX512 else 'lacks'} AVX-512, auto gelu is {want_auto}")
+    gates = {}
+    for isa in ("scalar", "avx2", "avx512", "auto"):
+        proc = run(binary, *args, "--gelu", isa)
+        if isa == "avx512" and not HAS_AVX512:
+            assert proc.returncode == 3 and "--gelu avx512" in proc.stderr, proc.stderr
+            continue
+        meta = assert_gate_passed(proc, 16)
+        assert meta["gelu"] == (want_auto if isa == "auto" else isa)
+        gates[isa] = [{k: m[k] for k in ("boundary", "value", "max_abs", "cosine", "row")}
+                      for m in records(proc)[1] if m["name"] == "gate_rel_rms"]
+    assert all(g == gates["scalar"] for g in gates.values())
+
+
 def test_real_amx_path_or_exit_3(build, tiny):
     """Host-dependent: the real (not emulated) AMX path where the CPU has AMX, else exit 3."""
     proc = run(build / "layer", "--gemv", "amx", "--dump", str(tiny), "--batch", "16",
@@ -359,11 +481,27 @@ def test_bad_dump_truncated_file(build, tiny, tmp_path):
     one_line_exit_2(run(build / "layer", "--dump", str(d)), "kcache.bf16", "truncated")
 
 
+def test_bad_dump_spread(build, tiny, tmp_path):
+    """bf16_ref_spread is optional, but if present it must be whole: the stage and layer-check
+    name the missing boundary (one line, exit 2)."""
+    d = broken_copy(tiny, tmp_path)
+    meta = json.loads((d / "meta.json").read_text())
+    del meta["bf16_ref_spread"]["rel_rms_max"]["pp"]
+    meta["batch"] = 1  # broken_copy keeps row 0 only
+    (d / "meta.json").write_text(json.dumps(meta, indent=1))
+    one_line_exit_2(run(build / "layer", "--dump", str(d)), "bf16_ref_spread.rel_rms_max.pp")
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    one_line_exit_2(subprocess.run([str(orchestrate), "layer-check", str(d), "--no-recompute"],
+                                   capture_output=True, text=True, timeout=TIMEOUT),
+                    "bf16_ref_spread.rel_rms_max.pp")
+
+
 def test_bad_input_flags(build, tiny, tmp_path):
     b = build / "layer"
     one_line_exit_2(run(b, "--dump", str(tiny), "--slice", "0/250"), "250 workers", "units")
     one_line_exit_2(run(b, "--dump", str(tiny), "--ctx", "32"), "--ctx 32", "cache_len = 31")
     one_line_exit_2(run(b, "--dump", str(tiny), "--xchg", "bogus"), "--xchg")
+    one_line_exit_2(run(b, "--dump", str(tiny), "--gelu", "sse"), "--gelu")
     one_line_exit_2(run(b, "--dump", str(tiny), "--frobnicate"), "--frobnicate")
     one_line_exit_2(run(b, "--dump", str(tmp_path / "nope")), "manifest.txt")
     one_line_exit_2(run(b, "--dump", str(tiny), "--gemv", "avx2", "--pv-unsplit"), "--pv-unsplit")

@@ -268,6 +268,23 @@ static void load_row(l_dump* d, l_row* r, int index)
         if (!v || end == v || r->bar[b] < 0)
             sl_usage_error("%s: %s missing or negative", path, key);
     }
+    /* optional (socketlab.layer.spread): the largest rel RMS of other valid BF16 realizations;
+     * the gate holds the stage to 1.5 x max(bar, this) */
+    const char* spread = find_key(js, "bf16_ref_spread");
+    const char* worst = spread ? find_key(spread, "rel_rms_max") : NULL;
+    if (spread && (*spread != '{' || !worst || *worst != '{'))
+        sl_usage_error("%s: bf16_ref_spread: expected {\"rel_rms_max\": {boundary: number}}", path);
+    for (int b = 0; b < NBND; b++) {
+        r->spread[b] = 0;
+        if (!worst)
+            continue;
+        const char* v = find_key(worst, l_bnd_names[b]);
+        char* end;
+        r->spread[b] = v ? strtod(v, &end) : -1;
+        if (!v || end == v || r->spread[b] < 0)
+            sl_usage_error("%s: bf16_ref_spread.rel_rms_max.%s missing or negative", path,
+                           l_bnd_names[b]);
+    }
     free(js);
 
     manifest m;

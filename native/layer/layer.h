@@ -29,6 +29,8 @@ typedef struct {
     uint16_t *kcache, *vcache; /* [kv_heads][cache_len][head_dim] */
     float* ref[NBND];
     double bar[NBND]; /* bf16_ref_err[b].rel_rms */
+    double spread[NBND]; /* bf16_ref_spread.rel_rms_max[b]: other valid BF16 realizations' worst
+                          * (0 where the dump lacks it: ref_layer.py's, older ours) */
     char dir[4096];
 } l_row;
 
@@ -67,6 +69,15 @@ void l_kernel_thread_init(int kernel);
 void l_kernel_thread_done(int kernel);
 extern int l_amx_emulated; /* 1 in the SL_AMX_EMULATE build */
 extern int l_avx512_emulated; /* 1 in the SL_AVX512_EMULATE build (SIMDe) */
+
+/* ---- gelu (gelu.c): out[i] = gelu_tanh(y[i]) * mul[i], the same cost for every input ---- */
+enum { L_GELU_AUTO, L_GELU_SCALAR, L_GELU_AVX2, L_GELU_AVX512 };
+extern const char* const l_gelu_names[]; /* "auto", "scalar", "avx2", "avx512", NULL */
+/* before the workers start: picks the ISA (auto: the widest this CPU has); exit 3 if a forced
+ * one is missing. Returns the one picked. */
+int l_gelu_init(int which);
+void l_gelu_mul(float* out, const float* y, const float* mul, int n);
+float l_gelu_scalar(float x);
 
 /* ---- exchange of one output vector (xchg.c) ---- */
 enum { X_DIRECT, X_REP, X_REPCLD, X_REPNT, X_FID };

@@ -6,4 +6,4 @@ native/layer reads), check (re-read a dump, gate a result), checkpoint (safetens
 docs/layer.md.
 """
 
-VERSION = 1
+VERSION = 2  # 2: meta.json gained bf16_ref_spread (dump caches keyed by it regenerate)

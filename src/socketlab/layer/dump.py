@@ -203,6 +203,15 @@ def validate(dump: Dump, boundaries: Iterable[str]) -> None:
         bar = dump.meta["bf16_ref_err"].get(b)
         if not isinstance(bar, dict) or not isinstance(bar.get("rel_rms"), int | float):
             raise LayerError(f"{meta_file}: bf16_ref_err.{b}.rel_rms: expected a number")
+    if "bf16_ref_spread" in dump.meta:  # optional: dumps of ref_layer.py and older ours lack it
+        worst = dump.meta["bf16_ref_spread"].get("rel_rms_max") if isinstance(
+            dump.meta["bf16_ref_spread"], dict) else None
+        for b in boundaries:
+            v = worst.get(b) if isinstance(worst, dict) else None
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+                raise LayerError(
+                    f"{meta_file}: bf16_ref_spread.rel_rms_max.{b}: expected a non-negative number"
+                )
     manifest = dump.path / MANIFEST
     for name, (dtype, dims) in expected_tensors(dump.meta, boundaries).items():
         if name not in dump.entries:

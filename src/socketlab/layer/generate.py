@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from socketlab.layer.history import history
 from socketlab.layer.reference import ATTN_SCALE, Rows, boundaries_for, err, layer_ref
 from socketlab.layer.rope import cos_sin
 from socketlab.layer.shapes import Shape
+from socketlab.layer.spread import REALIZATIONS, spread
 from socketlab.layer.weights import RESIDUAL_RMS, TAG_INPUTS, random_weights, rng_for
 
 MAX_BATCH = 64
@@ -40,6 +42,13 @@ class Layer:
     def bar(self, row: int) -> dict[str, dict[str, float]]:
         """BF16-mode error vs FP32 per boundary for one batch row: the gate's bar."""
         return {b: err(self.bf16[b][row], self.f32[b][row]) for b in boundaries_for(self.shape)}
+
+    @functools.cached_property
+    def spread(self) -> list[dict[str, float]]:
+        """Per row, boundary -> the largest rel RMS of REALIZATIONS other valid BF16 computations
+        (socketlab.layer.spread); computed on first use, from the rows and weights as they are
+        then (a test may replace them after build_layer)."""
+        return spread(self.shape, self.weights, self.rows, self.f32, self.seed)
 
 
 def row_inputs(shape: Shape, seed: int, row: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -137,6 +146,8 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
         },
         "weights": "checkpoint" if layer.checkpoint else "random",
         "bf16_ref_err": layer.bar(row),
+        # after bf16_ref_err (l2r_layer.c reads that one; this key is ours): see spread.py
+        "bf16_ref_spread": {"realizations": REALIZATIONS, "rel_rms_max": layer.spread[row]},
     }
 
 

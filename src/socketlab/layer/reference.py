@@ -14,6 +14,7 @@ that row's own history.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -66,13 +67,79 @@ def softmax(s: np.ndarray) -> np.ndarray:
     return (e / e.sum(axis=-1, keepdims=True, dtype=np.float32)).astype(np.float32)
 
 
-def layer_ref(shape: Shape, w: dict[str, np.ndarray], rows: Rows, bf16: bool) -> dict[str, np.ndarray]:
-    """Boundary name -> [B, n] float32 for every boundary of the shape."""
+def _split_bf16(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x as hi + lo, both bf16 (as float32): what the packed kernels feed the bf16 products."""
+    hi = round_f32(x)
+    return hi, round_f32(x - hi)
+
+
+def _chunks(n: int, order: np.random.Generator) -> list[slice]:
+    """[0, n) cut at 1..7 random points, the pieces in a random order: a reduction summed as a
+    K-split kernel sums it (views, no copies: cheap on E2B's weights)."""
+    k = min(n - 1, int(order.integers(1, 8)))
+    edges = [0, *np.sort(order.choice(np.arange(1, n), size=k, replace=False)).tolist(), n]
+    pieces = [slice(a, b) for a, b in itertools.pairwise(edges)]
+    return [pieces[i] for i in order.permutation(len(pieces))]
+
+
+def _dot(a: np.ndarray, bt: np.ndarray, order: np.random.Generator | None) -> np.ndarray:
+    """a @ bt.T (float32), the shared axis summed in numpy's order or in chunks (see _chunks)."""
+    if order is None:
+        return a @ bt.T
+    acc = None
+    for c in _chunks(a.shape[-1], order):
+        part = a[..., c] @ bt[:, c].T
+        acc = part if acc is None else acc + part
+    return acc
+
+
+def _attend(qg: np.ndarray, k: np.ndarray, v: np.ndarray, split: bool,
+            order: np.random.Generator | None) -> np.ndarray:
+    """softmax(qg k^T) v for one KV head's q heads. split: the packed kernels' form (q and the
+    unnormalised probabilities as bf16 hi + lo pairs, the sum of exps divided at the end);
+    order: the positions summed in chunks (split-K over positions)."""
+    if not split and order is None:
+        return softmax((qg @ k.T) * np.float32(ATTN_SCALE)) @ v
+    if split:
+        qh, ql = _split_bf16(qg)
+        s = ((qh @ k.T) + (ql @ k.T)) * np.float32(ATTN_SCALE)
+    else:
+        s = (qg @ k.T) * np.float32(ATTN_SCALE)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    pieces = _chunks(e.shape[-1], order) if order is not None else [slice(None)]
+    total = sum(e[:, c].sum(axis=-1, keepdims=True, dtype=np.float32) for c in pieces)
+    p = e if split else e / total
+    o = None
+    for c in pieces:
+        if split:
+            ph, pl = _split_bf16(p[:, c])
+            part = (ph @ v[c]) + (pl @ v[c])
+        else:
+            part = p[:, c] @ v[c]
+        o = part if o is None else o + part
+    return (o / total if split else o).astype(np.float32, copy=False)
+
+
+def layer_ref(
+    shape: Shape,
+    w: dict[str, np.ndarray],
+    rows: Rows,
+    bf16: bool,
+    *,
+    order: np.random.Generator | None = None,
+    split_attn: bool = False,
+) -> dict[str, np.ndarray]:
+    """Boundary name -> [B, n] float32 for every boundary of the shape.
+
+    order, split_attn: another equally valid realization of the same math (socketlab.layer.spread):
+    every GEMV's reduction and every attention's positions summed in chunks in an order drawn
+    from `order`, and/or the attention in the packed kernels' hi + lo form. Neither changes what
+    is rounded to BF16, only how the FP32 sums run."""
     r = round_f32 if bf16 else (lambda t: t)
     eps, hd, nh, kvh = shape.eps, shape.head_dim, shape.heads, shape.kv_heads
 
     def lin(x: np.ndarray, name: str) -> np.ndarray:
-        return (r(x) @ w[name].T).astype(np.float32, copy=False)
+        return _dot(r(x), w[name], order).astype(np.float32, copy=False)
 
     b: dict[str, np.ndarray] = {}
     x = rows.x_in.astype(np.float32)
@@ -95,8 +162,7 @@ def layer_ref(shape: Shape, w: dict[str, np.ndarray], rows: Rows, bf16: bool) ->
         V = np.concatenate([r(rows.vcache[i]), r(vn[i])[:, None, :]], axis=1)
         for kh in range(kvh):
             qg = q[i, kh * g : (kh + 1) * g]  # the q heads sharing this KV head
-            p = softmax((qg @ K[kh].T) * np.float32(ATTN_SCALE))
-            attn[i, kh * g : (kh + 1) * g] = p @ V[kh]
+            attn[i, kh * g : (kh + 1) * g] = _attend(qg, K[kh], V[kh], split_attn, order)
     b["attn"] = attn.reshape(nb, -1)
     b["o"] = lin(b["attn"], "self_attn.o_proj.weight")
     h1 = x + rms(b["o"], w["post_attention_layernorm.weight"], eps)
