@@ -240,6 +240,28 @@ experiments:
     assert plan.hosts == ("b", "a")
 
 
+def test_default_fills_a_missing_inventory_variable(tmp_path):
+    # the size-checking filter wrapper must not touch the Undefined it is given: `default`
+    # exists for exactly that value (a hasattr on it raised "undefined inventory variable")
+    spec = spec_of(
+        tmp_path,
+        """\
+experiments:
+  - name: a
+    command: ["echo", "{{ vars.x | default(3) }}", "{{ vars.tier | default('t0') | upper }}",
+              "{{ facts.nope | default('') | center(4) }}|"]
+""",
+    )
+    hosts = {"a": dict(entry(spec), vars={}), "b": dict(entry(spec), vars={"x": 7, "tier": "t2"})}
+    assert [p.argv for p in expand_points(spec, hosts).points] == [
+        ("echo", "3", "T0", "    |"),
+        ("echo", "7", "T2", "    |"),
+    ]
+    bare = spec_of(tmp_path, 'experiments:\n  - {name: a, command: "echo {{ vars.x }}"}\n')
+    with pytest.raises(SpecError, match="undefined inventory variable 'vars.x' on host a"):
+        expand_points(bare, {"a": dict(entry(bare), vars={})})
+
+
 class _NoIO:
     """Audit hook that records I/O events while armed (hooks can't be removed, so it disarms)."""
 

@@ -1,16 +1,20 @@
 """Builds: native/ compiled on the target host with its own compiler, cached by source hash.
 
 The source tree (native/ without build outputs) is hashed here; the build hash adds the make
-target and flags. On the host the tree is unpacked into ``<workdir>/builds/<build hash>/`` and
-``make`` runs there. A finished build leaves ``.manifest.json`` (source hash, compiler and
-version, flags, sha256 of every executable it produced); a later campaign that finds it skips
-the compile. The manifest is stamped on every run that uses the build.
+target, flags and compiler. On the host the tree is unpacked into ``<workdir>/builds/<build
+hash>/`` and ``make`` runs there with ``BUILD=<folder>``: the toolkit decides the folder
+(Build.dir, ``build/<compiler name>``), so CC in a host's environment can't move the binaries
+away from the path the spec's ``{{ build.dir }}`` renders. A finished build leaves
+``.manifest.json`` (source hash, compiler and version, flags, sha256 of every executable it
+produced); a later campaign that finds it skips the compile. The manifest is stamped on
+every run that uses the build.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,26 @@ def source_hash(root: Path) -> str:
     return digest.hexdigest()
 
 
+#: a relative path into a build folder as a spec writes one: build/<folder>/<file>
+_BUILD_PATH = re.compile(r"(?<![\w./+-])(?:\./)?build/([A-Za-z0-9_.+-]+)/([^\s=,:]*)")
+
+
+def misplaced(build, text: str) -> tuple[str, str] | None:
+    """(path, file) of the first path in ``text`` into another folder than ``build.dir``.
+
+    Only a build that sets `cc` is checked: without one its folder is build/cc, as it always
+    was, so a literal ``build/cc/ladder`` stays right (and a Makefile with its own layout is
+    left alone). With one, ``build/cc/...`` is the stale default: it would fail at run time
+    with "No such file", so planning says so instead.
+    """
+    if not build.cc:
+        return None
+    for match in _BUILD_PATH.finditer(text):
+        if f"build/{match.group(1)}" != build.dir:
+            return match.group(0), match.group(2)
+    return None
+
+
 @dataclass(frozen=True)
 class BuildJob:
     """One build as the runner needs it: what to compile, and its identity."""
@@ -57,19 +81,21 @@ class BuildJob:
     flags: str
     source_hash: str
     build_hash: str
+    cc: str = ""  #: make's CC; "" = the Makefile's (the host's `cc`)
+    dir: str = "build/cc"  #: BUILD=, relative to remote_dir: where the binaries go
 
     @classmethod
     def from_spec(cls, build, root: Path | None = None) -> BuildJob:
-        """From a socketlab.spec.model.Build (name, source, target, flags)."""
+        """From a socketlab.spec.model.Build (name, source, target, flags, cc)."""
         root = Path(root or paths.NATIVE)
         src_hash = source_hash(root)
-        identity = json.dumps(
-            {"source_hash": src_hash, "source": build.source, "target": build.target,
-             "flags": build.flags},  # fmt: skip
-            sort_keys=True,
-        )
-        build_hash = hashlib.sha256(identity.encode()).hexdigest()[:16]
-        return cls(build.name, root, build.source, build.target, build.flags, src_hash, build_hash)
+        fields = {"source_hash": src_hash, "source": build.source, "target": build.target,
+                  "flags": build.flags}  # fmt: skip
+        if build.cc:  # only when set: builds without one keep their hash, so their runs resume
+            fields["cc"] = build.cc
+        build_hash = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+        return cls(build.name, root, build.source, build.target, build.flags, src_hash,
+                   build_hash, build.cc, build.dir)  # fmt: skip
 
     def remote_root(self, executor) -> str:
         return f"{executor.workdir}/builds/{self.build_hash}"
@@ -97,21 +123,27 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     executor.send_tree(_source_files(job.root), root, scratch)
     code, ncpu = executor.call(["nproc"])
     jobs = ncpu.strip() if code == 0 and ncpu.strip().isdigit() else "1"
-    cflags_arg = [f"CFLAGS={job.flags}"] if job.flags else []
-    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target, *cflags_arg]
+    # BUILD always, CC when the spec names one: variables on make's command line beat both
+    # the Makefile's defaults and the host's environment
+    variables = [f"BUILD={job.dir}", *([f"CC={job.cc}"] if job.cc else []),
+                 *([f"CFLAGS={job.flags}"] if job.flags else [])]  # fmt: skip
+    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target, *variables]
     started = time.time()
     code, output = executor.call(make, timeout=1800)
     if code != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
         raise HostError(f"{executor.name}: build '{job.name}' failed (make exit {code}): {tail}")
-    compiler = executor.call(["cc", "--version"])[1].strip().splitlines()
-    # The flags the compile really used (the Makefile's CFLAGS unless `flags` replaced them):
-    # make prints its own variable. No shell: the argv reaches the host as is.
+    # The compiler and flags the compile really used (the Makefile's or the environment's
+    # unless the spec set them): make prints its own variables. No shell: the argv reaches
+    # the host as is.
     probe = ["make", "-s", "--no-print-directory", "-C", job.remote_dir(executor), "--eval",
-             "_socketlab_cflags: ; @echo $(CFLAGS)", "_socketlab_cflags", *cflags_arg]  # fmt: skip
+             "_socketlab_probe:\n\t@echo 'cc=$(CC)'\n\t@echo 'cflags=$(CFLAGS)'",
+             "_socketlab_probe", *variables]  # fmt: skip
     code, printed = executor.call(probe, timeout=60)
-    lines = printed.strip().splitlines()
-    cflags = lines[-1].strip() if code == 0 and lines else None
+    said = dict(line.partition("=")[::2] for line in printed.splitlines() if code == 0)
+    cflags = said["cflags"].strip() if "cflags" in said else None
+    cc = said.get("cc", "").split() or [job.cc or "cc"]
+    compiler = executor.call([*cc, "--version"])[1].strip().splitlines()
     code, listing = executor.call(
         ["find", root, "-type", "f", "-perm", "-u+x", "-newermt", f"@{int(started) - 1}",
          "-exec", "sha256sum", "{}", "+"]  # fmt: skip
@@ -126,6 +158,8 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
         "source": job.source,
         "target": job.target,
         "flags": job.flags,  #: as the spec gave them ("" = the Makefile's)
+        "cc": job.cc,  #: as the spec gave it ("" = the Makefile's)
+        "dir": job.dir,  #: the binaries' folder under the source directory
         "cflags": cflags,  #: as make used them; None when make could not say
         "source_hash": job.source_hash,
         "build_hash": job.build_hash,

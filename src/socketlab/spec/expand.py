@@ -13,12 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from socketlab.errors import PlanError
+from socketlab.build import misplaced
+from socketlab.errors import PlanError, SpecError
 from socketlab.spec import kinds
 from socketlab.spec.load import sweep_points
 from socketlab.spec.model import Experiment, Requirements, Spec
 from socketlab.spec.points import RunPoint
-from socketlab.spec.render import base_context
+from socketlab.spec.render import ENV, base_context
 
 #: Topology facts that are host state, not identity: IRQ placement and daemon pids change while
 #: a host runs; THP, NUMA balancing, hugepages, the workqueue mask and cpufreq governors are
@@ -143,6 +144,7 @@ def expand_points(
     """
     if repetitions is not None and repetitions < 1:
         raise PlanError(f"--repetitions must be at least 1, got {repetitions}")
+    check_build_paths(spec)
     sweeps = {exp.name: sweep_points(exp.sweep) for exp in spec.experiments}
     handlers = {
         exp.name: kinds.handler(exp.kind, spec.where(f"experiments[{exp.index}].kind"))
@@ -182,7 +184,7 @@ def expand_points(
                 skipped.append(Skip(host, exp.name, reason))
                 continue
             render = handlers[exp.name].render
-            context = {**base, "experiment": exp.name}
+            context = {**base, "experiment": exp.name, "build": build_context(spec, exp)}
             rendered = []
             for params in sweeps[exp.name]:
                 point_ctx = {**context, **params, "params": params}
@@ -212,6 +214,39 @@ def expand_points(
                     )
                 )
     return Plan(spec, points, skipped, tuple(host_facts), profiles)
+
+
+def build_context(spec: Spec, exp: Experiment) -> Any:
+    """`build` in templates: the experiment's build, whose ``dir`` is where its binaries are,
+    relative to the working directory of its runs (socketlab.build: make gets BUILD=dir)."""
+    if exp.build is None:
+        known = ", ".join(sorted(spec.builds)) or "none declared"
+        return ENV.undefined(hint=f"experiment '{exp.name}' has no build, so 'build' is "
+                             f"undefined; expected `build: NAME` naming one of the spec's "
+                             f"builds ({known})")  # fmt: skip
+    build = spec.builds[exp.build]
+    return {"name": build.name, "dir": build.dir, "cc": build.cc or "cc"}
+
+
+def check_build_paths(spec: Spec) -> None:
+    """A literal path into another build folder than the build's own is a SpecError."""
+    for build in spec.builds.values():
+        found = misplaced(build, build.target)
+        if found:
+            raise SpecError(f"{spec.where(f'builds.{build.name}.target')}: '{found[0]}' is not "
+                            f"in this build's folder {build.dir} (from cc: {build.cc}); "
+                            f"expected a target such as 'all' or '{build.dir}/{found[1]}'")
+    for exp in spec.experiments:
+        if exp.build is None:
+            continue
+        build = spec.builds[exp.build]
+        for j, source in enumerate(exp.command):
+            found = misplaced(build, source)
+            if found:
+                where = spec.where(exp.origins.get(f"command[{j}]", f"experiments[{exp.index}]"))
+                raise SpecError(f"{where}: '{found[0]}' is not where build '{build.name}' puts "
+                                f"its binaries ({build.dir}, from cc: {build.cc}); write "
+                                f"'{{{{ build.dir }}}}/{found[1]}'")
 
 
 def _with_adaptive(extra: dict[str, Any], exp: Experiment) -> dict[str, Any]:

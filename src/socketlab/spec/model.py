@@ -14,7 +14,7 @@ from socketlab.yamlload import line_of
 
 #: Names a template sees besides the experiment's parameters. Parameters may not shadow them.
 CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign", "tools",
-                 "inventory")
+                 "inventory", "build")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,14 @@ class Build:
     source: str = "."  #: directory under native/
     target: str = "all"  #: make target
     flags: str = ""  #: extra compiler flags (CFLAGS)
+    cc: str = ""  #: the compiler (make's CC); "" = the host's `cc`
+
+    @property
+    def dir(self) -> str:
+        """Where make puts the binaries, under the source directory: the toolkit passes it as
+        BUILD= (socketlab.build), by the Makefile's own rule build/$(notdir CC), so a run
+        names ``{{ build.dir }}/ladder`` and a manual ``make -C native`` agrees."""
+        return f"build/{(self.cc or 'cc').rsplit('/', 1)[-1]}"
 
 
 @dataclass(frozen=True)
