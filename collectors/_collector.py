@@ -24,44 +24,28 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 
+
 # ---------------------------------------------------------------- CPU lists
-# CPU lists: a stdlib copy of socketlab.cpulist's parse/format, for code on a host that can't
-# import the package; collectors/_collector.py and playbooks/module_utils/socketlab_isolation.py
-# carry this same block, and tests/test_cpulist_copies.py fails unless all three agree.
-_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
+# CPU lists: _cpulist.py, shipped beside this file (and to Ansible as module_utils). Loaded by
+# its path: tailor.py and socketlab.topology load this file by path, without collectors/ on
+# sys.path.
+def _sibling(name: str):
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def parse_cpulist(text, what="CPU list"):
-    """'0-2,5', systemd's '0-2 5', the kernel's stride '0-15:2/4' -> sorted ids; ValueError."""
-    text, cpus = (text or "").strip(), set()
-    for part in re.split(r"\s*,\s*|\s+", text) if text else []:
-        m = _CPU_RANGE.fullmatch(part)
-        if not m:
-            raise ValueError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
-        first, last, used, group = int(m[1]), int(m[2] or m[1]), int(m[3] or 1), int(m[4] or 1)
-        if last < first:
-            raise ValueError(f"{what}: bad CPU range {part!r} in {text!r}: it runs backwards")
-        if not 0 < used <= group:
-            raise ValueError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
-        cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
-    return sorted(cpus)
-
-
-def format_cpulist(cpus):
-    """[0, 1, 2, 5] -> '0-2,5' (a run of two is a range too, as the kernel prints it)."""
-    out, ordered = [], sorted(set(cpus))
-    for i, cpu in enumerate(ordered):
-        if i and cpu == ordered[i - 1] + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
-        else:
-            out.append(str(cpu))
-    return ",".join(out)
+_cpulist = _sibling("_cpulist")
+parse_cpulist, format_cpulist = _cpulist.parse_cpulist, _cpulist.format_cpulist
 
 
 # ---------------------------------------------------------------- our own processes

@@ -26,7 +26,9 @@ Long-lived processes (a server under test and its samplers) are started with ``{
 every PID below it and each thread's Cpus_allowed_list; ``{"op": "stop", "pid", "grace"}``
 signals its group and every descendant by PID, SIGTERM then SIGKILL, and replies with the PIDs
 still alive; ``{"op": "watch", "pid"}`` adopts a process started by a command (a collector
-daemon). Whatever was spawned or watched and not stopped is killed when the agent exits. How
+daemon). ``{"op": "interrupt", "pidfile"}`` (no reply of its own) stops the run with that
+pidfile: read while a run is in flight, it kills the run's group by its PID at once (the run's
+reply then comes as usual), and a run with that pidfile that comes later is not started. Whatever was spawned or watched and not stopped is killed when the agent exits. How
 processes start, time out and stop is ``_process.py`` (socketlab.execute.process, shipped
 beside this file): the orchestrator's local executor uses the same module.
 """
@@ -74,6 +76,24 @@ class Channel:
         if time.monotonic() - self.last > self.idle_s:
             raise ControllerGone("idle")
 
+    def take(self, op: str) -> list:
+        """Remove the complete requests of ``op`` from the buffer (read so far) and return them:
+        an interrupt is acted on while a run is in flight, ahead of requests queued behind it."""
+        *lines, rest = self.buffer.split(b"\n")
+        kept, taken = [], []
+        for line in lines:
+            try:
+                request = json.loads(line) if line.strip() else None
+            except ValueError:
+                request = None
+            if isinstance(request, dict) and request.get("op") == op:
+                taken.append(request)
+            else:
+                kept.append(line + b"\n")
+        if taken:
+            self.buffer = b"".join(kept) + rest
+        return taken
+
     def request(self) -> dict | None:
         while True:
             while b"\n" in self.buffer:
@@ -96,15 +116,24 @@ def serve(args: argparse.Namespace) -> int:
     spawned = _process.Spawned()
     ops = {"spawn": spawned.spawn, "tree": spawned.tree, "stop": spawned.stop,
            "watch": spawned.watch}
+    interrupted = set()  #: pidfiles of runs to stop (an interrupt may come before its run)
     try:
         while True:
             request = channel.request()
-            if request.get("op") in ("run", "call"):
+            if request.get("op") == "interrupt":  # no reply: the run's own reply says it
+                interrupted.add(request.get("pidfile"))
+                continue
+            if request.get("op") == "run" and request.get("pidfile") in interrupted:
+                reply = {"exit_code": None, "timed_out": False, "started": time.time(),
+                         "duration_s": 0.0, "pgid": None, "stdout": "",
+                         "stderr": "interrupted before it started"}
+            elif request.get("op") in ("run", "call"):
                 reply = _process.run(
                     request["argv"], env=request.get("env"), cwd=request.get("cwd"),
                     cpus=request.get("cpus"), timeout=request.get("timeout"),
                     out_dir=request.get("out_dir"), pidfile=request.get("pidfile"),
-                    merged=request["op"] == "call", watch=0, tick=channel.check)
+                    merged=request["op"] == "call", **_interruptible(channel, request,
+                                                                     interrupted))
             elif request.get("op") in ops:
                 reply = ops[request["op"]](request)
             elif request.get("op") == "ping":
@@ -119,6 +148,20 @@ def serve(args: argparse.Namespace) -> int:
         spawned.stop_all()  # a vanished orchestrator leaves no server running on the host
         if held is not None:
             held.close()
+
+
+def _interruptible(channel: Channel, request: dict, interrupted: set) -> dict:
+    """watch/tick/started_hook for _process.run: heartbeats are read while the run goes, and
+    an interrupt naming this run's pidfile kills its group by its PID at once."""
+    group = []
+
+    def tick(timeout: float) -> None:
+        channel.check(timeout)
+        interrupted.update(r.get("pidfile") for r in channel.take("interrupt"))
+        if group and request["op"] == "run" and request.get("pidfile") in interrupted:
+            _process.kill_group(group[0])
+
+    return {"watch": 0, "tick": tick, "started_hook": group.append}
 
 
 def main(argv: list[str]) -> int:

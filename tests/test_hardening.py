@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import signal
 import sqlite3
@@ -329,3 +330,64 @@ def test_build_flags_never_reach_a_shell(tmp_path, inventory, flags):
     rc, _, err = cli("run", spec, "--inventory", inventory, "--results", tmp_path / "r")
     one_line_error(rc, err, "builds.native.flags: character", "is not allowed")
     assert not marker.exists()
+
+
+# -- a CPU or token list over a limit names the limit (not "expected a CPU list") ------------
+
+LIMIT_LISTS = {
+    "cpu_id": ("cpus: '0-4000000000'", "experiments[0].cpus: renders to '0-4000000000' on "
+               "host localhost: CPU id 4000000000, over the limit of 1048576 "
+               "(SOCKETLAB_LIMIT_CPU_ID raises it)"),
+    "cpu_id_digits": ("cpus: '0-" + "9" * 5000 + "'", "a 5000-digit CPU id, over the limit"),
+    "cpu_count": ("cpus: '0-100000'", "experiments[0].cpus: renders to '0-100000' on host "
+                  "localhost: 100001 CPUs, over the limit of 65536 CPUs "
+                  "(SOCKETLAB_LIMIT_CPUS raises it)"),
+    "filter": ("env: {N: \"{{ '0-4000000000' | cpus | length }}\"}",
+               "experiments[0].env.N: template", "its CPU list has CPU id 4000000000, over the "
+               "limit of 1048576 (SOCKETLAB_LIMIT_CPU_ID raises it)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIMIT_LISTS))
+def test_a_cpu_list_over_a_limit_names_the_limit(name, tmp_path, inventory):
+    field, *expect = LIMIT_LISTS[name]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(HEADER.replace("'true'}", f"'true', {field}}}"))
+    rc, _, err = cli("plan", spec, "--inventory", inventory)
+    one_line_error(rc, err, f"{spec}:4: ", *expect)
+    assert "expected a CPU list" not in err
+
+
+def test_a_raised_cpu_limit_lets_the_list_through(tmp_path, inventory, monkeypatch):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(HEADER.replace("'true'}", "'true', cpus: '0-100000'}"))
+    monkeypatch.setenv("SOCKETLAB_LIMIT_CPUS", "0")
+    rc, _, err = cli("plan", spec, "--inventory", inventory)
+    one_line_error(rc, err, "SOCKETLAB_LIMIT_CPUS='0': expected a positive integer")
+    monkeypatch.setenv("SOCKETLAB_LIMIT_CPUS", "200000")
+    rc, _, err = cli("plan", spec, "--inventory", inventory)  # past the limit: not online
+    one_line_error(rc, err, f"{spec}:4: experiments[0].cpus: CPUs ", "are not online on host")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs online")
+def test_host_facts_over_a_cpu_limit_name_the_limit(tmp_path, inventory, monkeypatch):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(HEADER)
+    monkeypatch.setenv("SOCKETLAB_LIMIT_CPUS", "1")
+    rc, _, err = cli("plan", spec, "--inventory", inventory)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "host facts: cpu_online: " in err and "CPUs, over the limit of 1 CPUs" in err, err
+
+
+@pytest.mark.parametrize("ids", ["2-4000000000", "2-" + "9" * 5000])
+def test_suppressed_token_ids_are_counted_before_they_are_made(ids, tmp_path):
+    """suppress_token_ids became a dict of one key per id: 4 billion keys hung `plan`."""
+    spec = tmp_path / "serving.yaml"
+    text = (HERE.parent / "experiments" / "serving-tiny.yaml").read_text()
+    spec.write_text(text.replace('suppress_token_ids: "2-258"', f'suppress_token_ids: "{ids}"'))
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                   "      serve_python: python3\n      serve_model: /m.gguf\n")
+    rc, _, err = cli("plan", spec, "--inventory", inv)
+    one_line_error(rc, err, f"{spec}:", "experiments[0].serving.suppress_token_ids: ",
+                   "token ids, over the limit of 1048576 token ids (SOCKETLAB_LIMIT_TOKEN_IDS")

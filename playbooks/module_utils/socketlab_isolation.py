@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import tempfile
 import time
 
@@ -44,37 +43,18 @@ def kind_for(path):
     return "text"
 
 
-# CPU lists: a stdlib copy of socketlab.cpulist's parse/format, for code on a host that can't
-# import the package; collectors/_collector.py and playbooks/module_utils/socketlab_isolation.py
-# carry this same block, and tests/test_cpulist_copies.py fails unless all three agree.
-_CPU_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
+# CPU lists: socketlab_cpulist.py, a symlink to collectors/_cpulist.py (one file for the
+# collectors and the modules); Ansible packs it into every module that imports this one.
+try:
+    from ansible.module_utils.socketlab_cpulist import format_cpulist, parse_cpulist
+except ImportError:  # loaded by path outside Ansible (the tests): the file beside this one
+    import importlib.util as _util
 
-
-def parse_cpulist(text, what="CPU list"):
-    """'0-2,5', systemd's '0-2 5', the kernel's stride '0-15:2/4' -> sorted ids; ValueError."""
-    text, cpus = (text or "").strip(), set()
-    for part in re.split(r"\s*,\s*|\s+", text) if text else []:
-        m = _CPU_RANGE.fullmatch(part)
-        if not m:
-            raise ValueError(f"{what}: {text!r} is not a CPU list; expected e.g. '0-3,8,10-11'")
-        first, last, used, group = int(m[1]), int(m[2] or m[1]), int(m[3] or 1), int(m[4] or 1)
-        if last < first:
-            raise ValueError(f"{what}: bad CPU range {part!r} in {text!r}: it runs backwards")
-        if not 0 < used <= group:
-            raise ValueError(f"{what}: bad stride {part!r} in {text!r}; expected used/group")
-        cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
-    return sorted(cpus)
-
-
-def format_cpulist(cpus):
-    """[0, 1, 2, 5] -> '0-2,5' (a run of two is a range too, as the kernel prints it)."""
-    out, ordered = [], sorted(set(cpus))
-    for i, cpu in enumerate(ordered):
-        if i and cpu == ordered[i - 1] + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
-        else:
-            out.append(str(cpu))
-    return ",".join(out)
+    _spec = _util.spec_from_file_location(
+        "socketlab_cpulist", os.path.join(os.path.dirname(__file__), "socketlab_cpulist.py"))
+    _cpulist = _util.module_from_spec(_spec)
+    _spec.loader.exec_module(_cpulist)
+    format_cpulist, parse_cpulist = _cpulist.format_cpulist, _cpulist.parse_cpulist
 
 
 def normalize(kind, text):

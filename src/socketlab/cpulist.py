@@ -1,8 +1,9 @@
 """CPU lists and CPU masks in the kernel's text formats: the controller's implementation.
 
-Code on a host can't import this package: collectors/_collector.py and module_utils/
-socketlab_isolation.py carry stdlib copies of parse/format, which tests/test_cpulist_copies.py
-holds to this one (same results and messages on one corpus); only this one bounds sizes.
+Code on a host can't import this package: it gets one stdlib file of parse/format,
+collectors/_cpulist.py (imported by collectors/_collector.py; playbooks/module_utils/
+socketlab_cpulist.py is a symlink to it), which tests/test_cpulist_copies.py holds to this one
+(same results and messages on one corpus); only this one bounds sizes.
 
 - A *cpulist* is what ``/sys/devices/system/node/node0/cpulist`` prints: ``"0-3,8,10-11"``.
   The kernel prints a run of two as a range (``"0-1"``), and so do we.
@@ -23,6 +24,15 @@ from socketlab.limits import limit, over
 
 class CpuListError(PlanError, ValueError):
     """A CPU list or mask string is malformed."""
+
+
+class CpuListLimit(CpuListError):
+    """A well-formed CPU list over a size limit; ``reason`` says which, without the list (a
+    caller that names the field itself reports it as is, not as a malformed list)."""
+
+    def __init__(self, what: str, text: str, reason: str) -> None:
+        super().__init__(f"{what}: {_short(text)}: {reason}")
+        self.reason = reason
 
 
 _RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+)/(\d+))?)?")
@@ -51,11 +61,10 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
                                "backwards")
         # bounded before anything is expanded: "0-4000000000" is refused, not allocated
         if last > max_id:
-            raise CpuListError(f"{what}: {_short(part)} in {_short(text)} names CPU ids "
-                               f"{over('CPU_ID', 'up to ' + _short(str(last)))}")
+            raise CpuListLimit(what, text, over("CPU_ID", _cpu_id(m[2] or m[1])))
         count += last - first + 1
         if count > max_cpus:
-            raise CpuListError(f"{what}: {_short(text)} names {over('CPUS', count, 'CPUs')}")
+            raise CpuListLimit(what, text, over("CPUS", count, "CPUs"))
         if not 0 < used <= group:
             raise CpuListError(f"{what}: bad stride {part!r} in {_short(text)}; expected "
                                "used/group")
@@ -67,6 +76,12 @@ def _id(digits: str) -> int:
     """A CPU id; a 5,000-digit one is simply too big (int() would refuse or take long)."""
     digits = digits.lstrip("0") or "0"
     return int(digits) if len(digits) <= 18 else 10**18
+
+
+def _cpu_id(digits: str) -> str:
+    """"CPU id N", or its length where printing it would flood the line."""
+    digits = digits.lstrip("0") or "0"
+    return f"CPU id {digits}" if len(digits) <= 18 else f"a {len(digits)}-digit CPU id"
 
 
 def _short(text: str) -> str:

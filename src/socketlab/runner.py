@@ -183,13 +183,12 @@ class Runner:
             threading.Thread(target=self._stop_inflight, name="stop", daemon=True).start()
 
     def _stop_inflight(self) -> None:
-        for ex, point, key in list(self._inflight.values()):
-            coll_dir = f"{ex.workdir}/runs/{key}/collectors"
+        inflight = list(self._inflight.values())
+        for ex, _point, key in inflight:  # every host's run first: a collector stop may wait
             with contextlib.suppress(Exception):  # best effort: the host may be gone
-                code, text = ex.call(["cat", f"{coll_dir}/target.pid"], timeout=5)
-                pid = text.strip()
-                if code == 0 and pid.isdigit():  # the run leads its own process group
-                    ex.call(["kill", "-KILL", "--", f"-{pid}"], timeout=5)
+                ex.interrupt(f"{ex.workdir}/runs/{key}/collectors/target.pid")
+        for ex, point, key in inflight:
+            coll_dir = f"{ex.workdir}/runs/{key}/collectors"
             for name in point.collectors:
                 with contextlib.suppress(Exception):
                     ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=5)

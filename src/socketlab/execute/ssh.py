@@ -269,6 +269,14 @@ class SshExecutor(Executor):
             reply["timed_out"], reply["started"], reply["pgid"],
         )  # fmt: skip
 
+    def interrupt(self, pidfile: str) -> None:
+        """Sent beside the run in flight (whose reply holds the request lock): the agent kills
+        the run's group at once, or refuses the run if it has not come yet."""
+        agent = self._agent
+        if agent is not None:
+            with contextlib.suppress(*_NET_ERRORS):  # a lost host has no run left to stop
+                agent.send({"op": "interrupt", "pidfile": pidfile})
+
     def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
         if self._agent is None:  # before the tools are installed: plain exec
             code, out = self._exec(shlex.join(argv), timeout)

@@ -143,18 +143,30 @@ def parse(block: dict[str, Any], where: Callable[[str], str], base: str) -> Serv
         warmup_requests=int(block.get("warmup_requests", ServingConfig.warmup_requests)),
         slo=Slo(slo.get("ttft_ms"), slo.get("tpot_ms"), slo.get("e2el_ms")),
         request=_with_suppressed(dict(block.get("request") or {}),
-                                 block.get("suppress_token_ids")),
+                                 block.get("suppress_token_ids"),
+                                 lambda: where(f"{base}.suppress_token_ids")),
         sample_interval_ms=float(block.get("sample_interval_ms", 100.0)),
     )
 
 
-def _with_suppressed(request: dict[str, Any], ids: str | None) -> dict[str, Any]:
+def _with_suppressed(request: dict[str, Any], ids: str | None,
+                     where: Callable[[], str]) -> dict[str, Any]:
     """Merge logit_bias -100 for each id of "2-258,300" into the request body."""
     if not ids:
         return request
+    from socketlab.limits import limit, over
+
+    def tid(digits: str) -> int:  # 5,000 digits: too many ids, not a ValueError from int()
+        digits = digits.strip().lstrip("0") or "0"
+        return int(digits) if len(digits) <= 18 else 10**18
+
+    ranges = [(tid(lo), tid(hi or lo)) for lo, _, hi in
+              (part.strip().partition("-") for part in ids.split(","))]
+    count = sum(hi - lo + 1 for lo, hi in ranges if hi >= lo)
+    if count > limit("TOKEN_IDS"):  # counted before a dict of 4 billion keys is made
+        raise SpecError(f"{where()}: {over('TOKEN_IDS', count, 'token ids')}")
     bias = dict(request.get("logit_bias") or {})
-    for part in ids.split(","):
-        lo, _, hi = part.strip().partition("-")
-        for i in range(int(lo), int(hi or lo) + 1):
+    for lo, hi in ranges:
+        for i in range(lo, hi + 1):
             bias.setdefault(str(i), -100)
     return {**request, "logit_bias": bias}

@@ -9,13 +9,12 @@ Elsewhere (this VM: "PMU not available due to virtualization") the reason is rec
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
 import subprocess
 from pathlib import Path
 
+from socketlab.execute import process
 from socketlab.units import cas_bytes
 
 
@@ -71,34 +70,38 @@ def parse_perf_csv(text: str) -> dict[str, float]:
 class DramCounter:
     """``perf stat -a`` over the IMC CAS events between start() and stop()."""
 
-    def __init__(self, out: Path, cpus: list[int] | None = None):
+    def __init__(self, out: Path, cpus: list[int] | None = None,
+                 events: list[str] | None = None):
         self.out = out
         self.cpus = cpus
-        self.reason = unavailable()
+        self.events = events  #: perf events; None: the IMC CAS counters
+        self.reason = unavailable() if events is None else None
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         if self.reason:
             return
-        argv = ["perf", "stat", "-a", "-x,", "-o", str(self.out), "-e", ",".join(imc_events())]
+        events = self.events if self.events is not None else imc_events()
+        argv = ["perf", "stat", "-a", "-x,", "-o", str(self.out), "-e", ",".join(events)]
         try:
-            self.proc = subprocess.Popen(argv + ["--", "sleep", "86400"],
-                                         start_new_session=True, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.DEVNULL)
-        except OSError as exc:
+            # the process module: own session, parent-death signal (perf and its sleep die
+            # with the orchestrator, even a SIGKILLed one: the sleep has its own signal, since
+            # perf's would not reach a child it forked)
+            self.proc = process.start(argv + ["--", *process.argv_for(["sleep", "86400"])],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as exc:
             self.reason = f"not available on this host: perf failed to start ({exc})"
 
     def stop(self) -> dict[str, float] | None:
         if self.proc is None:
             return None
-        with contextlib.suppress(ProcessLookupError):
-            # perf prints its counts when the workload ends: stop the sleep, not perf
-            self.proc.send_signal(signal.SIGINT)
+        # perf prints its counts when the workload ends: SIGINT the group (the sleep too, as
+        # Ctrl-C would); perf alone keeps waiting for its workload
+        process.kill_group(self.proc.pid, signal.SIGINT)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+            process.kill_group(self.proc.pid)
             self.proc.wait(timeout=5)
             self.reason = "perf stat did not stop within 10 s"
             return None

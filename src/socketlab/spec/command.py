@@ -6,8 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
-from socketlab.cpulist import format_cpulist, parse_cpulist
+from socketlab.cpulist import CpuListLimit, format_cpulist, parse_cpulist
 from socketlab.errors import SpecError
+from socketlab.limits import limit
 from socketlab.spec.kinds import PointContext, Rendered, register_kind
 from socketlab.spec.model import Experiment, Spec
 from socketlab.spec.render import Field, allowed_names, compile_field, render_field
@@ -67,6 +68,8 @@ def render(point: PointContext) -> Rendered:
 def check_cpus(where: str | Callable[[], str], text: str, host: str, facts: dict) -> str:
     """A rendered CPU list: valid, not empty, and only CPUs that are online on the host."""
     cpus = _parse(text)
+    if isinstance(cpus, str):  # well-formed, over a size limit: say which, not "malformed"
+        raise SpecError(f"{_at(where)}: renders to {_short(text)} on host {host}: {cpus}")
     if cpus is None:
         raise SpecError(
             f"{_at(where)}: renders to {text!r} on host {host}; expected a CPU list like '2-5,8'"
@@ -75,7 +78,8 @@ def check_cpus(where: str | Callable[[], str], text: str, host: str, facts: dict
         raise SpecError(f"{_at(where)}: renders to an empty CPU list on host {host}")
     online = facts.get("cpu_online")
     if isinstance(online, str) and online:
-        missing = cpus - (_parse(online) or frozenset())
+        known = _parse(online)
+        missing = cpus - (known if isinstance(known, frozenset) else frozenset())
         if missing:
             raise SpecError(
                 f"{_at(where)}: CPUs {format_cpulist(missing)} are not online on host {host} "
@@ -88,13 +92,25 @@ def _at(where: str | Callable[[], str]) -> str:
     return where if isinstance(where, str) else where()
 
 
+def _parse(text: str) -> frozenset[int] | str | None:
+    """parse_cpulist, memoized: a sweep renders the same few lists thousands of times. None
+    for a malformed list, the reason for one over a limit."""
+    return _parse_within(text, limit("CPU_ID"), limit("CPUS"))
+
+
 @lru_cache(maxsize=4096)
-def _parse(text: str) -> frozenset[int] | None:
-    """parse_cpulist, memoized: a sweep renders the same few lists thousands of times."""
+def _parse_within(text: str, *_limits: int) -> frozenset[int] | str | None:
+    """_parse, keyed by the limits too: a raised limit must not get the old refusal."""
     try:
         return frozenset(parse_cpulist(text))
+    except CpuListLimit as exc:
+        return exc.reason
     except ValueError:
         return None
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + "..."
 
 
 @lru_cache(maxsize=4096)

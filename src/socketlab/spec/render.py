@@ -18,7 +18,7 @@ from jinja2 import StrictUndefined, TemplateSyntaxError, meta, nodes
 from jinja2.exceptions import SecurityError, UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from socketlab.cpulist import format_cpulist, parse_cpulist
+from socketlab.cpulist import CpuListLimit, format_cpulist, parse_cpulist
 from socketlab.errors import SpecError
 from socketlab.limits import limit, over
 from socketlab.spec.model import CONTEXT_NAMES
@@ -40,12 +40,19 @@ ISOLATION_KEYS = (
 
 def _cpulist_filter(value: Any) -> str:
     if isinstance(value, str):
-        return format_cpulist(parse_cpulist(value))
+        return format_cpulist(_parsed(value))
     return format_cpulist(int(v) for v in value)
 
 
 def _cpus_filter(value: Any) -> list[int]:
-    return parse_cpulist(value) if isinstance(value, str) else sorted(int(v) for v in value)
+    return _parsed(value) if isinstance(value, str) else sorted(int(v) for v in value)
+
+
+def _parsed(text: str) -> list[int]:
+    try:
+        return parse_cpulist(text)
+    except CpuListLimit as exc:  # a limit, said as the other render limits are
+        raise TemplateLimit(f"its CPU list has {exc.reason}") from None
 
 
 class TemplateLimit(Exception):
@@ -138,9 +145,14 @@ def _bounded_filter(func: Any) -> Any:
     """A filter whose width/count arguments and result are size-checked (`center(10**9)`,
     `'%0200000000d' | format(1)`); jinja calls filters directly, not through `call`."""
 
+    # jinja passes a context, eval context or environment first to the filters marked so;
+    # the mark, not the argument, says which (an Undefined argument raises on any hasattr,
+    # which broke `vars.x | default(3)`)
+    skip = 1 if getattr(func, "jinja_pass_arg", None) is not None else 0
+
     @functools.wraps(func)
     def bounded(*args: Any, **kwargs: Any) -> Any:
-        values = [a for a in args if not hasattr(a, "environment")]  # skip the passed context
+        values = args[skip:]
         if values and func.__name__ == "do_format":  # `'%0200000000d' | format(1)`
             _check_format(values[0])
         if func.__name__ in _WIDTH_FILTERS:

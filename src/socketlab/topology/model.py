@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from socketlab.cpulist import CpuListError, format_cpulist, parse_cpulist
+from socketlab.cpulist import CpuListError, CpuListLimit, format_cpulist, parse_cpulist
 from socketlab.errors import HostError
 
 SNAPSHOT_FORMAT = "socketlab-host-facts/1"
@@ -221,6 +221,8 @@ class _Reader:
     def cpus(self, value: Any, where: str) -> list[int]:
         try:
             return parse_cpulist(value if isinstance(value, str) else "", where)
+        except CpuListLimit as exc:  # well-formed: the limit is what to say
+            raise HostError(f"{self.source}: host facts: {where}: {exc.reason}") from None
         except CpuListError:
             raise self.fail(where, "a CPU list like '0-3,8'", value) from None
 
