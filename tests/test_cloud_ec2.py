@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -25,13 +24,12 @@ from socketlab.cloud.ec2 import lookup_ami
 from socketlab.cloud.plan import DEFAULT_AMI_NAME, LaunchSettings
 from tests.support.moto import (
     aws_client,
+    cloud_fixtures,
     files_containing,
     loopback_sshd,
-    moto_server,
     planted_env,
     run_logged,
 )
-from tests.test_collectors_py39 import OLDEST
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,21 +41,7 @@ LOOPBACK = [f"127.0.0.{i}" for i in range(4, 12)]
 pytestmark = pytest.mark.skipif(not (BIN / "moto_server").exists(), reason="moto[server] missing")
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cloud")
-
-
-@pytest.fixture(scope="module")
-def moto(work):
-    with moto_server(work) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sshd(work):
-    with loopback_sshd(work / "sshd", LOOPBACK) as server:
-        yield server
+work, moto, sshd = cloud_fixtures("cloud", LOOPBACK)
 
 
 @pytest.fixture(scope="module")
@@ -462,65 +446,10 @@ def test_site_refuses_bad_steps_and_specs_before_paying(work, env, moto, sshd, e
     assert ever(ec2, "refuse") == []
 
 
-# site.yml end to end: estimate, provision two instances (this machine's loopback sshd, with the
-# oldest Python here as their interpreter, as Amazon Linux 2023's python3 is 3.9), prep, facts,
-# the campaign with a collector (its progress shown while it runs), push to S3, teardown; then
-# `pull` into a fresh folder gives the same report. Isolate and verify are left out: on these
-# hosts they would change this machine's kernel knobs (the isolation tests cover them).
-SITE_BUCKET = "site-e2e"
-EMIT = ("import json, sys; print(json.dumps({'type': 'metric', 'name': 'x', "
-        "'value': float(sys.argv[1]), 'unit': '1'}))")  # fmt: skip
-
-
-def site_report(work, env, moto, results: Path, campaign: str) -> str:
-    out = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(results)}, moto, "report", campaign)
-    assert out.returncode == 0, out.stdout + out.stderr
-    text = (results / campaign / "report.md").read_text()
-    return re.sub(r"(?im)^.*generated.*$", "<generated>", text.replace(str(results), "<R>"))
-
-
-def test_site_prep_facts_run_push_teardown_then_pull(work, env, moto, sshd):
-    python = OLDEST[0] if OLDEST else "/usr/bin/python3"
-    print(f"host interpreter: {python}")
-    aws_client("s3", moto.url, "AKIASOCKETLABTEST0001", SECRET).create_bucket(Bucket=SITE_BUCKET)
-    campaign = "e2e"
-    spec = work / "spec-e2e.yaml"
-    spec.write_text(yaml.safe_dump({
-        "schema_version": 1, "campaign": campaign,
-        "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_noise"]},
-        "experiments": [{"name": "emit", "command": ["/usr/bin/python3", "-c", EMIT, "{{ v }}"],
-                         "sweep": {"matrix": {"v": [1, 2]}}, "metrics": {"parser": "jsonl"}}],
-    }))  # fmt: skip
-    v = launch_vars(work, sshd, campaign, count=2, campaign_spec=str(spec),
-                    steps="prep,facts,run,push", results_s3=f"s3://{SITE_BUCKET}/fleet",
-                    remote_python=python, host_packages_install="false")  # fmt: skip
-    p = playbook(work, env, "site.yml", moto, **v)
-    out = p.stdout
-    assert p.returncode == 0, out + p.stderr
-    ec2 = aws_client("ec2", moto.url, "AKIASOCKETLABTEST0001", SECRET)
-    # the estimate before paying, then the steps in order
-    assert "estimated time: at most" in out
-    order = ["Check the spec and estimate", "Provision the instances", "Install and check the",
-             "Gather host facts", "Follow the campaign", "Push the results", "Tear down"]
-    at = [out.index(x) for x in order]
-    assert at == sorted(at), at
-    assert "gcc: " in out  # prep's per-tool line, from the hosts
-    # progress lines went by during the run, and its end was seen
-    follow = out[out.index("Follow the campaign"):out.index("Collect the campaign")]
-    assert re.search(r"\[\d/8\] socketlab-e2e-\d: emit", follow), follow
-    assert "campaign finished: exit 0" in follow
-    assert "terminated 2 instance(s)" in out and live(ec2, campaign) == []
-    assert len(ever(ec2, campaign)) == 2
-
-    ran = work / "results"
-    fresh = work / "pulled"
-    pulled = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "pull",
-                         f"s3://{SITE_BUCKET}/fleet", "--json")  # fmt: skip
-    assert pulled.returncode == 0, pulled.stderr
-    assert json.loads(pulled.stdout)["added_runs"] == 8
-    first = site_report(work, env, moto, ran, campaign)
-    assert "irq_rate" in first and "runs: ok 8" in first, first  # collector metrics shown
-    assert site_report(work, env, moto, fresh, campaign) == first
+# site.yml end to end (estimate, provision, prep, facts, isolate, verify, the campaign, push,
+# teardown, then pull gives the same report, which says "verified") is in
+# tests/test_site_isolate_e2e.py: it changes this machine's kernel knobs, so it holds the
+# machine-wide knob lock and restores them.
 
 
 def test_no_credential_written_anywhere(work, env, moto, sshd, ec2):

@@ -27,7 +27,7 @@ from socketlab.cloud.preflight import (
 )
 from socketlab.cloud.target import CloudTarget
 from socketlab.errors import CloudError
-from tests.support.moto import aws_client, loopback_sshd, moto_server
+from tests.support.moto import aws_client, cloud_fixtures
 from tests.test_cloud_ec2 import BIN, LOOPBACK, REGION, ever, launch_vars, live, playbook
 
 KEY_ID, SECRET = "AKIASOCKETLABTEST0002", "preflight-test-secret"
@@ -47,21 +47,7 @@ CAPACITY_ERROR = {"Error": {"Code": "InsufficientInstanceCapacity", "Message": (
 pytestmark = pytest.mark.skipif(not (BIN / "moto_server").exists(), reason="moto[server] missing")
 
 
-@pytest.fixture(scope="module")
-def work(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("preflight")
-
-
-@pytest.fixture(scope="module")
-def moto(work):
-    with moto_server(work) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sshd(work):
-    with loopback_sshd(work / "sshd", LOOPBACK) as server:
-        yield server
+work, moto, sshd = cloud_fixtures("preflight", LOOPBACK)
 
 
 @pytest.fixture(scope="module")

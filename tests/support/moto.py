@@ -216,3 +216,26 @@ def objects_containing(s3, bucket: str, secret: str) -> list[str]:
         for k in keys
         if secret.encode() in readable(k, s3.get_object(Bucket=bucket, Key=k)["Body"].read())
     )
+
+
+def cloud_fixtures(name: str, loopback: list[str]):
+    """The module fixtures the cloud test files share: a work folder named ``name``, a moto server
+    in it and a loopback sshd answering on ``loopback``; assign them to the same names in the
+    test module (``work, moto, sshd = cloud_fixtures(...)``)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def work(tmp_path_factory) -> Path:
+        return tmp_path_factory.mktemp(name)
+
+    @pytest.fixture(scope="module")
+    def moto(work):
+        with moto_server(work) as server:
+            yield server
+
+    @pytest.fixture(scope="module")
+    def sshd(work):
+        with loopback_sshd(work / "sshd", loopback) as server:
+            yield server
+
+    return work, moto, sshd

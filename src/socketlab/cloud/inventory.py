@@ -4,6 +4,8 @@ Chosen over an inventory plugin because a file is what every other step already 
 (`ansible-playbook -i`, `orchestrate ... --inventory`), it needs no cloud access to read, and it
 is a record of what was provisioned. It lives in inventory/generated/<campaign>.yml (git-ignored)
 and teardown removes it. It holds addresses and a key *path*, never key material or credentials.
+Campaigns of different tiers (hosts on one cloud, guests on another, experiments/platform.yaml)
+may share one file: each keeps its own group, and teardown removes only its own part.
 """
 
 from __future__ import annotations
@@ -103,13 +105,13 @@ def check_before_launch(existing: dict[str, Any] | None, campaign: str,
     from another cloud (their instances' names would collide)."""
     others = campaigns(existing)
     others.pop(group_name(campaign), None)
+    if platform is not None or others:
+        check_same_cloud(existing, campaign, target, path, "provision")
     if platform is not None and platform.tier == "guest" and not tier_machines(others, "host"):
         raise CloudError(f"provision: socketlab_ec2_tier=guest: socketlab_inventory_file {path} "
                          "holds no host-tier machines to pair the guests with; provision the "
                          "hosts first (-e socketlab_ec2_tier=host) and pass their inventory "
                          "file")  # fmt: skip
-    if platform is not None or others:
-        check_same_cloud(existing, campaign, target, path, "provision")
 
 
 def check_same_cloud(existing: dict[str, Any] | None, campaign: str, target: dict[str, Any],

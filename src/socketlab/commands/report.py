@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     path = existing_store_path(args.campaign, args.results)
     with Store(path, create=False) as store:
         frame = store.metrics_frame(args.campaign)
-        counts = Counter(r.status for r in store.runs(args.campaign))
+        runs = store.runs(args.campaign)
+        counts = Counter(r.status for r in runs)
         lost = store.host_failures(args.campaign)
     text = render_tables(args.campaign, frame, dict(counts)) + _not_reached(lost)
     # published vs measured, when experiments/published/ has values for this campaign
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nreport written to {written[getattr(args, 'format', 'md')]}"
               f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})")
         return 0
+    text += _isolation(path.parent, runs)  # the comparison has it in its provenance
     out = path.parent / "report.md"
     print(text, end="")
     try:
@@ -81,4 +83,18 @@ def _not_reached(lost: list) -> str:
     for f in lost:
         reason = f.reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {f.host} | {f.stage} | {reason} | {f.attempts} |")
+    return "\n".join(lines) + "\n"
+
+
+def _isolation(campaign_dir: Path, runs: list) -> str:
+    """Each host's isolation as its runs found it: applied or not, the plan, verify.yml's
+    result ("verified ...", "not verified"), from the host records the runs stored."""
+    from socketlab.report.build import host_facts
+    from socketlab.report.isolation import isolation_text
+
+    hosts = {name: entry for name, entry in host_facts(campaign_dir, runs).items() if entry}
+    if not hosts:
+        return ""
+    lines = ["", "## Isolation", ""]
+    lines += [f"- {name}: {isolation_text(entry)}" for name, entry in sorted(hosts.items())]
     return "\n".join(lines) + "\n"
