@@ -164,3 +164,30 @@ def test_module_builds_against_distribution_headers_without_warnings(tmp_path):
     assert "license=GPL" in fields
     assert {f.split(":")[0] for f in fields if f.startswith("parmtype=")} == {
         "parmtype=l2_ways", "parmtype=l3_ways", "parmtype=l3_io_ways"}
+
+
+RESCTRL_PATCH = Path(__file__).resolve().parents[1] / "native/driver/resctrl-pseudo-lock-xeon-6.1.patch"
+XEON_MODELS = ("SAPPHIRERAPIDS_X", "EMERALDRAPIDS_X", "GRANITERAPIDS_X", "GRANITERAPIDS_D")
+
+
+def test_resctrl_patch_is_well_formed_and_adds_the_xeon_models(tmp_path):
+    """The kernel patch for users who rebuild (docs/residency.md: checked against Debian's
+    linux-source-6.1, which CI does not download): one file, every model in all three switches
+    (prefetch bits, L2 and L3 residency events), and hunks GNU patch accepts: each hunk's
+    original side, laid end to end, is a file the patch must apply to (bad line counts fail)."""
+    if shutil.which("patch") is None:
+        pytest.skip("GNU patch is not installed")
+    text = RESCTRL_PATCH.read_text()
+    files = [ln.split()[1] for ln in text.splitlines() if ln.startswith("+++ ")]
+    assert files == ["b/arch/x86/kernel/cpu/resctrl/pseudo_lock.c"]
+    for model in XEON_MODELS:
+        assert text.count(f"+\tcase INTEL_FAM6_{model}:") == 3, model
+    diff = text.split("\n--- a/", 1)[1]  # the header above it is prose
+    assert "kvzalloc" not in diff  # regions stay physically contiguous kmalloc memory
+    original = [ln[1:] for ln in diff.splitlines()[2:] if ln[:1] in (" ", "-")]
+    target = tmp_path / "arch/x86/kernel/cpu/resctrl/pseudo_lock.c"
+    target.parent.mkdir(parents=True)
+    target.write_text("\n".join(original) + "\n")
+    proc = subprocess.run(["patch", "-p1", "--dry-run", "-F0", "-i", str(RESCTRL_PATCH)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "FAILED" not in proc.stdout, proc.stdout + proc.stderr
