@@ -14,6 +14,7 @@ pkgs=(
   cmake ninja-build                                      # llama-cpp-python[server] source build (serving tests)
   ethtool                                                # platform suite: combined queues (ethtool -l)
   linux-headers-amd64                                    # native/driver: Kbuild of pseudo_lock_sram.ko (tests/test_driver.py)
+  patch                                                  # native/driver: the resctrl patch is checked with GNU patch
 )
 missing=()
 for p in "${pkgs[@]}"; do
