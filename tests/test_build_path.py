@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from socketlab.build import BuildJob, misplaced
 from socketlab.cli import main
@@ -20,7 +19,7 @@ from socketlab.errors import SpecError
 from socketlab.spec.expand import expand_points
 from socketlab.spec.load import load_spec
 from socketlab.spec.model import Build
-from tests.support.campaign import PY, stored, write_spec
+from tests.support.campaign import local_inventory, stored, write_spec
 
 CLANG = "clang-16"
 needs_clang = pytest.mark.skipif(shutil.which(CLANG) is None, reason=f"{CLANG} not installed")
@@ -87,15 +86,6 @@ def test_a_target_in_another_folder_is_refused():
     assert misplaced(Build("b", cc=CLANG), "build/clang-16/ladder") is None
     assert misplaced(Build("b"), "build/release/x") is None  # no cc: nothing to contradict
     assert misplaced(Build("b", cc=CLANG), "/opt/x/build/cc/ladder") is None  # not relative
-
-
-def local_inventory(tmp_path: Path) -> Path:
-    """localhost with a private work folder: its own build cache and host lock."""
-    path = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
-    return path
 
 
 def _run(tmp_path: Path, build: dict, command: str, capsys) -> tuple[dict, dict]:

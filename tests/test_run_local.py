@@ -13,22 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from socketlab.cli import main
 from socketlab.store import Store, store_path
-from tests.support.campaign import EMIT, PY, ok_count, stored, write_spec
+from tests.support.campaign import EMIT, PY, local_inventory, ok_count, stored, write_spec
 from tests.support.procs import alive
 from tests.support.shell import bait_untouched, shell_bait
-
-
-def local_inventory(tmp_path: Path) -> Path:
-    """localhost with a private work folder: its own build cache and host lock."""
-    path = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
-    return path
 
 
 def orchestrate(*argv: str) -> int:

@@ -41,3 +41,12 @@ def ok_count(db: Path, host: str | None = None) -> int:
             return raw.execute(sql, args).fetchone()[0]
     except sqlite3.OperationalError:  # the schema is being created
         return 0
+
+
+def local_inventory(tmp_path: Path) -> Path:
+    """localhost with a private work folder: its own build cache and host lock."""
+    path = tmp_path / "inventory.yml"
+    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
+            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
+    return path
