@@ -1,6 +1,7 @@
 /* layer: one decoder layer of a ref_layer.py-format dump as a weight-stationary stage over pinned
  * workers, checked against the dump's FP32 reference at every op boundary. */
 #include "layer.h"
+#include "lock.h"
 
 #include <getopt.h>
 #include <immintrin.h>
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: layer --dump DIR [options]\n"
@@ -43,6 +45,11 @@ static const char usage[] =
     "  --gelu ISA          auto | scalar | avx2 | avx512: gelu's kernel (default auto:\n"
     "                      the widest this CPU has); the same bits, a cost independent of x\n"
     "  --pv-unsplit        avx512/amx: round P to one bf16 in the PV product (the gate catches it)\n"
+    "  --lock              pin each worker's resident weight bytes (its slice in its arena; with\n"
+    "                      --resident-kib only the resident part) into its own core's L2 through\n"
+    "                      /dev/pseudo_lock (pseudo_lock_sram.ko; exit 3 where it is not loaded)\n"
+    "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
+    "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
     "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
     "                      one q_proj row after loading): planted errors for the gate's tests\n"
     "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
@@ -80,6 +87,9 @@ typedef struct {
     uint64_t ph[NPH], gm[NPH], wt[NPH];
     uint64_t* step_cyc;
     uint64_t* gm_step; /* [steps][NPH] GEMV cycles per step and phase (for phase_gemv_p50) */
+    lock_region lk[NMAT]; /* --lock: one region per page run of resident weights */
+    int nlk;
+    size_t lock_bytes;
 } worker;
 
 static struct {
@@ -99,6 +109,8 @@ static struct {
     float* snap[2][NBND]; /* first / last step, [B][len] */
     int blen[NBND];
     void* slice_src[NVEC]; /* slice mode: the source of the local copies */
+    int lock; /* --lock */
+    lock_dev dev;
 } g;
 
 /* ---- small math, as ref_layer.py ---- */
@@ -426,6 +438,41 @@ static void residual(float* h, const float* base, const float* x, int n, const f
         h[i] += base[i];
 }
 
+/* the weight slices' offsets in a worker's arena, in phase order; returns their bytes */
+static size_t weight_layout(const worker* w, size_t off[NMAT])
+{
+    size_t wbytes = 0;
+    for (int m = 0; m < NMAT; m++) {
+        off[m] = wbytes;
+        wbytes += (l_slice_bytes(g.kernel, w->r1[m] - w->r0[m], g.d.cols[m]) + 63) / 64 * 64;
+    }
+    return wbytes;
+}
+
+/* --lock: the resident weight bytes as page runs (arena offsets; the arena is 2 MiB aligned and
+ * mapped in whole 2 MiB) since the driver locks whole pages: each matrix's resident rows rounded
+ * out to pages, touching runs merged so no page is asked for twice. Returns the runs' count. */
+static int lock_runs(const worker* w, size_t run[NMAT][2])
+{
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t off[NMAT];
+    weight_layout(w, off);
+    int n = 0;
+    for (int m = 0; m < NMAT; m++) {
+        const size_t len = l_slice_bytes(g.kernel, w->nres[m], g.d.cols[m]);
+        if (!len)
+            continue;
+        const size_t a = off[m] / pg * pg, b = (off[m] + len + pg - 1) / pg * pg;
+        if (n && a <= run[n - 1][1])
+            run[n - 1][1] = b > run[n - 1][1] ? b : run[n - 1][1];
+        else {
+            run[n][0] = a;
+            run[n++][1] = b;
+        }
+    }
+    return n;
+}
+
 static void* worker_main(void* arg)
 {
     worker* w = arg;
@@ -435,11 +482,8 @@ static void* worker_main(void* arg)
     const int I = d->inter, P = d->ple, QD = NH * hd, KD = KVH * hd;
 
     /* one arena: the weight slices in phase order, then the KV positions */
-    size_t wbytes = 0, off[NMAT];
-    for (int m = 0; m < NMAT; m++) {
-        off[m] = wbytes;
-        wbytes += (l_slice_bytes(g.kernel, w->r1[m] - w->r0[m], d->cols[m]) + 63) / 64 * 64;
-    }
+    size_t off[NMAT];
+    const size_t wbytes = weight_layout(w, off);
     w->kbytes_head = (kv_head_bytes(w->np, hd) + 63) / 64 * 64;
     w->vbytes_head = w->kbytes_head;
     const size_t kvb = (size_t)B * KVH * (w->kbytes_head + w->vbytes_head);
@@ -461,6 +505,12 @@ static void* worker_main(void* arg)
             }
     }
     w->page_size = sl_page_size_obtained(&w->arena, &w->thp_fraction);
+    if (g.lock) { /* after the first touch: the pages are this core's node's */
+        size_t run[NMAT][2];
+        w->nlk = lock_runs(w, run);
+        for (int k = 0; k < w->nlk; k++)
+            lock_slice(&g.dev, &w->lk[k], base + run[k][0], run[k][1] - run[k][0], w->cpu);
+    }
 
     scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -663,6 +713,8 @@ static void* worker_main(void* arg)
         w->step_cyc[s] = sl_rdtsc() - t_start;
         (void)P;
     }
+    for (int k = 0; k < w->nlk; k++)
+        lock_measure(&g.dev, &w->lk[k], 1);
     l_kernel_thread_done(g.kernel);
     return NULL;
 }
@@ -682,12 +734,31 @@ static void meta_common(void)
     sl_json_int("ctx", g.ctx);
     if (g.slice)
         sl_json_int("slice_worker", g.slice_w);
+    if (g.lock)
+        sl_json_bool("lock", 1);
 }
 
 static void metric(const char* name, double value, const char* unit)
 {
     sl_metric_begin(name, value, unit);
     meta_common();
+}
+
+/* --lock: one worker's held fraction over its regions (level 2: l1_l2 / lines) */
+static void lock_metric(const worker* w, const char* name, int after)
+{
+    double lines = 0, held = 0;
+    for (int k = 0; k < w->nlk; k++) {
+        const struct pl_measure* m = after ? &w->lk[k].after : &w->lk[k].before;
+        lines += (double)m->lines;
+        held += (double)m->l1_l2;
+    }
+    metric(name, lines ? held / lines : 0, "ratio");
+    sl_json_int("cpu", w->cpu);
+    sl_json_int("worker", w->id);
+    sl_json_int("lock_bytes", (long long)w->lock_bytes);
+    sl_json_int("lock_regions", w->nlk);
+    sl_json_end();
 }
 
 static int gate(int numerics)
@@ -784,7 +855,8 @@ static int gate(int numerics)
 int main(int argc, char** argv)
 {
     sl_prog = "layer";
-    const char *dump = NULL, *slice_arg = NULL;
+    const char *dump = NULL, *slice_arg = NULL, *device = "/dev/pseudo_lock";
+    int lock_ways = 0;
     g.batch = 1;
     g.kernel = G_AVX2;
     g.xmode = X_DIRECT;
@@ -811,7 +883,8 @@ int main(int argc, char** argv)
         { "resident-kib", required_argument, 0, 'r' }, { "slice", required_argument, 0, 'S' },
         { "pv-unsplit", no_argument, 0, 'u' }, { "debug", required_argument, 0, 'G' },
         { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
-        { "gelu", required_argument, 0, 'E' },
+        { "gelu", required_argument, 0, 'E' }, { "lock", no_argument, 0, 'L' },
+        { "device", required_argument, 0, 'V' }, { "lock-ways", required_argument, 0, 'W' },
         { 0, 0, 0, 0 }
     };
     opterr = 0;
@@ -843,6 +916,9 @@ int main(int argc, char** argv)
             break;
         }
         case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
+        case 'L': g.lock = 1; break;
+        case 'V': device = optarg; break;
+        case 'W': lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31); break;
         case 'h': fputs(usage, stdout); return 0;
         default: sl_bad_option(argv, optind, optopt, c == ':');
         }
@@ -850,6 +926,12 @@ int main(int argc, char** argv)
     sl_no_operands(argc, argv, optind);
     if (!dump)
         sl_usage_error("--dump DIR is required (see --help)");
+    if (lock_ways && !g.lock)
+        sl_usage_error("--lock-ways is only used with --lock");
+    if (g.lock) { /* before the dump loads: no driver here is exit 3, at once */
+        lock_open(&g.dev, device, 0); /* the capacity check below knows each worker's bytes */
+        lock_check_ways(&g.dev, lock_ways);
+    }
     if (slice_arg) {
         char* end;
         g.slice_w = (int)strtol(slice_arg, &end, 10);
@@ -990,6 +1072,22 @@ int main(int argc, char** argv)
             used += l_slice_bytes(g.kernel, keep, d->cols[m]);
         }
         kv_step += (size_t)B * d->kv_heads * w->np * hd * 4;
+        if (g.lock) {
+            size_t run[NMAT][2];
+            const int nr = lock_runs(w, run);
+            for (int k = 0; k < nr; k++)
+                w->lock_bytes += run[k][1] - run[k][0];
+            if (!nr)
+                sl_usage_error("--lock --resident-kib %d: worker %d keeps no weight row resident "
+                               "(nothing to lock); raise --resident-kib", g.resident_kib, w->id);
+            if (w->lock_bytes > g.dev.caps.l2_lock_bytes_per_core)
+                sl_usage_error("--lock: worker %d (cpu %d) has %zu resident weight bytes (in "
+                               "pages), larger than the lockable L2 capacity per core, %llu bytes "
+                               "(7/8 of the locked ways, L2 lock mask %#x): use more --cpus or a "
+                               "smaller --resident-kib", w->id, w->cpu, w->lock_bytes,
+                               (unsigned long long)g.dev.caps.l2_lock_bytes_per_core,
+                               g.dev.caps.l2_cbm_lock);
+        }
     }
     l_barrier_init(&g.bar, g.barrier, g.nrun, node_of);
     const size_t nparts = (size_t)2 * g.nw * B;
@@ -1071,6 +1169,8 @@ int main(int argc, char** argv)
                                         : "not checked: --ctx-repeat tiles the KV");
     if (g.drop_combine || g.perturb)
         sl_json_str("debug", g.drop_combine ? "drop-combine" : "perturb-row");
+    if (g.lock)
+        lock_meta(&g.dev);
     sl_json_end();
     for (int i = 0; i < g.nrun; i++)
         pthread_join(g.w[i].thread, NULL);
@@ -1156,5 +1256,12 @@ int main(int argc, char** argv)
     metric("gather_bytes_per_step", (double)gather, "B");
     sl_json_str("per", "worker");
     sl_json_end();
+    if (g.lock) {
+        for (int i = 0; i < g.nrun; i++) {
+            lock_metric(&g.w[i], "held_lock_before", 0);
+            lock_metric(&g.w[i], "held_lock_after", 1);
+        }
+        lock_close(&g.dev); /* releases every region and worker CPU */
+    }
     return gate(numerics);
 }
