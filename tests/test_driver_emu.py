@@ -7,32 +7,17 @@ file close) is the module's job and is not claimed here."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "native"
-DRIVER = NATIVE / "driver" / "pseudo_lock_sram"
-CAP_12_WAYS = 1_376_256  # 7/8 of 12 of 16 ways of a 2 MiB L2 (the emulated CPUID)
+from tests.support.pl_emu import CAP_12_WAYS, build_with_emulation
 
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory) -> tuple[Path, Path]:
-    if shutil.which("gcc") is None:
-        pytest.fail("gcc is not installed")
-    out = tmp_path_factory.mktemp("emu")
-    emu = out / "pl_emu.so"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                           f"-I{DRIVER}", str(DRIVER / "emu/pl_emu.c"), "-o", str(emu), "-ldl"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run(["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2",
-                           f"{out}/residency"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / "residency", emu
+    return build_with_emulation(tmp_path_factory.mktemp("emu"), "residency")
 
 
 def run_locked(tools, tmp_path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess,

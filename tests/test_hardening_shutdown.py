@@ -12,24 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from socketlab.store import INTERRUPTED
-from tests.support.campaign import PY, stored, write_spec
+from tests.support.campaign import PY, local_inventory, stored, write_spec
 from tests.support.procs import alive, wait_for
 
 #: a run that says it started (its PID in a file), then sleeps while the hold file exists
 SLOW = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
         "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); "
         "print('{\"type\": \"metric\", \"name\": \"x\", \"value\": 1, \"unit\": \"1\"}')")
-
-
-def _inventory(tmp_path: Path) -> Path:
-    path = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
-    path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
-    return path
 
 
 def _pids(folder: Path, pattern: str) -> list[int]:
@@ -51,7 +42,7 @@ def test_signal_mid_run_stops_everything_and_resume_completes(tmp_path, sig):
     })  # fmt: skip
     results = tmp_path / "results"
     argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--inventory", str(_inventory(tmp_path)), "--plain"]
+            "--inventory", str(local_inventory(tmp_path)), "--plain"]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = Path(f"{marker}-1")
@@ -104,7 +95,7 @@ def test_a_refused_second_orchestrator_of_the_campaign_leaves_no_host_note(tmp_p
                                             "metrics": {"parser": "jsonl"}}],
     })  # fmt: skip
     results = tmp_path / "results"
-    run = ["run", str(spec), "--results", str(results), "--inventory", str(_inventory(tmp_path)),
+    run = ["run", str(spec), "--results", str(results), "--inventory", str(local_inventory(tmp_path)),
            "--plain"]  # fmt: skip
     for holder, noted in (("busy", False), ("someone-else", True)):
         other = LocalExecutor("localhost", workroot=str(tmp_path / "work"))

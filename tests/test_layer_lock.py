@@ -8,42 +8,29 @@ held, so the held values here show the plumbing, not a cache: that needs the mod
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from socketlab.cpulist import parse_cpulist
+from tests.support.pl_emu import CAP_12_WAYS, build_with_emulation
+
 REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "native"
-DRIVER = NATIVE / "driver" / "pseudo_lock_sram"
 SHAPES = REPO / "experiments" / "shapes"
-CAP_12_WAYS = 1_376_256  # 7/8 of 12 of 16 ways of a 2 MiB L2 (the emulated CPUID)
 TINY_WEIGHTS = 1_638_400  # tiny's nine matrices, bf16, all on one worker (over CAP_12_WAYS)
 
 
 def two_cpus() -> str:
-    first = Path("/sys/devices/system/cpu/online").read_text().strip().split(",")[0]
-    lo, _, hi = first.partition("-")
-    return f"{lo},{int(lo) + 1}" if hi and int(hi) > int(lo) else lo
+    """the first two online CPUs (the first alone on a one-CPU host)"""
+    online = parse_cpulist(Path("/sys/devices/system/cpu/online").read_text())
+    return ",".join(map(str, online[:2]))
 
 
 @pytest.fixture(scope="module")
 def tools(tmp_path_factory) -> tuple[Path, Path]:
-    if shutil.which("gcc") is None:
-        pytest.fail("gcc is not installed")
-    out = tmp_path_factory.mktemp("layer-lock")
-    emu = out / "pl_emu.so"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                           f"-I{DRIVER}", str(DRIVER / "emu/pl_emu.c"), "-o", str(emu), "-ldl"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run(["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2",
-                           f"{out}/layer"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "warning" not in proc.stderr.lower(), proc.stderr[-3000:]
-    return out / "layer", emu
+    return build_with_emulation(tmp_path_factory.mktemp("layer-lock"), "layer", no_warnings=True)
 
 
 @pytest.fixture(scope="module")
