@@ -88,6 +88,7 @@ typedef struct {
     uint64_t* step_cyc;
     uint64_t* gm_step; /* [steps][NPH] GEMV cycles per step and phase (for phase_gemv_p50) */
     lock_region lk[NMAT]; /* --lock: one region per page run of resident weights */
+    size_t lkrun[NMAT][2]; /* those runs (arena offsets), planned in main */
     int nlk;
     size_t lock_bytes;
 } worker;
@@ -505,12 +506,9 @@ static void* worker_main(void* arg)
             }
     }
     w->page_size = sl_page_size_obtained(&w->arena, &w->thp_fraction);
-    if (g.lock) { /* after the first touch: the pages are this core's node's */
-        size_t run[NMAT][2];
-        w->nlk = lock_runs(w, run);
-        for (int k = 0; k < w->nlk; k++)
-            lock_slice(&g.dev, &w->lk[k], base + run[k][0], run[k][1] - run[k][0], w->cpu);
-    }
+    for (int k = 0; k < w->nlk; k++) /* --lock, after the first touch: this node's pages */
+        lock_slice(&g.dev, &w->lk[k], base + w->lkrun[k][0], w->lkrun[k][1] - w->lkrun[k][0],
+                   w->cpu);
 
     scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -1073,11 +1071,10 @@ int main(int argc, char** argv)
         }
         kv_step += (size_t)B * d->kv_heads * w->np * hd * 4;
         if (g.lock) {
-            size_t run[NMAT][2];
-            const int nr = lock_runs(w, run);
-            for (int k = 0; k < nr; k++)
-                w->lock_bytes += run[k][1] - run[k][0];
-            if (!nr)
+            w->nlk = lock_runs(w, w->lkrun);
+            for (int k = 0; k < w->nlk; k++)
+                w->lock_bytes += w->lkrun[k][1] - w->lkrun[k][0];
+            if (!w->nlk)
                 sl_usage_error("--lock --resident-kib %d: worker %d keeps no weight row resident "
                                "(nothing to lock); raise --resident-kib", g.resident_kib, w->id);
             if (w->lock_bytes > g.dev.caps.l2_lock_bytes_per_core)
