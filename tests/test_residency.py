@@ -92,7 +92,10 @@ def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
         assert 0 < p50 <= p99 <= value(metrics, "step_max", cpu)
         assert value(metrics, "weight_bw", cpu) > 0
         lines = sum(value(metrics, f"lines_{k}", cpu) for k in ("l1", "l2", "l3", "dram"))
-        assert lines == 64 * 1024 // 64
+        # one line of every held_stride is timed (the prefetchers bring its neighbours in)
+        assert meta["held_stride"] == 4
+        assert lines == value(metrics, "lines_timed", cpu) == 64 * 1024 // 64 // 4
+        assert 1 <= value(metrics, "held_tries", cpu) <= 5
         held = value(metrics, "held_fraction", cpu)
         assert held == pytest.approx(
             (value(metrics, "lines_l1", cpu) + value(metrics, "lines_l2", cpu)) / lines, rel=1e-4)
@@ -104,51 +107,74 @@ def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
 def test_calibration_separates_l2_l3_dram(binary):
     """The classifier's calibration on this host (printed): cached lines read faster than DRAM,
     L1 <= L2 <= L3, thresholds at the midpoints, and cal_ordered says whether L2 and L3 came
-    apart (on a loaded AMD guest they can share one 10 ns TSC step)."""
-    _, metrics = records(binary, "--slice", "64K", "--steps", "50")
-    cal = {k: value(metrics, f"cal_{k}", 0) for k in ("l1", "l2", "l3", "dram")}
-    print(f"calibration (TSC ticks): {cal}")
+    apart. Where the TSC ticks in steps (cal_tsc_step > 2: AMD guests, ~26 ticks = 10 ns), the
+    padding the calibration chose (cal_pad) must separate them: most L3 hits above the L2/L3
+    midpoint, L2 hits under it (cal_separation); on a 1-tick TSC no padding is tried."""
+    for attempt in range(3):  # a measurement on a shared guest: up to 3 tries, printed
+        _, metrics = records(binary, "--slice", "64K", "--steps", "50")
+        cal = {k: value(metrics, f"cal_{k}", 0)
+               for k in ("l1", "l2", "l3", "dram", "tsc_step", "pad", "separation")}
+        print(f"try {attempt + 1}: calibration (TSC ticks; pad in cycles): {cal}")
+        if cal["separation"] >= 0.3:
+            break
+    coarse = cal["tsc_step"] > 2
+    print(f"TSC step {cal['tsc_step']:.0f}: {'coarse, vernier padding' if coarse else 'fine'}")
     assert cal["l1"] <= cal["l2"] <= cal["l3"] < cal["dram"]
     assert value(metrics, "threshold_l2_l3", 0) == pytest.approx((cal["l2"] + cal["l3"]) / 2)
     assert value(metrics, "threshold_l3_dram", 0) == pytest.approx((cal["l3"] + cal["dram"]) / 2)
     assert value(metrics, "cal_ordered", 0) == (1 if cal["l2"] < cal["l3"] else 0)
+    if coarse:
+        assert 0 <= cal["pad"] <= 96 and cal["pad"] % 4 == 0
+    else:
+        assert cal["pad"] == 0
+    assert cal["separation"] >= 0.3
 
 
-def held(binary: Path, scenario: str, tries: int, *extra: str) -> list[dict]:
-    """held_fraction and the DRAM share of an L2/4 slice on CPU 0, one dict per run"""
+def held(binary: Path, scenario: str, tries: int, *extra: str, stop_at: float = 2) -> list[dict]:
+    """held_fraction and the DRAM share of an L2/4 slice on CPU 0, one dict per run; stops
+    early once a run's held fraction reaches stop_at"""
     out = []
     for _ in range(tries):
         _, metrics = records(binary, "--slice", str(cache_bytes(2) // 4), "--cpus", "0",
                              "--scenario", scenario, *extra)
         lines = sum(value(metrics, f"lines_{k}", 0) for k in ("l1", "l2", "l3", "dram"))
-        out.append({"held": value(metrics, "held_fraction", 0),
-                    "dram": value(metrics, "lines_dram", 0) / lines})
+        out.append({"held": round(value(metrics, "held_fraction", 0), 4),
+                    "dram": round(value(metrics, "lines_dram", 0) / lines, 4),
+                    "pad": value(metrics, "cal_pad", 0)})
+        if out[-1]["held"] >= stop_at:
+            break
     return out
 
 
 def test_held_fraction_drops_when_the_core_streams_dram(binary):
-    """An L2/4 slice with no interference stays in the caches (best of 5 runs: on a shared
-    guest other processes run on the same CPU between steps) and leaves them once every step
-    streams two L3s of KV from DRAM on the same core. The held fractions are printed; the
-    assertions use the DRAM share, which the TSC separates on every host (L2 and L3 hits are
-    one 10 ns TSC step apart on AMD guests, see held.c). How much of the evicted slice reads
-    from DRAM rather than L3 depends on the L3's replacement policy: on the CI's AMD guest
-    (32 MiB L3) a slice that was hit every step kept 60-70% of its lines in L3 while 128 MiB
-    streamed past (DRAM share 0.28-0.39 in 6 of 6 tries), on Zen 3 here most of it left. So
-    the bound is a clear rise from <= 0.05 to >= 0.2, not a majority."""
+    """An L2/4 slice with no interference stays in L2: held >= 0.99 (the issue's acceptance).
+    It leaves once every step streams two L3s of KV from DRAM on the same core: the held
+    fraction drops and the DRAM share rises (both printed).
+
+    Why the best of up to 30 quiet runs: this guest's L2 is shared with work the guest cannot
+    see. On the Zen 4 microVM (1 Dec 2026), 12 quiet runs in a row read 0.27-0.995 with no
+    context switch on the worker (held_tries 1), no steal time and no slow outlier in the
+    walk, while runs minutes earlier read 0.99-1.0 every time; the lines that go read as L3
+    hits, as lines evicted by a neighbour would. The DRAM share bound is a clear rise, not a
+    majority: on the CI's AMD guest (32 MiB L3) a slice that was hit every step kept 60-70% of
+    its lines in L3 while 128 MiB streamed past (DRAM share 0.28-0.39 in 6 of 6 tries)."""
     step = 2 * cache_bytes(3)
-    for attempt in range(3):  # a measurement on a shared 2-vCPU guest: up to 3 tries, printed
-        quiet = held(binary, "A", 5, "--steps", "300")
+    quiet = held(binary, "A", 30, "--steps", "300", stop_at=0.99)
+    print(f"L2/4 slice ({cache_bytes(2) // 4} B), scenario A, {len(quiet)} run(s): {quiet}")
+    for attempt in range(3):
         loud = held(binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step",
                     str(step))
-        print(f"try {attempt + 1}: L2/4 slice: A {quiet}; C (KV step {step} B) {loud}")
-        if min(r["dram"] for r in quiet) <= 0.05 and max(r["dram"] for r in loud) >= 0.2:
+        print(f"try {attempt + 1}: scenario C (KV step {step} B): {loud}")
+        if max(r["dram"] for r in loud) >= 0.2:
             break
+    best_quiet = max(r["held"] for r in quiet)
+    best_loud = max(r["held"] for r in loud)
+    print(f"held fraction: quiet {best_quiet:.4f} -> DRAM-streaming {best_loud:.4f} "
+          f"(drop {best_quiet - best_loud:.4f})")
+    assert best_quiet >= 0.99
     assert min(r["dram"] for r in quiet) <= 0.05
-    # the held fraction itself is printed, not asserted: >= 0.99 on an idle core, but a clean
-    # CI run on the shared guest once read 0.67 (L2 vs L3 hits are one TSC step apart here)
     assert max(r["dram"] for r in loud) >= 0.2
-    assert max(r["held"] for r in quiet) > max(r["held"] for r in loud)
+    assert best_quiet - best_loud >= 0.2
 
 
 @pytest.mark.parametrize(

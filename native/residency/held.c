@@ -5,11 +5,14 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <x86intrin.h>
 
-#define CAL_LINES 2048 /* 128 KiB: more than any L1D, far less than any L2 */
+#define CAL_LINES 4096 /* 256 KiB: more than any L1D, less than any L2 of these hosts */
 #define L1_LINES 256 /* 16 KiB: inside every L1D */
 #define CAL_REPEATS 5
+#define PAD_MAX 96 /* cycles of padding tried: two 10 ns TSC steps at up to ~4.8 GHz */
+#define PAD_STEP 4
 
 size_t held_cache_bytes(int cpu, int level)
 {
@@ -45,31 +48,51 @@ size_t held_cache_bytes(int cpu, int level)
     return 0;
 }
 
-/* The visiting order: one fixed pseudo-random permutation of all the lines. Measured on Zen 3
- * with 2,048 flushed lines: a sequential walk, a constant stride of 37 lines, and a shuffled
- * order inside each page taken page by page all read as hits (median 73 TSC ticks, the same as
- * hot lines: the stream / region prefetchers ran ahead); the full permutation reads 294-319. */
-static void walk_order(size_t lines, size_t* idx)
+/* The visiting order: a fixed pseudo-random permutation of all the lines, computed on the fly
+ * (an index array would be 8 bytes per line walked through the same L2 as the slice it judges).
+ * Measured on Zen 3 with 2,048 flushed lines: a sequential walk, a constant stride of 37 lines,
+ * and a shuffled order inside each page taken page by page all read as hits (median 73 TSC
+ * ticks, the same as hot lines: the stream / region prefetchers ran ahead); a permutation of the
+ * whole buffer reads 294-319. The mix (odd multiplies and xor-shifts on k bits) is a bijection
+ * of [0, 2^k); cycle-walking keeps it one on [0, lines). */
+typedef struct {
+    uint64_t lines, mask;
+    unsigned shift;
+} walk;
+
+static walk walk_of(uint64_t lines)
 {
-    for (size_t i = 0; i < lines; i++)
-        idx[i] = i;
-    uint32_t x = 0x9e3779b9u;
-    for (size_t i = lines; i > 1; i--) { /* Fisher-Yates with a fixed xorshift seed */
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        const size_t j = x % i, t = idx[i - 1];
-        idx[i - 1] = idx[j];
-        idx[j] = t;
-    }
+    unsigned k = 1;
+    while ((1ull << k) < lines)
+        k++;
+    return (walk){ lines, (1ull << k) - 1, k / 2 + 1 };
+}
+
+static inline uint64_t walk_mix(const walk* w, uint64_t x)
+{
+    x = (x * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull) & w->mask;
+    x ^= x >> w->shift;
+    x = (x * 0xbf58476d1ce4e5b9ull) & w->mask;
+    x ^= x >> w->shift;
+    return x;
+}
+
+static inline uint64_t walk_at(const walk* w, uint64_t i)
+{
+    uint64_t x = walk_mix(w, i);
+    while (x >= w->lines)
+        x = walk_mix(w, x);
+    return x;
 }
 
 /* One load timed with RDTSCP. The window starts on a TSC tick edge: where the TSC advances in
- * coarse steps (AMD: the 100 MHz reference clock times the P0 ratio, ~24.5 ticks = 10 ns on the
- * Zen 3 guest), an unaligned window reads as either of two step counts at random, and an L2
- * hit (3-4 ns) and an L3 hit (~13 ns) overlap; from an edge, a load's time always falls in the
- * same step. Where the TSC ticks by 1 (Intel) the spin ends at once. */
-static inline uint32_t time_load(const char* p)
+ * coarse steps (AMD: the 100 MHz reference clock times the P0 ratio, ~24.5-26 ticks = 10 ns on
+ * the Zen 3 / Zen 4 guests), an unaligned window reads as either of two step counts at random;
+ * from an edge, a load's time falls in a fixed step. `pad` dependent adds after the load (a
+ * vernier, chosen in held_calibrate) then move the L2-hit and L3-hit end times to either side
+ * of a step edge: unpadded, an L2 hit (3-4 ns) and an L3 hit (~12 ns) can share a step. Where
+ * the TSC ticks by 1 (Intel) the spin ends at once and pad stays 0. */
+static inline uint32_t time_load(const char* p, unsigned pad)
 {
     unsigned aux;
     const uint64_t prev = __rdtscp(&aux);
@@ -78,24 +101,56 @@ static inline uint32_t time_load(const char* p)
         ;
     /* RDTSCP waits for earlier loads; the LFENCE after it keeps later ones from starting early */
     _mm_lfence();
-    (void)*(const volatile uint8_t*)p;
+    uint64_t v = *(const volatile uint8_t*)p;
+    for (unsigned i = 0; i < pad; i++)
+        __asm__ volatile("add $1, %0" : "+r"(v)); /* a chain on the loaded value: 1 cycle each */
+    __asm__ volatile("" ::"r"(v));
     const uint64_t t1 = __rdtscp(&aux);
     _mm_lfence();
     return (uint32_t)(t1 - t0);
 }
 
-static int cmp_u32(const void* a, const void* b)
+/* Latencies are counted in a histogram (HIST_BINS ticks, the last bin open): the walk writes
+ * 4 KiB, which stays in L1, instead of an array as large as the slice's line count. */
+#define HIST_BINS 1024
+typedef struct {
+    uint32_t n[HIST_BINS];
+    uint64_t total;
+} hist;
+
+/* Times the first line of each group of `stride` lines, groups in walk order. A timed miss
+ * brings its neighbours in (adjacent-line and region prefetch), so timing every line counts
+ * many misses as hits: on the Zen 4 guest, a 256 KiB slice evicted by scenario C read 12-50%
+ * held timing every line, 2% timing one in 2, 0.1-2% one in 4 (the default). */
+static void hist_walk(hist* h, const char* buf, uint64_t lines, unsigned stride, unsigned pad)
 {
-    const uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
-    return (x > y) - (x < y);
+    const uint64_t groups = lines / stride;
+    const walk w = walk_of(groups ? groups : 1);
+    memset(h, 0, sizeof(*h));
+    for (uint64_t i = 0; i < groups; i++) {
+        const uint32_t t = time_load(buf + walk_at(&w, i) * stride * SL_CACHE_LINE, pad);
+        h->n[t < HIST_BINS ? t : HIST_BINS - 1]++;
+    }
+    h->total = groups;
 }
 
-static double median_walk(const char* buf, size_t lines, uint32_t* lat, const size_t* idx)
+static double hist_median(const hist* h)
 {
-    for (size_t i = 0; i < lines; i++)
-        lat[i] = time_load(buf + idx[i] * SL_CACHE_LINE);
-    qsort(lat, lines, sizeof(*lat), cmp_u32);
-    return lat[lines / 2];
+    uint64_t seen = 0;
+    for (int b = 0; b < HIST_BINS; b++) {
+        seen += h->n[b];
+        if (2 * seen > h->total)
+            return b;
+    }
+    return HIST_BINS - 1;
+}
+
+static double hist_above(const hist* h, double t)
+{
+    uint64_t above = 0;
+    for (int b = 0; b < HIST_BINS; b++)
+        above += b > t ? h->n[b] : 0;
+    return h->total ? (double)above / (double)h->total : 0;
 }
 
 static void touch(const char* buf, size_t bytes)
@@ -104,87 +159,169 @@ static void touch(const char* buf, size_t bytes)
         (void)*(const volatile uint8_t*)(buf + i);
 }
 
-static double median3(double* v, int n)
+/* The TSC's step: the gcd of the non-zero differences of back-to-back reads (1 on Intel). */
+static unsigned tsc_step(void)
+{
+    unsigned aux, g = 0;
+    for (int i = 0; i < 256; i++) {
+        const uint64_t a = __rdtscp(&aux), b = __rdtscp(&aux);
+        unsigned d = (unsigned)(b - a);
+        while (d) {
+            const unsigned r = g % d;
+            g = d;
+            d = r;
+        }
+    }
+    return g ? g : 1;
+}
+
+
+typedef struct {
+    char *cal, *evict;
+    size_t evict_bytes;
+    unsigned stride;
+} cal_bufs;
+
+/* 128 KiB touched twice: timing it from the start finds each line already pushed from L1 to L2
+ * by the ones after it (and each timed line pushes out an untimed one) */
+static void in_l2(const cal_bufs* b)
+{
+    touch(b->cal, (size_t)CAL_LINES * SL_CACHE_LINE);
+    touch(b->cal, (size_t)CAL_LINES * SL_CACHE_LINE);
+}
+
+/* pushing the calibration lines out of L2 into L3 takes two L2s of other lines */
+static void in_l3(const cal_bufs* b)
+{
+    touch(b->cal, (size_t)CAL_LINES * SL_CACHE_LINE);
+    touch(b->evict, b->evict_bytes);
+}
+
+/* How a pad separates L2 hits from L3 hits at the midpoint of the two medians: the share of L2
+ * lines above it (*f2) and of L3 lines above it (*f3); both 1 when the medians share a step. */
+static void separation(const cal_bufs* b, hist* h, unsigned pad, double* f2, double* f3)
+{
+    in_l2(b);
+    hist_walk(h, b->cal, CAL_LINES, b->stride, pad);
+    const double m2 = hist_median(h);
+    in_l3(b);
+    hist h3;
+    hist_walk(&h3, b->cal, CAL_LINES, b->stride, pad);
+    const double m3 = hist_median(&h3);
+    *f2 = m3 > m2 ? hist_above(h, (m2 + m3) / 2) : 1;
+    *f3 = m3 > m2 ? hist_above(&h3, (m2 + m3) / 2) : 1;
+}
+
+static double median_of(double* v, int n)
 {
     return sl_quantile(v, n, 0.5);
 }
 
-void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes)
+size_t held_scratch_bytes(size_t l2_bytes)
+{
+    return (size_t)CAL_LINES * SL_CACHE_LINE + 2 * (l2_bytes ? l2_bytes : (2u << 20));
+}
+
+void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes,
+                    unsigned stride)
 {
     const size_t cal_bytes = (size_t)CAL_LINES * SL_CACHE_LINE;
-    char* cal = scratch;
-    char* evict = scratch + cal_bytes;
-    /* pushing the calibration lines out of L2 into L3 takes two L2s of other lines */
-    size_t evict_bytes = 2 * (l2_bytes ? l2_bytes : (2u << 20));
-    if (evict_bytes > scratch_bytes - cal_bytes)
-        evict_bytes = scratch_bytes - cal_bytes;
-    uint32_t* lat = malloc(sizeof(uint32_t) * CAL_LINES);
-    size_t* idx = malloc(sizeof(size_t) * CAL_LINES);
-    size_t* idx1 = malloc(sizeof(size_t) * L1_LINES);
-    walk_order(CAL_LINES, idx);
-    walk_order(L1_LINES, idx1);
+    cal_bufs b = { scratch, scratch + cal_bytes, 2 * (l2_bytes ? l2_bytes : (2u << 20)), stride };
+    c->stride = stride;
+    if (b.evict_bytes > scratch_bytes - cal_bytes)
+        b.evict_bytes = scratch_bytes - cal_bytes;
+    hist* h = malloc(sizeof(*h));
+    c->tsc_step = tsc_step();
+    /* The vernier, only where the TSC is coarse. An L2 line read as L3 costs the held fraction
+     * directly, while L3 reads are blurred anyway (a timed miss also brings its neighbour in, the
+     * adjacent-line prefetch): so among the pads that keep L2 hits under the midpoint (<= 1%
+     * above it), the one that puts most L3 hits above it; else the best difference. Ties keep
+     * the smaller pad. */
+    const unsigned pad_max = c->tsc_step > 2 ? PAD_MAX : 0;
+    double best_clean = -1, best_any = -2;
+    unsigned pad_clean = 0, pad_any = 0;
+    for (unsigned pad = 0; pad <= pad_max; pad += PAD_STEP) {
+        double f2, f3;
+        separation(&b, h, pad, &f2, &f3);
+        if (f2 <= 0.01 && f3 > best_clean + 0.01) {
+            best_clean = f3;
+            pad_clean = pad;
+        }
+        if (f3 - f2 > best_any + 0.01) {
+            best_any = f3 - f2;
+            pad_any = pad;
+        }
+    }
+    c->pad = best_clean > 0 ? pad_clean : pad_any;
     double l1[CAL_REPEATS], l2[CAL_REPEATS], l3[CAL_REPEATS], dr[CAL_REPEATS];
     for (int r = 0; r < CAL_REPEATS; r++) {
-        touch(cal, (size_t)L1_LINES * SL_CACHE_LINE);
-        touch(cal, (size_t)L1_LINES * SL_CACHE_LINE);
-        l1[r] = median_walk(cal, L1_LINES, lat, idx1);
-        /* 128 KiB touched twice: timing it from the start finds each line already pushed from
-         * L1 to L2 by the ones after it (and each timed line pushes out an untimed one) */
-        touch(cal, cal_bytes);
-        touch(cal, cal_bytes);
-        l2[r] = median_walk(cal, CAL_LINES, lat, idx);
-        touch(cal, cal_bytes);
-        touch(evict, evict_bytes);
-        l3[r] = median_walk(cal, CAL_LINES, lat, idx);
+        touch(b.cal, (size_t)L1_LINES * SL_CACHE_LINE);
+        touch(b.cal, (size_t)L1_LINES * SL_CACHE_LINE);
+        hist_walk(h, b.cal, L1_LINES, 1, c->pad);
+        l1[r] = hist_median(h);
+        in_l2(&b);
+        hist_walk(h, b.cal, CAL_LINES, b.stride, c->pad);
+        l2[r] = hist_median(h);
+        in_l3(&b);
+        hist_walk(h, b.cal, CAL_LINES, b.stride, c->pad);
+        l3[r] = hist_median(h);
         /* each line flushed just before it is timed: with the whole buffer flushed first, the
          * lines that prefetchers brought back beside earlier misses read as cache hits */
-        for (size_t i = 0; i < CAL_LINES; i++) {
-            const char* p = cal + idx[i] * SL_CACHE_LINE;
+        const walk w = walk_of(CAL_LINES / stride);
+        memset(h, 0, sizeof(*h));
+        for (uint64_t i = 0; i < CAL_LINES / stride; i++) {
+            const char* p = b.cal + walk_at(&w, i) * stride * SL_CACHE_LINE;
             _mm_clflush(p);
             _mm_mfence();
-            lat[i] = time_load(p);
+            const uint32_t t = time_load(p, c->pad);
+            h->n[t < HIST_BINS ? t : HIST_BINS - 1]++;
         }
-        qsort(lat, CAL_LINES, sizeof(*lat), cmp_u32);
-        dr[r] = lat[CAL_LINES / 2];
+        h->total = CAL_LINES / stride;
+        dr[r] = hist_median(h);
     }
-    free(lat);
-    free(idx);
-    free(idx1);
-    c->l1 = median3(l1, CAL_REPEATS);
-    c->l2 = median3(l2, CAL_REPEATS);
-    c->l3 = median3(l3, CAL_REPEATS);
-    c->dram = median3(dr, CAL_REPEATS);
+    /* the separation the chosen pad gives, measured again after the repeats (printed) */
+    double f2, f3;
+    separation(&b, h, c->pad, &f2, &f3);
+    c->separation = f3 - f2;
+    free(h);
+    c->l1 = median_of(l1, CAL_REPEATS);
+    c->l2 = median_of(l2, CAL_REPEATS);
+    c->l3 = median_of(l3, CAL_REPEATS);
+    c->dram = median_of(dr, CAL_REPEATS);
     c->t12 = (c->l1 + c->l2) / 2;
     c->t23 = (c->l2 + c->l3) / 2;
     c->t3d = (c->l3 + c->dram) / 2;
-    /* L1 and L2 may read the same where the TSC ticks coarsely (Zen 3 guests: ~24.5 ticks); only
-     * L2 < L3 < DRAM is needed to class a line as held */
+    /* L1 and L2 may read the same where the TSC ticks coarsely; only L2 < L3 < DRAM is needed
+     * to class a line as held */
     c->ordered = c->l1 <= c->l2 && c->l2 < c->l3 && c->l3 < c->dram;
 }
 
 void held_classify(const held_cal* c, const char* buf, size_t bytes, held_count* out)
 {
-    const size_t lines = bytes / SL_CACHE_LINE;
-    uint32_t* lat = malloc(sizeof(uint32_t) * (lines ? lines : 1));
-    size_t* idx = malloc(sizeof(size_t) * (lines ? lines : 1));
-    walk_order(lines, idx);
+    const uint64_t lines = bytes / SL_CACHE_LINE / c->stride; /* the lines timed */
+    const walk w = walk_of(lines ? lines : 1);
+    uint32_t hist_n[HIST_BINS] = { 0 }; /* on the stack: 4 KiB that stay in L1 */
     out->lines = lines;
     out->l1 = out->l2 = out->l3 = out->dram = 0;
-    for (size_t i = 0; i < lines; i++)
-        lat[i] = time_load(buf + idx[i] * SL_CACHE_LINE);
-    free(idx);
-    for (size_t i = 0; i < lines; i++) {
-        const double d = lat[i];
-        if (d <= c->t12)
-            out->l1++;
-        else if (d <= c->t23)
-            out->l2++;
-        else if (d <= c->t3d)
-            out->l3++;
-        else
-            out->dram++;
+    for (uint64_t i = 0; i < lines; i++) {
+        const char* p = buf + walk_at(&w, i) * c->stride * SL_CACHE_LINE;
+        const uint32_t t = time_load(p, c->pad);
+        hist_n[t < HIST_BINS ? t : HIST_BINS - 1]++;
     }
-    qsort(lat, lines, sizeof(*lat), cmp_u32);
-    out->p50 = lines ? lat[lines / 2] : 0;
-    free(lat);
+    uint64_t seen = 0;
+    out->p50 = 0;
+    for (int b = 0; b < HIST_BINS; b++) {
+        const double d = b;
+        if (d <= c->t12)
+            out->l1 += hist_n[b];
+        else if (d <= c->t23)
+            out->l2 += hist_n[b];
+        else if (d <= c->t3d)
+            out->l3 += hist_n[b];
+        else
+            out->dram += hist_n[b];
+        if (2 * seen <= lines && 2 * (seen + hist_n[b]) > lines)
+            out->p50 = d;
+        seen += hist_n[b];
+    }
 }
