@@ -20,6 +20,7 @@ from socketlab.spec.expand import expand_points
 from socketlab.spec.hosts import host_entry
 from socketlab.spec.load import load_spec, sweep_points
 from socketlab.topology import topology_from_snapshot
+from tests.published.c8i_fixture import PUBLISHED_DEVICES
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "experiments" / "campaign-oct.yaml"
@@ -38,7 +39,8 @@ NATIVE_METRICS = {
     "kvstream": {"kv_bw", "step_p50", "step_p99"},
     # native/layer (its --help), plus the phase sums socketlab.report.derived makes of them
     "layer": {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_gemv",
-              "phase_barrier", "weight_bytes_per_worker", "kv_bytes_per_step"} | set(DERIVED),
+              "phase_barrier", "weight_bytes_per_worker", "kv_bytes_per_step",
+              "held_lock_before", "held_lock_after"} | set(DERIVED),
     "sleep": set(),
 }
 
@@ -52,7 +54,10 @@ def _program(command) -> str:
 
 
 def _topology(name: str):
-    return topology_from_snapshot(json.loads((TOPO / f"{name}.json").read_text()))
+    snap = json.loads((TOPO / f"{name}.json").read_text())
+    if name == "c8i-metal-48xl":  # the published host, with the pseudo-lock driver loaded
+        snap["devices"] = PUBLISHED_DEVICES
+    return topology_from_snapshot(snap)
 
 
 def _plan(name: str, profile: str | None):
@@ -94,7 +99,12 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     skipped = {s.experiment: s.reason for s in plan.skipped}
     amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx", "layer-p2-amx",
            "layer-p4-amx", "layer-p5-amx"}
-    assert set(skipped) == amx | {"exchange-umwait"}
+    # the lock experiments need /dev/pseudo_lock, which a kernel without modules can't have
+    locked = {"layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked", "layer-e4b-locked",
+              "layer-resident-locked", "layer-stability-locked"}
+    assert set(skipped) == amx | {"exchange-umwait"} | locked
+    assert all(skipped[e].endswith("/dev/pseudo_lock (pseudo-lock driver not loaded: kernel "
+                                   "without module support)") for e in locked)
     assert all("lacks CPU flags amx_bf16" in skipped[e] for e in amx)
     assert "lacks CPU flags waitpkg" in skipped["exchange-umwait"]
     counts = {e: c["runs"] for e, c in plan.counts()["this-machine"].items()}

@@ -159,17 +159,18 @@ def test_published_p1_cells_join_the_residency_sweeps():
         assert set(cell.join_params()) <= names, (cell.id, cell.join_params(), names)
         if not any(all(p[k] == v for k, v in cell.join_params().items()) for p in points):
             unmatched.add(cell.id.rsplit("/", 1)[0] + "/" + cell.experiment)
-    # residency-locked sweeps AMX only (the table's note says so): the locked AVX-512 cells
-    assert unmatched == {"p1-residency-avx/w12-1344-avx512-c/residency-locked",
-                         "p1-residency-avx/w14-1568-avx512-a/residency-locked"}
+    # every cell has a point: the locked AVX-512 cells join residency-avx-locked, the locked
+    # long run residency-long-locked
+    assert unmatched == set()
 
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
-    """residency-avx and residency-locked of the quick profile through `orchestrate run`."""
+    """residency-avx, residency-locked and residency-avx-locked of the quick profile through
+    `orchestrate run`."""
     root = tmp_path_factory.mktemp("residency-run")
     doc = yaml.safe_load(RESIDENCY.read_text())
-    keep = {"residency-avx", "residency-locked"}
+    keep = {"residency-avx", "residency-locked", "residency-avx-locked"}
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] in keep]
     doc["profiles"]["quick"]["experiments"] = {
         k: v for k, v in doc["profiles"]["quick"]["experiments"].items() if k in keep}
@@ -197,7 +198,8 @@ def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run):
         assert plain.kind == NOT_COMPARABLE and "published host is Xeon 6975P-C" in plain.verdict
     else:
         assert plain.kind == NOT_RUN and "lacks CPU flags" in plain.verdict
-    locked = [r for r in rep.rows if r.cell.experiment == "residency-locked"]
+    locked = [r for r in rep.rows
+              if r.cell.experiment in ("residency-locked", "residency-avx-locked")]
     assert len(locked) == 44  # 11 rows x locked GB/s, slowest core, p99, held after
     if "/dev/pseudo_lock" not in devices:
         why = "not run: host localhost lacks /dev/pseudo_lock (pseudo-lock driver not loaded"

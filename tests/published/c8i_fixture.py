@@ -57,7 +57,16 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
                      "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice"),
                     {"binary": "layer", "steps": 5000}),
     "layer-p3-long": {"binary": "layer", "steps": 200000},
+    # the lock experiments (native/layer --lock); the stability chain runs 20,000 steps
+    **dict.fromkeys(("layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
+                     "layer-e4b-locked", "layer-resident-locked"),
+                    {"binary": "layer", "steps": 5000}),
+    "layer-stability-locked": {"binary": "layer", "steps": 20000},
 }
+#: device paths of the published host beyond the recorded topology snapshot: the campaign ran
+#: with pseudo_lock_sram loaded on a kernel with module support (plow-campaign.md §4), so its
+#: lock experiments (requires: devices) are planned there, not skipped
+PUBLISHED_DEVICES = {"/dev/pseudo_lock": True, "/proc/modules": True}
 #: the stage kernel each published `gemv` value means (campaign-oct.yaml)
 LAYER_KERNEL = {"avx": "avx512", "amx": "amx"}
 

@@ -461,7 +461,8 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
 
 
 def _measured(cell: Cell, vals: list[float], dims: dict[str, Any]) -> Measured:
-    center = {"min": min, "max": max}.get(cell.statistic, statistics.median)(vals)
+    center = {"min": min, "max": max, "mean": statistics.fmean}.get(cell.statistic,
+                                                                    statistics.median)(vals)
     return Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
 
 
