@@ -1,4 +1,4 @@
-"""roles/pseudo_lock_driver through playbooks/pseudo_lock_driver.yml on localhost. This kernel
+"""roles/sram_driver through playbooks/sram_driver.yml on localhost. This kernel
 has no module support (no /proc/modules): the role says "not available" and changes nothing.
 The build, record, load, reload and restore paths run on a faked module directory: a
 /proc/modules file, /lib/modules/<release>/build pointing at the Debian kernel headers (the
@@ -42,9 +42,9 @@ def playbook(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
     return subprocess.run(
         [str(BIN / "ansible-playbook"), "-i", "inventory/localhost.yml",
-         "playbooks/pseudo_lock_driver.yml",
-         "-e", f"pseudo_lock_driver_state_file={tmp_path / 'state.json'}",
-         "-e", f"pseudo_lock_driver_build_dir={tmp_path / 'build'}", *extra],
+         "playbooks/sram_driver.yml",
+         "-e", f"sram_driver_state_file={tmp_path / 'state.json'}",
+         "-e", f"sram_driver_build_dir={tmp_path / 'build'}", *extra],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
 
@@ -77,14 +77,14 @@ def fake_kernel(tmp_path):
         script = root / name
         script.write_text(text.format(**paths))
         script.chmod(0o755)
-    args = ["-e", f"pseudo_lock_driver_proc_modules={proc}",
-            "-e", f"pseudo_lock_driver_modules_root={root / 'lib/modules'}",
-            "-e", f"pseudo_lock_driver_sys_module={root / 'sys/module'}",
-            "-e", f"pseudo_lock_driver_device={paths['dev']}",
-            "-e", f"pseudo_lock_driver_kernel_release={release}",
-            "-e", f"pseudo_lock_driver_insmod={root / 'insmod'}",
-            "-e", f"pseudo_lock_driver_rmmod={root / 'rmmod'}",
-            "-e", "pseudo_lock_driver_install_headers=false"]
+    args = ["-e", f"sram_driver_proc_modules={proc}",
+            "-e", f"sram_driver_modules_root={root / 'lib/modules'}",
+            "-e", f"sram_driver_sys_module={root / 'sys/module'}",
+            "-e", f"sram_driver_device={paths['dev']}",
+            "-e", f"sram_driver_kernel_release={release}",
+            "-e", f"sram_driver_insmod={root / 'insmod'}",
+            "-e", f"sram_driver_rmmod={root / 'rmmod'}",
+            "-e", "sram_driver_install_headers=false"]
     return paths, args
 
 
@@ -98,7 +98,7 @@ def test_build_load_reload_and_restore_on_a_faked_module_directory(tmp_path, fak
     mode; present again with other ways: unload + load, the record unchanged; absent: unload,
     record removed; absent again: nothing to restore."""
     paths, args = fake_kernel
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_l2_ways=12")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=12")
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
     assert (tmp_path / "build/pseudo_lock_sram.ko").is_file()
     record = json.loads((tmp_path / "state.json").read_text())
@@ -107,24 +107,24 @@ def test_build_load_reload_and_restore_on_a_faked_module_directory(tmp_path, fak
                             "l3_ways=0 l3_io_ways=0"]
     assert oct(paths["dev"].stat().st_mode & 0o777) == "0o660"
 
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_l2_ways=12")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=12")
     assert p.returncode == 0, p.stdout[-4000:]
     assert len(calls(paths)) == 1  # same ways: nothing reloaded
 
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_l2_ways=14")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=14")
     assert p.returncode == 0, p.stdout[-4000:]
     assert calls(paths)[1:] == ["rmmod pseudo_lock_sram",
                                 f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=14 "
                                 "l3_ways=0 l3_io_ways=0"]
     assert json.loads((tmp_path / "state.json").read_text()) == record  # first state kept
 
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_state=absent")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_state=absent")
     assert p.returncode == 0, p.stdout[-4000:]
     assert calls(paths)[3:] == ["rmmod pseudo_lock_sram"]
     assert "pseudo_lock_sram" not in paths["proc"].read_text()
     assert not (tmp_path / "state.json").exists()
 
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_state=absent")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_state=absent")
     assert p.returncode == 0 and "nothing to restore" in p.stdout
     assert len(calls(paths)) == 4
 
@@ -135,12 +135,12 @@ def test_a_module_loaded_before_is_reloaded_with_its_old_parameters(tmp_path, fa
     old.write_bytes(b"")
     subprocess.run([str(paths["proc"].parent / "insmod"), str(old), "l2_ways=10",
                     "l3_ways=2", "l3_io_ways=0"], check=True)
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_l2_ways=12")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=12")
     assert p.returncode == 0, p.stdout[-4000:]
     record = json.loads((tmp_path / "state.json").read_text())
     assert record["loaded"] is True
     assert record["params"] == {"l2_ways": 10, "l3_ways": 2, "l3_io_ways": 0}
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_state=absent")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_state=absent")
     assert p.returncode == 0, p.stdout[-4000:]
     assert calls(paths)[-1] == (f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} "
                                 "l2_ways=10 l3_ways=2 l3_io_ways=0")
@@ -148,7 +148,7 @@ def test_a_module_loaded_before_is_reloaded_with_its_old_parameters(tmp_path, fa
 
 def test_missing_headers_are_reported(tmp_path, fake_kernel):
     paths, args = fake_kernel
-    p = playbook(tmp_path, *args, "-e", "pseudo_lock_driver_kernel_release=0.0.0-none")
+    p = playbook(tmp_path, *args, "-e", "sram_driver_kernel_release=0.0.0-none")
     assert p.returncode == 0, p.stdout[-4000:]
     assert "not available on this host: no kernel headers for 0.0.0-none" in p.stdout
     assert calls(paths) == [] and not (tmp_path / "state.json").exists()

@@ -31,7 +31,7 @@ CAMPAIGNS = {
 }
 DEVICE = "/dev/pseudo_lock"
 NO_MODULES = f"{DEVICE} (pseudo-lock driver not loaded: kernel without module support)"
-NOT_LOADED = f"{DEVICE} (pseudo-lock driver not loaded; playbooks/pseudo_lock_driver.yml loads it)"
+NOT_LOADED = f"{DEVICE} (pseudo-lock driver not loaded; playbooks/sram_driver.yml loads it)"
 #: plow-campaign.md §5.7 and §5.8, verbatim
 PUBLISHED_57 = ("32K C plain 193.5/211.5, lock12 206.0/220.9, lock14 220.4/239.4; 128K C "
                 "631.3/697.6, 610.1/646.1, 630.8/680.3; 128K A 854.4/938.5, 807.4/842.4, "

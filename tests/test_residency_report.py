@@ -98,7 +98,7 @@ def _spec(tmp_path, on_unmet="skip"):
     (None, NO_MODULES),  # a snapshot recorded before the field: nothing reported present
     ({"/proc/modules": True},
      "host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded; "
-     "playbooks/pseudo_lock_driver.yml loads it)"),
+     "playbooks/sram_driver.yml loads it)"),
 ])
 def test_missing_device_skips_with_the_precise_reason(tmp_path, devices, reason):
     spec = _spec(tmp_path)

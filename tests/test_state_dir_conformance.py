@@ -61,7 +61,7 @@ def test_one_ansible_default():
 
 
 def test_every_play_on_the_state_folder_loads_it():
-    for name in ("isolate", "verify", "restore", "prepare", "pseudo_lock_driver"):
+    for name in ("isolate", "verify", "restore", "prepare", "sram_driver"):
         plays = yaml.safe_load((paths.PLAYBOOKS / f"{name}.yml").read_text())
         assert any("vars/state.yml" in p.get("vars_files", []) for p in plays), name
     plan_task = (paths.ROLES / "isolation_plan/tasks/main.yml").read_text()

@@ -18,7 +18,7 @@ void lock_open(lock_dev* d, const char* path, size_t slice)
     if (d->fd < 0) {
         if (errno == ENOENT)
             sl_unsupported("pseudo-lock driver not loaded (%s does not exist; load "
-                           "pseudo_lock_sram.ko, roles/pseudo_lock_driver)",
+                           "pseudo_lock_sram.ko, roles/sram_driver)",
                            path);
         sl_unsupported("cannot open the pseudo-lock device %s: %s", path, strerror(errno));
     }
@@ -42,7 +42,7 @@ void lock_check_ways(const lock_dev* d, int want_ways)
     const int have = __builtin_popcount(d->caps.l2_cbm_lock);
     if (want_ways > 0 && have != want_ways)
         sl_unsupported("%s reserves %d L2 ways (lock mask %#x), --lock-ways asks for %d: reload "
-                       "the module with l2_ways=%d (roles/pseudo_lock_driver)",
+                       "the module with l2_ways=%d (roles/sram_driver)",
                        d->path, have, d->caps.l2_cbm_lock, want_ways, want_ways);
 }
 

@@ -24,7 +24,7 @@ typedef struct {
  * L2 bytes per core: exit 2. */
 void lock_open(lock_dev* d, const char* path, size_t slice);
 /* want_ways > 0: the loaded module must reserve exactly that many L2 ways, else exit 3 (its
- * parameters are fixed at load; roles/pseudo_lock_driver reloads it) */
+ * parameters are fixed at load; roles/sram_driver reloads it) */
 void lock_check_ways(const lock_dev* d, int want_ways);
 /* lock at level 2 on `cpu`, put `cpu` in the worker CLOS, measure (before) */
 void lock_slice(lock_dev* d, lock_region* r, void* addr, size_t len, int cpu);

@@ -97,7 +97,7 @@ def template_facts(entry: dict[str, Any]) -> dict[str, Any]:
 
 #: why a required device path is missing, when nothing more specific is known
 _DEVICE_WHY = {
-    "/dev/pseudo_lock": "pseudo-lock driver not loaded; playbooks/pseudo_lock_driver.yml loads it",
+    "/dev/pseudo_lock": "pseudo-lock driver not loaded; playbooks/sram_driver.yml loads it",
     "/dev/cpu/0/msr": "msr driver not loaded (modprobe msr)",
     "/dev/cpu_dma_latency": "kernel without PM QoS (CONFIG_PM)",
     "/sys/fs/resctrl": "resctrl not mounted",
