@@ -100,6 +100,11 @@ class BuildJob:
     def remote_root(self, executor) -> str:
         return f"{executor.workdir}/builds/{self.build_hash}"
 
+    def pidfile(self, executor) -> str:
+        """make's pidfile: a run's kind of start, so a stop (``Executor.interrupt``) kills the
+        compile's group by its PID. Beside the tree, which is removed before each build."""
+        return f"{self.remote_root(executor)}.make/make.pid"
+
     def remote_dir(self, executor) -> str:
         """Where make runs, and the working directory of every run using this build."""
         source = self.source.strip("/")
@@ -119,7 +124,7 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
             pass  # a torn manifest: build again
     if log:
         log(f"{executor.name}: building {job.name} ({job.build_hash}) on the host")
-    executor.call(["rm", "-rf", root])
+    executor.call(["rm", "-rf", root, f"{root}.make"])
     executor.send_tree(_source_files(job.root), root, scratch)
     code, ncpu = executor.call(["nproc"])
     jobs = ncpu.strip() if code == 0 and ncpu.strip().isdigit() else "1"
@@ -129,9 +134,14 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
                  *([f"CFLAGS={job.flags}"] if job.flags else [])]  # fmt: skip
     make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target, *variables]
     started = time.time()
-    code, output = executor.call(make, timeout=1800)
+    # run, not call: started with a pidfile, it is stopped by PID like a run (SIGTERM mid-make);
+    # the manifest below is written only after make succeeded, so a killed build is never
+    # taken as built (the next campaign finds no manifest and builds again)
+    result = executor.run(make, timeout=1800, out_dir=f"{root}.make",
+                          pidfile=job.pidfile(executor))  # fmt: skip
+    code = 124 if result.timed_out else result.exit_code
     if code != 0:
-        tail = " | ".join(output.strip().splitlines()[-3:])
+        tail = " | ".join((result.stderr.strip() or result.stdout.strip()).splitlines()[-3:])
         raise HostError(f"{executor.name}: build '{job.name}' failed (make exit {code}): {tail}")
     # The compiler and flags the compile really used (the Makefile's or the environment's
     # unless the spec set them): make prints its own variables. No shell: the argv reaches

@@ -23,6 +23,8 @@ DEFAULTS: dict[str, tuple[int, str]] = {
     "CPUS": (65_536, "CPUs in one CPU list"),
     "CPU_ID": (1 << 20, "the highest CPU id in a CPU list or mask"),
     "TOKEN_IDS": (1 << 20, "token ids in a serving block's suppress_token_ids"),
+    # each request's prompt is made (and held) before its level starts
+    "REQUESTS": (1_000_000, "requests (and warm-up requests) per load level of a serving block"),
     "RENDER_BYTES": (128 << 10, "bytes one rendered template value may have (Linux "
                      "MAX_ARG_STRLEN)"),
     "RENDER_STEPS": (1_000_000, "loop iterations one template render may make"),

@@ -117,9 +117,14 @@ class Runner:
         #: `together` groups: points that start at one moment on all their hosts
         self._barriers: dict[tuple, threading.Barrier] = {}
         self._unmet: dict[str, set[tuple]] = {}  #: host -> barriers it has not reached yet
+        #: `together` + `adaptive`: notified on every stored run and every host thread's end
+        self._stored = threading.Condition()
+        self._ended: set[str] = set()  #: hosts whose thread has finished
         #: the signal (SIGTERM, SIGINT) that stops this session; runs then end "interrupted"
         self.interrupted: int | None = None
-        self._inflight: dict[str, tuple[Executor, RunPoint, str]] = {}  #: host -> current run
+        self.stopper: threading.Thread | None = None  #: the thread that stops in-flight work
+        #: host -> (executor, pidfile, collectors folder, collectors) of its current run or build
+        self._inflight: dict[str, tuple[Executor, str, str, tuple[str, ...]]] = {}
 
     # -- planning the session (no host contact) -------------------------------------------------
 
@@ -174,24 +179,43 @@ class Runner:
     # -- shutdown (SIGTERM, SIGINT) ---------------------------------------------------------------
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        """Stop the session: kill each host's current run (its process group, by the PID the
-        executor wrote), stop its collectors; the host threads store those runs as
-        interrupted (a resume runs them again) and start nothing new."""
+        """Stop the session: kill each host's current run or build (its process group, by
+        its PID), stop its collectors; the host threads store those runs as interrupted (a
+        resume runs them again) and start nothing new."""
         first = self.interrupted is None
         self.interrupted = signum
-        if first:
-            threading.Thread(target=self._stop_inflight, name="stop", daemon=True).start()
+        if first:  # (the stop thread also wakes hosts waiting for their group's step)
+            stopper = threading.Thread(target=self._stop_inflight, name="stop", daemon=True)
+            stopper.start()
+            self.stopper = stopper
 
     def _stop_inflight(self) -> None:
-        inflight = list(self._inflight.values())
-        for ex, _point, key in inflight:  # every host's run first: a collector stop may wait
+        self._notify()
+        inflight = list(self._inflight.items())
+        signame = signal.Signals(self.interrupted).name if self.interrupted else "signal"
+        for host, (ex, pidfile, _, _) in inflight:  # every run first: a collector stop may wait
             with contextlib.suppress(Exception):  # best effort: the host may be gone
-                ex.interrupt(f"{ex.workdir}/runs/{key}/collectors/target.pid")
-        for ex, point, key in inflight:
-            coll_dir = f"{ex.workdir}/runs/{key}/collectors"
-            for name in point.collectors:
+                ex.interrupt(pidfile)
+            self.reporter.message(host, f"{signame}: stopping the run or build in flight")
+        for _, (ex, _, coll_dir, collectors) in inflight:
+            for name in collectors:
                 with contextlib.suppress(Exception):
                     ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=5)
+
+    @contextlib.contextmanager
+    def _in_flight(self, host: str, ex: Executor, pidfile: str, coll_dir: str = "",
+                   collectors: tuple[str, ...] = ()) -> Iterator[None]:  # fmt: skip
+        """Listed for the stop while the body runs. The executor remembers an interrupt until
+        the pidfile's run comes, so one before the run starts still stops it; and a stop
+        that looked at the list just before we joined it is caught by the check after."""
+        self._inflight[host] = (ex, pidfile, coll_dir, tuple(collectors))
+        try:
+            if self.interrupted is not None:
+                with contextlib.suppress(Exception):
+                    ex.interrupt(pidfile)
+            yield
+        finally:
+            self._inflight.pop(host, None)
 
     def _join(self, threads: list[threading.Thread]) -> None:
         """Wait for the host threads; once stopping, at most STOP_GRACE_S (daemon threads
@@ -230,31 +254,37 @@ class Runner:
                 if self.interrupted is not None:  # stopping: the rest stays pending
                     break
                 try:
-                    stop = self._adaptive_stop(point)
+                    stop = self._adaptive_stop(point, wait=True)
+                    if self.interrupted is not None:  # stopped while waiting for the group
+                        break
                     if stop is not None and float(point.params[stop[0]]) > stop[1].value:
                         self._abandon(point)
                         self.reporter.message(name, f"{point_label(point)}: not run: "
                                               f"{stop[1].reason}")  # fmt: skip
                         continue
                     if point.build and point.build not in manifests | broken:
+                        job = self.jobs[point.build]
                         try:
-                            manifests[point.build] = ensure_built(
-                                self.jobs[point.build], executor, scratch,
-                                log=lambda text: self.reporter.message(name, text),
-                            )  # fmt: skip
+                            with self._in_flight(name, executor, job.pidfile(executor)):
+                                manifests[point.build] = ensure_built(
+                                    job, executor, scratch,
+                                    log=lambda text: self.reporter.message(name, text),
+                                )  # fmt: skip
                         except HostUnreachable:
                             raise
                         except HostError as exc:
+                            if self.interrupted is not None:  # make was stopped: no point ran
+                                self.reporter.message(name, f"build {job.name} stopped: {exc}")
+                                break
                             broken[point.build] = str(exc)
                     if point.build in broken:
                         self._abandon(point)  # its `together` group can't start without us
                         self._record_failure(point, key, f"build failed: {broken[point.build]}")
                         continue
-                    self._inflight[name] = (executor, point, key)
-                    try:
+                    coll_dir = f"{executor.workdir}/runs/{key}/collectors"
+                    with self._in_flight(name, executor, f"{coll_dir}/target.pid", coll_dir,
+                                         point.collectors):  # fmt: skip
                         self._run_point(executor, point, key, manifests.get(point.build), scratch)
-                    finally:
-                        self._inflight.pop(name, None)
                     self._adaptive_stop(point)  # records the stop as soon as it is known
                 except HostUnreachable as exc:
                     if not isinstance(exc, _LostAfterStore):  # never overwrite a stored run
@@ -281,6 +311,9 @@ class Runner:
         finally:
             for ident in self._unmet.get(name, set()):  # peers waiting for us must not hang
                 self._barriers[ident].abort()
+            with self._stored:
+                self._ended.add(name)
+                self._stored.notify_all()
             executor.close()
             shutil.rmtree(scratch, ignore_errors=True)
 
@@ -296,29 +329,98 @@ class Runner:
                 for host in hosts:
                     self._unmet.setdefault(host, set()).add(ident)
 
-    def _adaptive_stop(self, point: RunPoint):
+    def _adaptive_stop(self, point: RunPoint, wait: bool = False):
         """(param, Stop) where the point's adaptive ladder stopped, recorded in the store's
-        meta table; None when the point is not adaptive or its ladder goes on."""
+        meta table; None when the point is not adaptive or its ladder goes on.
+
+        With `together`, the ladder is the group's: one decision over every host's stored
+        runs of each step (pooled), and with ``wait`` no host starts a step before each
+        host's runs of the step below are stored, so all of them stop at the same step."""
         if not point.extra.get("adaptive"):
             return None
         from socketlab.spec import adaptive as ad
 
         spec = ad.from_extra(point.extra["adaptive"])
         ladder = ad.ladder_of(point.params, spec.param)
-        expected: dict[float, int] = {}
-        for p in self.points:  # measured runs per step of this ladder on this host
-            if (p.host == point.host and p.experiment == point.experiment and not p.warmup
-                    and ad.ladder_of(p.params, spec.param) == ladder):  # fmt: skip
-                value = float(p.params[spec.param])
-                expected[value] = expected.get(value, 0) + 1
-        steps = ad.stored_steps(self.store, self.campaign, point.host, point.experiment, spec,
-                                ladder, expected)  # fmt: skip
-        stop = ad.decide(spec, steps)
+        group = self._ladder_group(point, spec.param, ladder)
+        if wait and len(group) > 1:
+            self._wait_for_step(point, spec, group)
+        stop = ad.decide(spec, self._group_steps(point, spec, ladder, group))
         if stop is None:
             return None
         self.store.set_meta(ad.meta_key(point.host, point.experiment, ladder),
                             json.dumps(stop.as_dict(), sort_keys=True))  # fmt: skip
         return spec.param, stop
+
+    def _ladder_group(self, point: RunPoint, param: str, ladder: str) -> list[str]:
+        """The hosts whose ladder is this point's: the same experiment, other parameters and
+        `together` group (only this host without `together`)."""
+        from socketlab.spec.adaptive import ladder_of
+
+        together = point.extra.get("together")
+        if not together:
+            return [point.host]
+        return sorted({p.host for p in self.points if p.host in self.hosts
+                       and p.experiment == point.experiment
+                       and p.extra.get("together") == together
+                       and ladder_of(p.params, param) == ladder})  # fmt: skip
+
+    def _group_steps(self, point: RunPoint, spec, ladder: str, group: list[str]) -> dict:
+        """The ladder's stored steps as ``adaptive.decide`` reads them, pooled over ``group``:
+        runs expected and stored ok summed, metric values together, the first bad run."""
+        return _pooled({host: self._host_steps(point, spec, ladder, host) for host in group})
+
+    def _host_steps(self, point: RunPoint, spec, ladder: str, host: str) -> dict:
+        from socketlab.spec import adaptive as ad
+
+        expected: dict[float, int] = {}
+        for p in self.points:  # measured runs per step of this ladder on this host
+            if (p.host == host and p.experiment == point.experiment and not p.warmup
+                    and ad.ladder_of(p.params, spec.param) == ladder):  # fmt: skip
+                value = float(p.params[spec.param])
+                expected[value] = expected.get(value, 0) + 1
+        return ad.stored_steps(self.store, self.campaign, host, point.experiment, spec, ladder,
+                               expected)  # fmt: skip
+
+    def _wait_for_step(self, point: RunPoint, spec, group: list[str]) -> None:
+        """Until every host of the group has stored its runs of the step below the point's (or
+        the group's ladder stopped, or we are stopping); HostError if a host ended first."""
+        from socketlab.spec import adaptive as ad
+
+        values = sorted(spec.values)
+        index = values.index(float(point.params[spec.param]))
+        if index == 0:
+            return
+        below = values[index - 1]
+        ladder = ad.ladder_of(point.params, spec.param)
+
+        def late() -> str:  # a host still to store its runs of the step below, or ""
+            each = {host: self._host_steps(point, spec, ladder, host) for host in group}
+            if ad.decide(spec, _pooled(each)) is not None:
+                return ""
+            for host, steps in each.items():
+                step = steps.get(below)
+                if step is not None and not step["bad"] and step["ok"] < step["expected"]:
+                    return host
+            return ""
+
+        deadline = time.monotonic() + TOGETHER_WAIT_S
+        with self._stored:
+            while self.interrupted is None:
+                host = late()
+                if not host:
+                    return
+                if host in self._ended or time.monotonic() > deadline:
+                    self._abandon(point)  # our peers must not wait for us at its barrier
+                    raise HostError(
+                        f"together group {point.extra['together']!r}: {host} did not store its "
+                        f"{spec.param}={below:g} runs (it failed, stopped or is "
+                        f"{TOGETHER_WAIT_S:g} s late), so the group's ladder can't go on")
+                self._stored.wait(timeout=1.0)
+
+    def _notify(self) -> None:
+        with self._stored:
+            self._stored.notify_all()
 
     def _abandon(self, point: RunPoint) -> None:
         ident = _together(point) if point.extra.get("together") else None
@@ -385,6 +487,7 @@ class Runner:
         with self._lock:
             self.summary.statuses[record.status] += 1
             self.summary.keys.append(record.run_key)
+        self._notify()  # a host may wait for this run (a `together` group's adaptive step)
         self.reporter.point_done(point.host, point_label(point), record.status, record.reason,
                                  seconds)  # fmt: skip
 
@@ -524,6 +627,23 @@ def _collector_deaths(folder: Path) -> dict[str, str]:
 TOGETHER_WAIT_S = 3600.0
 #: once stopped by a signal, how long the host threads may take to store their interrupted runs
 STOP_GRACE_S = 5.0
+
+
+def _pooled(steps_by_host: dict[str, dict]) -> dict[float, dict[str, Any]]:
+    """Hosts' ladder steps (``adaptive.stored_steps``) as one ladder's: runs expected and
+    stored ok summed, metric values together, the first bad run (naming its host if several)."""
+    pooled: dict[float, dict[str, Any]] = {}
+    for host, steps in steps_by_host.items():
+        for value, step in steps.items():
+            into = pooled.setdefault(value, {"expected": 0, "ok": 0, "bad": "", "metrics": {}})
+            into["expected"] += step["expected"]
+            into["ok"] += step["ok"]
+            if step["bad"] and not into["bad"]:
+                several = len(steps_by_host) > 1
+                into["bad"] = f"{host}: {step['bad']}" if several else step["bad"]
+            for name, values in step["metrics"].items():
+                into["metrics"].setdefault(name, []).extend(values)
+    return pooled
 
 
 def _together(point: RunPoint) -> tuple:

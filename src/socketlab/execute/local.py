@@ -39,6 +39,10 @@ class LocalExecutor(Executor):
         self._agent: subprocess.Popen | None = None
         self._installed = False
         self._request_lock = threading.Lock()
+        #: interrupt(): pidfiles of runs to stop, and the PID of each run in flight by pidfile
+        self._stop_lock = threading.Lock()
+        self._stops: set[str] = set()
+        self._running: dict[str, int] = {}
 
     def connect(self) -> None:
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
@@ -55,8 +59,37 @@ class LocalExecutor(Executor):
 
     def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
             pidfile=None) -> Result:  # fmt: skip
-        return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
-                                    out_dir=out_dir, pidfile=pidfile, started_hook=self._held))
+        if pidfile is None:
+            return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
+                                        out_dir=out_dir, started_hook=self._held))
+        with self._stop_lock:
+            if pidfile in self._stops:  # the stop came first: never start it
+                return Result(None, "", "interrupted before it started", 0.0,
+                              started=time.time())  # fmt: skip
+
+        def started(pid: int) -> None:  # right after the pidfile is written
+            self._held(pid)
+            with self._stop_lock:
+                self._running[pidfile] = pid
+                stop = pidfile in self._stops
+            if stop:  # the stop came while it was starting: interrupt() found no PID yet
+                process.kill_group(pid)
+
+        try:
+            return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
+                                        out_dir=out_dir, pidfile=pidfile, started_hook=started))
+        finally:
+            with self._stop_lock:
+                self._running.pop(pidfile, None)
+
+    def interrupt(self, pidfile: str) -> None:
+        """The run's group by the PID we started it with (kept here, not read back from the
+        pidfile: a stale one from an earlier attempt names a PID that may be reused)."""
+        with self._stop_lock:
+            self._stops.add(pidfile)
+            pid = self._running.get(pidfile)
+            if pid is not None:
+                process.kill_group(pid)
 
     def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
         reply = process.run(argv, timeout=timeout, merged=True, started_hook=self._held)

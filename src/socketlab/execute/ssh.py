@@ -111,6 +111,7 @@ class SshExecutor(Executor):
         self._agent: _Agent | None = None
         self._locked = False
         self._request_lock = threading.Lock()
+        self._stops: set[str] = set()  #: interrupt()'s pidfiles: a later agent must know too
 
     # -- connection --------------------------------------------------------------------------
 
@@ -258,6 +259,8 @@ class SshExecutor(Executor):
             pidfile=None) -> Result:  # fmt: skip
         from socketlab.cpulist import parse_cpulist
 
+        if pidfile is not None and pidfile in self._stops:  # e.g. an agent started after it
+            return Result(None, "", "interrupted before it started", 0.0, started=time.time())
         request = {
             "op": "run", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
             "timeout": timeout, "cpus": parse_cpulist(cpus) if cpus else None,
@@ -272,6 +275,7 @@ class SshExecutor(Executor):
     def interrupt(self, pidfile: str) -> None:
         """Sent beside the run in flight (whose reply holds the request lock): the agent kills
         the run's group at once, or refuses the run if it has not come yet."""
+        self._stops.add(pidfile)
         agent = self._agent
         if agent is not None:
             with contextlib.suppress(*_NET_ERRORS):  # a lost host has no run left to stop

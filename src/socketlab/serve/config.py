@@ -123,6 +123,7 @@ def parse(block: dict[str, Any], where: Callable[[str], str], base: str) -> Serv
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SpecError(f"{where(f'{base}.baseline')}: {baseline!r} is not an arm{hint}; "
                         f"arms: {', '.join(seen)}")
+    _check_requests(block, where, base)
     slo = block.get("slo") or {}
     return ServingConfig(
         arms=tuple(arms),
@@ -147,6 +148,19 @@ def parse(block: dict[str, Any], where: Callable[[str], str], base: str) -> Serv
                                  lambda: where(f"{base}.suppress_token_ids")),
         sample_interval_ms=float(block.get("sample_interval_ms", 100.0)),
     )
+
+
+def _check_requests(block: dict[str, Any], where: Callable[[str], str], base: str) -> None:
+    """requests and warmup_requests within REQUESTS: each prompt is made before its level runs,
+    so an extra zero must be refused at plan time, not fill memory at run time."""
+    from socketlab.limits import limit, over
+
+    for key in ("requests", "warmup_requests"):
+        value = block.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > limit("REQUESTS"):
+            shown = str(value) if len(str(value)) <= 20 else f"{str(value)[:6]}... " \
+                f"({len(str(value))} digits)"
+            raise SpecError(f"{where(f'{base}.{key}')}: {key} {over('REQUESTS', shown)}")
 
 
 def _with_suppressed(request: dict[str, Any], ids: str | None,
