@@ -3,7 +3,8 @@
 1. GEMV phases on an L2-resident slice: `layer --slice 0/N` on the E2B L0 2K dump (worker 0's
    share of an N-worker layer) reports per-phase GEMV time and the bytes it read; the `gemv`
    binary runs the same slice (rows x cols) with the same kernel (`--kernel avx2` = gemv's
-   `avx2-bf16`, one source: native/gemv/avx2.c). Ratio = stage GB/s / gemv GB/s; the acceptance
+   `avx2-bf16`, one source: native/gemv/avx2.c; avx512 = `avx512-bf16-rows`, avx512-vnni =
+   `avx512-bf16`). Ratio = stage GB/s / gemv GB/s; the acceptance
    bar is >= 0.8. N = 90 is the published layout; its slice (~0.9 MB) fits a Granite Rapids L2
    (2 MiB) but not a Zen 3 one (512 KiB), so the bench also runs the smallest N >= 90 whose
    worker-0 slice fills at most 3/4 of this host's L2 (`--slice-of` overrides it): only there
@@ -13,7 +14,7 @@
    P3). On the E2B dump (what the layer costs here: 2 workers stream ~36 MB each from memory) and
    on the `tiny` dump (cache-resident, so the exchanges are not buried under memory time).
 
-usage: layer_vs_gemv.py BUILD_DIR [--kernel avx2|avx512|amx] [--cpus 0,1] [--steps N]
+usage: layer_vs_gemv.py BUILD_DIR [--kernel avx2|avx512|avx512-vnni|amx] [--cpus 0,1] [--steps N]
                         [--slice-of N]
 Prints JSON lines, then markdown tables."""
 
@@ -27,7 +28,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GEMV_KERNEL = {"avx2": "avx2-bf16", "avx512": "avx512-bf16", "amx": "amx-bf16"}
+# the layer's --gemv -> gemv's --kernel (one source each: native/gemv/)
+GEMV_KERNEL = {"avx2": "avx2-bf16", "avx512": "avx512-bf16-rows", "avx512-vnni": "avx512-bf16",
+               "amx": "amx-bf16"}
 PHASE_MATS = {"gateup": [("inter", "hidden"), ("inter", "hidden")], "down": [("hidden", "inter")]}
 MODES = ("direct", "rep", "repcld", "repnt", "fid")
 

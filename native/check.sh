@@ -37,7 +37,7 @@ run $bf16 $B/ladder --kernel avx512-bf16-gemv --size 256K --seconds 0.02 --reps 
 run $amx_rc $B/ladder --kernel amx-bf16-stream --size 64K --seconds 0.02 --reps 1 $T
 run $bf16 $B/ladder --kernel avx512-bf16-compute --seconds 0.02 --reps 2 $T
 run $amx_rc $B/ladder --kernel amx-bf16-compute --seconds 0.02 --reps 1 $T
-for k in avx512-bf16 avx512-fp32; do
+for k in avx512-bf16 avx512-bf16-rows avx512-fp32; do
     want=$bf16
     [ $k = avx512-fp32 ] && want=$avx512
     for b in 1 4 16; do
@@ -50,7 +50,7 @@ for b in 1 3 16; do
 done
 # the AVX-512 kernels on SIMDe (test-only; built where libsimde-dev is installed): on every host
 if [ -x $B/gemv_avx512_emu ]; then
-    for k in avx512-bf16 avx512-fp32; do
+    for k in avx512-bf16 avx512-bf16-rows avx512-fp32; do
         run 0 $B/gemv_avx512_emu --kernel $k --rows 72 --cols 256 --batch 5 --steps 2 --warmup 1 $T
     done
     run 0 $B/layer_avx512_emu --help

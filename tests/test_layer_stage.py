@@ -201,6 +201,46 @@ def test_avx512_emulated_passes_gate(emu512, tiny, workers, batch):
     assert meta["gemv"] == "avx512" and meta["row_unit"] == 4
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_avx512_vnni_emulated_passes_gate(emu512, tiny, workers, batch):
+    """--gemv avx512-vnni (the blocked kernel on AMX's 16-row VNNI layout, kept for comparison)
+    on SIMDe: the same gate on every host."""
+    mode = "fid" if workers == 2 else "direct"
+    proc = run(emu512, "--gemv", "avx512-vnni", "--dump", str(tiny), "--batch", str(batch),
+               "--cpus", CPUS[workers], "--xchg", mode, "--steps", "3", "--kv-tile-kib", "8")
+    meta = assert_gate_passed(proc, batch)
+    assert meta["avx512_emulated"] is True and meta["pv_split"] is True
+    assert meta["gemv"] == "avx512-vnni" and meta["row_unit"] == 4
+
+
+# worker 0 of 90 on E2B L0, bytes per weight phase: row-major kernels stream their rows (4-row
+# units: q 24, k/v 4, o 20, gate/up 72, down 20, ple gate 4, ple proj 20 rows); the VNNI-block
+# ones pad every matrix's rows to 16 (q 32, k/v 16, o 32, gate/up 80, down 32, ple 16/32)
+E2B_SLICE0_ROWS = {"qkv": 98_304, "o": 81_920, "gateup": 442_368, "down": 245_760,
+                   "ple_gate": 12_288, "ple_proj": 10_240}
+E2B_SLICE0_VNNI = {"qkv": 196_608, "o": 131_072, "gateup": 491_520, "down": 393_216,
+                   "ple_gate": 49_152, "ple_proj": 16_384}
+
+
+def slice0_bytes(binary: Path, dump: Path, kernel: str) -> dict:
+    proc = run(binary, "--dump", str(dump), "--slice", "0/90", "--cpus", "0", "--gemv", kernel,
+               "--steps", "2")
+    assert proc.returncode == 0, proc.stderr
+    meta, metrics = records(proc)
+    assert meta["gemv"] == kernel
+    return {m["phase"]: m["value"] for m in metrics if m["name"] == "phase_weight_bytes"}
+
+
+def test_avx512_streams_its_rows_bytes_vnni_pads(build, emu512, e2b):
+    """--gemv avx512 (row-major, the published AVX path) reads exactly avx2's bytes; avx512-vnni
+    reads the 16-row padded ones (1.43x on this slice). On SIMDe: every host."""
+    rows = slice0_bytes(emu512, e2b, "avx512")
+    assert rows == E2B_SLICE0_ROWS == slice0_bytes(build / "layer", e2b, "avx2")
+    assert slice0_bytes(emu512, e2b, "avx512-vnni") == E2B_SLICE0_VNNI
+    assert sum(E2B_SLICE0_VNNI.values()) / sum(rows.values()) == pytest.approx(1.434, abs=1e-3)
+
+
 @pytest.mark.parametrize("path", ["amx", "avx512"])
 @pytest.mark.parametrize("batch", [1, 16])
 def test_unsplit_pv_fails_gate_on_near_tie_attention(build, emu512, near_tie, path, batch):
@@ -274,10 +314,12 @@ def test_avx512_path_or_exit_3(build, tiny):
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("batch", [1, 4, 16])
 @pytest.mark.parametrize("mode", MODES)
-def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mode):
-    """Host-dependent: the real VDPBF16PS path (fid with one 64-byte non-temporal store per
-    line) in every exchange mode where the CPU has AVX-512 BF16, else exit 3."""
-    proc = run(build / "layer", "--gemv", "avx512", "--dump", str(tiny), "--batch", str(batch),
+@pytest.mark.parametrize("kernel", ["avx512", "avx512-vnni"])
+def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mode, kernel):
+    """Host-dependent: the real VDPBF16PS paths (row-major and VNNI-blocked; fid with one 64-byte
+    non-temporal store per line) in every exchange mode where the CPU has AVX-512 BF16, else
+    exit 3."""
+    proc = run(build / "layer", "--gemv", kernel, "--dump", str(tiny), "--batch", str(batch),
                "--cpus", CPUS[workers], "--xchg", mode, "--steps", "6", "--kv-tile-kib", "8")
     if not HAS_AVX512_BF16:
         assert proc.returncode == 3 and "not available on this host" in proc.stderr

@@ -321,6 +321,7 @@ def test_gemv_layer_balance_reproduces_the_published_figures(build):
 
 GEMV_NEEDS = {"avx2-bf16": (HAS_AVX2, "AVX2 + FMA"),
               "avx512-bf16": (HAS_AVX512_BF16, "AVX-512 BF16"),
+              "avx512-bf16-rows": (HAS_AVX512_BF16, "AVX-512 BF16"),
               "avx512-fp32": (HAS_AVX512, "AVX-512 F/BW"),
               "amx-bf16": (HAS_AMX, "AMX-TILE/AMX-BF16")}
 
@@ -345,7 +346,7 @@ def test_gemv_matches_fp32_reference(build, kernel, batch):
     assert value["rows_max_over_mean"] == pytest.approx(1.12)
 
 
-@pytest.mark.parametrize("kernel", ["avx512-bf16", "avx512-fp32"])
+@pytest.mark.parametrize("kernel", ["avx512-bf16", "avx512-bf16-rows", "avx512-fp32"])
 @pytest.mark.parametrize("batch", [1, 3, 16])
 def test_gemv_avx512_emulated_matches_fp32_reference(build, kernel, batch):
     """The AVX-512 kernels compiled against SIMDe (gemv_avx512_emu, test-only): the same FP32
@@ -364,6 +365,29 @@ def test_gemv_avx512_emulated_matches_fp32_reference(build, kernel, batch):
     proc = run(out / "gemv_avx512_emu", "--kernel", kernel, "--rows", "64", "--cols", "512",
                "--steps", "2", "--warmup", "0", "--max-rel-rms", "1e-15")
     assert proc.returncode == 1 and "self-check failed" in proc.stderr
+
+
+@pytest.mark.parametrize("binary", ["gemv_avx512_emu", "gemv"])
+def test_gemv_avx512_rows_every_row_and_input_group(build, binary):
+    """avx512-bf16-rows blocks 8 rows x 1-2 inputs or 4 rows x up to 4 inputs: 37 rows on one
+    worker leave a 5-row (8-row groups) and a 1-row (4-row groups) tail, and these batches every
+    input-group remainder; every output is checked (y starts as NaN). On SIMDe everywhere, on
+    the real kernel where the CPU has AVX-512 BF16 (else exit 3). Host-dependent: the branch is
+    printed."""
+    _, out = build
+    if binary == "gemv_avx512_emu" and not SIMDE_H.exists():
+        pytest.fail(f"{SIMDE_H} missing: scripts/system-deps.sh installs libsimde-dev")
+    for batch in (1, 2, 3, 5, 6, 7, 16):
+        proc = run(out / binary, "--kernel", "avx512-bf16-rows", "--rows", "37", "--cols", "96",
+                   "--batch", str(batch), "--steps", "2", "--warmup", "0")
+        if binary == "gemv" and not HAS_AVX512_BF16:
+            print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
+            assert proc.returncode == 3 and "not available on this host" in proc.stderr
+            return
+        assert proc.returncode == 0, (batch, proc.stderr)
+        value = {m["name"]: m["value"] for m in map(json.loads, proc.stdout.splitlines()[1:])}
+        assert value["rel_rms_err"] <= 1e-5 and value["cosine"] >= 0.99999, (batch, value)
+    print(f"branch: {binary} ran every batch")
 
 
 def test_gemv_real_build_reports_avx512_not_emulated(build):

@@ -1,4 +1,5 @@
-/* gemv: row-partitioned BF16 GEMV/GEMM stage. Weights are packed per 16-row block:
+/* gemv: row-partitioned BF16 GEMV/GEMM stage. Weights are row-major (avx2-bf16,
+ * avx512-bf16-rows) or packed per 16-row block:
  *  - bf16 VNNI: line (block, k pair) = 16 rows x (W[r][2kp], W[r][2kp+1]) = 64 B; 16 such lines
  *    (32 k values) form exactly one AMX B tile, and VDPBF16PS consumes one line per step;
  *  - fp32: line (block, k) = 16 rows x W[r][k] = 64 B.
@@ -28,6 +29,10 @@ void gemv_avx512_bf16(const uint16_t* w, int nblocks, int cols, const uint16_t* 
 void gemv_avx2_bf16(const uint16_t* w, int rows, int cols, const uint16_t* x, int batch, float* y,
                     int ldy);
 void pack_bf16_rowmajor(uint16_t* out, int row0, int rows, int cols);
+/* avx512_rows.c: VDPBF16PS on W row-major (rows x cols bf16, no padding: the published AVX
+ * path), x batch x cols bf16, cols a multiple of 32; writes y[b * ldy + r] for r < rows only */
+void gemv_avx512_bf16_rows(const uint16_t* w, int rows, int cols, const uint16_t* x, int batch,
+                           float* y, int ldy);
 void gemv_avx512_fp32(const float* w, int nblocks, int cols, const float* x, int batch, float* y,
                       int ldy);
 /* amx.c: load the tile config for this batch (per thread), then run; release at the end */

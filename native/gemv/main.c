@@ -12,11 +12,14 @@ static const char usage[] =
     "usage: gemv --kernel K --rows R --cols C --cpus LIST [options]\n"
     "y = W x for a batch of B inputs; W (R x C, bf16) split over the listed workers in 16-row\n"
     "blocks, each worker's rows packed (at load, by the worker, after pinning) in its own slice.\n"
-    "  --kernel K          avx512-bf16 (VDPBF16PS) | avx512-fp32 (FMA on fp32 copies of the bf16\n"
-    "                      weights) | amx-bf16 (TDPBF16PS, weights packed to VNNI B tiles) |\n"
-    "                      avx2-bf16 (portable: FP32 FMA on bf16 weights widened in registers,\n"
-    "                      row-major; the layer stage's --gemv avx2 kernel)\n"
-    "  --rows R            output rows (default 1536); padded to 16-row blocks\n"
+    "  --kernel K          avx512-bf16 (VDPBF16PS on 16-row VNNI blocks; the layer stage's\n"
+    "                      --gemv avx512-vnni) | avx512-bf16-rows (VDPBF16PS on row-major rows,\n"
+    "                      no padding; the layer stage's --gemv avx512) | avx512-fp32 (FMA on\n"
+    "                      fp32 copies of the bf16 weights) | amx-bf16 (TDPBF16PS, weights packed\n"
+    "                      to VNNI B tiles) | avx2-bf16 (portable: FP32 FMA on bf16 weights\n"
+    "                      widened in registers, row-major; the layer stage's --gemv avx2)\n"
+    "  --rows R            output rows (default 1536); split in 16-row blocks, padded to whole\n"
+    "                      blocks by the blocked kernels (the row-major ones pack real rows)\n"
     "  --cols C            input columns, a multiple of 32 (default 2560)\n"
     "  --batch B           1..16 inputs per step (default 1)\n"
     "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
@@ -39,9 +42,11 @@ static const char usage[] =
     "layer_bytes_per_worker_max and _mean (B). Exit: 0 ok, 1 check failed, 2 usage error,\n"
     "3 unsupported here.\n";
 
-enum { K_BF16, K_FP32, K_AMX, K_AVX2 };
+enum { K_BF16, K_FP32, K_AMX, K_AVX2, K_ROWS };
 static const char* const kernel_names[] = { "avx512-bf16", "avx512-fp32", "amx-bf16", "avx2-bf16",
-                                            NULL };
+                                            "avx512-bf16-rows", NULL };
+/* the kernels on row-major rows (no 16-row padding) */
+static bool rowmajor(int k) { return k == K_AVX2 || k == K_ROWS; }
 #ifdef SL_AVX512_EMULATE
 /* test-only build (gemv_avx512_emu): the AVX-512 kernels run on SIMDe, never for timing */
 static const bool avx512_emulated = true;
@@ -50,7 +55,7 @@ static const bool avx512_emulated = false;
 #endif
 
 typedef struct {
-    int cpu, row0, nblocks, nrows; /* nrows: real rows (avx2-bf16 packs no padding) */
+    int cpu, row0, nblocks, nrows; /* nrows: real rows (the row-major kernels pack no padding) */
     pthread_t thread;
     sl_buf w;
     size_t page_size;
@@ -81,6 +86,8 @@ static void run_step(worker* w)
         gemv_avx512_fp32(w->w.base, w->nblocks, g.cols, g.x32, g.batch, y, g.ldy);
     else if (g.kernel == K_AVX2)
         gemv_avx2_bf16(w->w.base, w->nrows, g.cols, g.x16, g.batch, y, g.ldy);
+    else if (g.kernel == K_ROWS)
+        gemv_avx512_bf16_rows(w->w.base, w->nrows, g.cols, g.x16, g.batch, y, g.ldy);
     else
         gemv_amx_bf16(w->w.base, w->nblocks, g.cols, g.x16, g.batch, y, g.ldy);
 }
@@ -91,9 +98,9 @@ static void* worker_main(void* arg)
     int sense = 0;
     sl_pin_self(w->cpu);
     const size_t elem = g.kernel == K_FP32 ? 4 : 2;
-    const size_t rows = g.kernel == K_AVX2 ? (size_t)w->nrows : (size_t)w->nblocks * 16;
+    const size_t rows = rowmajor(g.kernel) ? (size_t)w->nrows : (size_t)w->nblocks * 16;
     sl_alloc(&w->w, rows * g.cols * elem + 64, g.page);
-    if (g.kernel == K_AVX2)
+    if (rowmajor(g.kernel))
         pack_bf16_rowmajor(w->w.base, w->row0, w->nrows, g.cols);
     else if (g.kernel == K_FP32)
         pack_fp32(w->w.base, w->row0, w->nblocks, g.rows, g.cols);
@@ -256,10 +263,11 @@ int main(int argc, char** argv)
     if (g.cols % 32)
         sl_usage_error("--cols %d: must be a multiple of 32 (one AMX tile row of bf16)", g.cols);
     const char* why = "";
-    const bool ok = g.kernel == K_BF16 ? avx512_emulated || sl_have_avx512bf16(&why)
-        : g.kernel == K_FP32           ? avx512_emulated || sl_have_avx512(&why)
-        : g.kernel == K_AVX2           ? sl_have_avx2(&why)
-                                       : sl_have_amx(&why);
+    const bool bf16 = g.kernel == K_BF16 || g.kernel == K_ROWS;
+    const bool ok = bf16             ? avx512_emulated || sl_have_avx512bf16(&why)
+        : g.kernel == K_FP32         ? avx512_emulated || sl_have_avx512(&why)
+        : g.kernel == K_AVX2         ? sl_have_avx2(&why)
+                                     : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_names[g.kernel], why);
     sl_watchdog(timeout);
@@ -319,7 +327,7 @@ int main(int argc, char** argv)
     sl_json_num("weight_bytes_per_worker_max", (double)max_rows * g.cols * elem);
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
-    if (g.kernel == K_BF16 || g.kernel == K_FP32)
+    if (g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS)
         sl_json_bool("avx512_emulated", avx512_emulated);
     sl_json_end();
     for (int i = 0; i < n; i++)

@@ -1,9 +1,11 @@
-/* The stage's GEMV kernels. avx512, amx and avx2 are native/gemv's kernels (one source each:
- * avx512/amx on 16-row VNNI blocks packed here from the dump's row-major matrices, avx2 on the
- * row-major rows as they are: gemv/avx2.c, FP32 FMA on bf16 weights widened in registers);
- * scalar is the reference-like fallback. avx2 is the portable path, so the gate runs on every
- * x86-64 host. All take bf16 inputs: the BF16 mode rounds every GEMV input, and so does the
- * stage. */
+/* The stage's GEMV kernels, native/gemv's (one source each). On the dump's row-major rows as they
+ * are: avx512 (gemv/avx512_rows.c, VDPBF16PS, the published AVX path: a worker streams exactly
+ * its rows' bytes) and avx2 (gemv/avx2.c, FP32 FMA on bf16 weights widened in registers). On
+ * 16-row VNNI blocks packed here: amx and avx512-vnni (gemv/kernels.c; AMX's layout for VDPBF16PS,
+ * for comparison: a worker's rows are padded to whole blocks, which at 90 workers is up to ~1.6x
+ * the bytes). scalar is the reference-like fallback; avx2 is the portable path, so the gate runs
+ * on every x86-64 host. All take bf16 inputs: the BF16 mode rounds every GEMV input, and so does
+ * the stage. */
 #include "layer.h"
 #include "../gemv/gemv.h"
 
@@ -12,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char* const l_gemv_names[] = { "scalar", "avx2", "avx512", "amx", NULL };
+const char* const l_gemv_names[] = { "scalar", "avx2", "avx512", "amx", "avx512-vnni", NULL };
 
 #ifdef SL_AVX512_EMULATE
-int l_avx512_emulated = 1; /* gemv/kernels.c on SIMDe (layer_avx512_emu, test-only) */
+int l_avx512_emulated = 1; /* gemv's AVX-512 kernels on SIMDe (layer_avx512_emu, test-only) */
 #else
 int l_avx512_emulated = 0;
 #endif
@@ -27,9 +29,9 @@ static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 int l_amx_emulated = 0;
 #endif
 
-static int padded(int kernel) { return kernel == G_AVX512 || kernel == G_AMX; }
+int l_padded(int kernel) { return kernel == G_AVX512_VNNI || kernel == G_AMX; }
 
-int l_rows_written(int kernel, int rows) { return padded(kernel) ? (rows + 15) / 16 * 16 : rows; }
+int l_rows_written(int kernel, int rows) { return l_padded(kernel) ? (rows + 15) / 16 * 16 : rows; }
 
 size_t l_slice_bytes(int kernel, int rows, int cols)
 {
@@ -38,7 +40,7 @@ size_t l_slice_bytes(int kernel, int rows, int cols)
 
 void l_pack(int kernel, uint16_t* dst, const uint16_t* w, int r0, int rows, int cols)
 {
-    if (!padded(kernel)) {
+    if (!l_padded(kernel)) {
         memcpy(dst, w + (size_t)r0 * cols, (size_t)rows * cols * 2);
         return;
     }
@@ -119,7 +121,8 @@ void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x
     case G_AVX2:
         gemv_avx2_bf16(w, rows, cols, x, batch, y, ldy);
         break;
-    case G_AVX512: gemv_avx512_bf16(w, (rows + 15) / 16, cols, x, batch, y, ldy); break;
+    case G_AVX512: gemv_avx512_bf16_rows(w, rows, cols, x, batch, y, ldy); break;
+    case G_AVX512_VNNI: gemv_avx512_bf16(w, (rows + 15) / 16, cols, x, batch, y, ldy); break;
     case G_AMX:
 #ifdef SL_AMX_EMULATE
         pthread_mutex_lock(&emu_lock);

@@ -51,13 +51,14 @@ typedef struct {
 void l_dump_load(l_dump* d, const char* dir, int batch);
 
 /* ---- kernels (kern.c) ---- */
-enum { G_SCALAR, G_AVX2, G_AVX512, G_AMX };
-extern const char* const l_gemv_names[]; /* "scalar", "avx2", "avx512", "amx", NULL */
+/* avx512: VDPBF16PS on row-major rows; avx512-vnni: on 16-row VNNI blocks (AMX's layout) */
+enum { G_SCALAR, G_AVX2, G_AVX512, G_AMX, G_AVX512_VNNI };
+extern const char* const l_gemv_names[]; /* "scalar", "avx2", "avx512", "amx", "avx512-vnni" */
 /* Bytes of one worker's packed slice of `rows` rows x `cols` cols for the kernel. */
 size_t l_slice_bytes(int kernel, int rows, int cols);
 /* Packs rows [r0, r0 + rows) of the row-major bf16 W (cols wide) into dst for the kernel:
- * row-major for scalar/avx2, 16-row VNNI blocks (gemv.h's layout, zero rows past the end) for
- * avx512/amx. */
+ * row-major for scalar/avx2/avx512, 16-row VNNI blocks (gemv.h's layout, zero rows past the end)
+ * for avx512-vnni/amx. */
 void l_pack(int kernel, uint16_t* dst, const uint16_t* w, int r0, int rows, int cols);
 /* y[b * ldy + r] = sum_k W[r][k] x[b * cols + k] for r < rows, b < batch; x is bf16.
  * Padded kernels write whole 16-row blocks, so ldy >= rows rounded up to 16. */
@@ -65,6 +66,8 @@ void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x
             float* y, int ldy);
 /* rows the padded kernels write (>= rows) */
 int l_rows_written(int kernel, int rows);
+/* 1 for the kernels on 16-row VNNI blocks (avx512-vnni, amx) */
+int l_padded(int kernel);
 void l_kernel_thread_init(int kernel);
 void l_kernel_thread_done(int kernel);
 extern int l_amx_emulated; /* 1 in the SL_AMX_EMULATE build */

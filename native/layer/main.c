@@ -24,8 +24,11 @@ static const char usage[] =
     "  --dump DIR          the dump (rows 1..B-1 in DIR/row<i>)\n"
     "  --batch B           1..16 distinct rows (default 1)\n"
     "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
-    "  --gemv K            scalar | avx2 (portable, FP32 FMA on widened bf16) | avx512 (VDPBF16PS)\n"
-    "                      | amx (TDPBF16PS, weights packed to VNNI tiles at load) (default avx2)\n"
+    "  --gemv K            scalar | avx2 (portable, FP32 FMA on widened bf16) | avx512 (VDPBF16PS\n"
+    "                      on row-major rows, the published AVX path) | amx (TDPBF16PS, weights\n"
+    "                      packed to VNNI tiles at load) | avx512-vnni (VDPBF16PS on AMX's\n"
+    "                      16-row VNNI blocks, rows padded to whole blocks: for comparison)\n"
+    "                      (default avx2); attention: avx512* and amx on VNNI-packed KV\n"
     "  --xchg M            direct | rep | repcld | repnt | fid (default direct)\n"
     "  --nobcast           after step 0 every worker reads private snapshots of the exchanged\n"
     "                      vectors (same values: the step repeats): the all-gather leaves the timing\n"
@@ -44,7 +47,7 @@ static const char usage[] =
     "                      same byte counts, no barriers; numerics are not checked\n"
     "  --gelu ISA          auto | scalar | avx2 | avx512: gelu's kernel (default auto:\n"
     "                      the widest this CPU has); the same bits, a cost independent of x\n"
-    "  --pv-unsplit        avx512/amx: round P to one bf16 in the PV product (the gate catches it)\n"
+    "  --pv-unsplit        avx512*/amx: round P to one bf16 in the PV product (the gate catches it)\n"
     "  --lock              pin each worker's resident weight bytes (its slice in its arena; with\n"
     "                      --resident-kib only the resident part) into its own core's L2 through\n"
     "                      /dev/pseudo_lock (pseudo_lock_sram.ko; exit 3 where it is not loaded)\n"
@@ -162,10 +165,15 @@ static void split_even(int n, int nw, int w, int* a, int* b)
 }
 
 /* ---- KV layout per row and kv head: positions in tiles of g.tile_pos ----
- * portable: K and V row-major [np][hd]. avx512/amx: K in 16-position VNNI blocks (a GEMV over
- * positions), V transposed per tile into 16-dim VNNI blocks over the tile's positions (a GEMV
- * over dims with the probabilities as input), tiles padded to 32 positions. */
-static int packed_kv(void) { return g.kernel == G_AVX512 || g.kernel == G_AMX; }
+ * portable: K and V row-major [np][hd]. avx512, avx512-vnni, amx: K in 16-position VNNI blocks
+ * (a GEMV over positions), V transposed per tile into 16-dim VNNI blocks over the tile's positions
+ * (a GEMV over dims with the probabilities as input), tiles padded to 32 positions; avx512's
+ * attention GEMVs are avx512-vnni's (only its weight GEMVs are row-major). */
+static int packed_kv(void)
+{
+    return g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI || g.kernel == G_AMX;
+}
+static int kv_kernel(void) { return g.kernel == G_AVX512 ? G_AVX512_VNNI : g.kernel; }
 static int round32(int n) { return (n + 31) / 32 * 32; }
 
 static size_t kv_head_bytes(int np, int hd)
@@ -280,7 +288,7 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
                     if (g.pf_dist)
                         for (int t = 0; t < g.pf_dist && t0 + tn + t < w->np; t += 1)
                             prefetch(K + (size_t)(t0 + tn + t) * hd);
-                    l_gemv(g.kernel, K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
+                    l_gemv(kv_kernel(), K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
                     for (int h = 0; h < gc; h++)
                         for (int t = 0; t < tn; t++)
                             sc[(size_t)h * g.tile_pos + t] =
@@ -331,7 +339,7 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
                                     sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
                         }
                     const int ldy = hd + 16;
-                    l_gemv(g.kernel, V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows,
+                    l_gemv(kv_kernel(), V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows,
                            s->tmp, ldy);
                     for (int h = 0; h < gc; h++)
                         for (int dd = 0; dd < hd; dd++)
@@ -940,15 +948,17 @@ int main(int argc, char** argv)
                            "<= %d", slice_arg, L_MAX_WORKERS);
         g.slice = 1;
     }
-    if (g.pv_unsplit && g.kernel != G_AVX512 && g.kernel != G_AMX)
-        sl_usage_error("--pv-unsplit: only with --gemv avx512 or amx (the portable path is FP32)");
+    if (g.pv_unsplit && !packed_kv())
+        sl_usage_error("--pv-unsplit: only with --gemv avx512, avx512-vnni or amx (the portable "
+                       "path is FP32)");
     if (g.cpus.n > L_MAX_WORKERS)
         sl_usage_error("--cpus: at most %d workers", L_MAX_WORKERS);
     const char* why = "";
     if (g.kernel == G_AVX2 && !sl_have_avx2(&why))
         sl_unsupported("--gemv avx2: %s", why);
-    if (g.kernel == G_AVX512 && !l_avx512_emulated && !sl_have_avx512bf16(&why))
-        sl_unsupported("--gemv avx512: %s", why);
+    if ((g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI) && !l_avx512_emulated
+        && !sl_have_avx512bf16(&why))
+        sl_unsupported("--gemv %s: %s", l_gemv_names[g.kernel], why);
     if (g.kernel == G_AMX && !l_amx_emulated && !sl_have_amx(&why))
         sl_unsupported("--gemv amx: %s", why);
     g.gelu = l_gelu_init(g.gelu);
@@ -1061,8 +1071,8 @@ int main(int argc, char** argv)
                 w->nres[m] = rows;
                 continue;
             }
-            const size_t rb = (size_t)d->cols[m] * 2 * (g.kernel == G_AMX || g.kernel == G_AVX512 ? 16 : 1);
-            const int step_rows = g.kernel == G_AMX || g.kernel == G_AVX512 ? 16 : 1;
+            const int step_rows = l_padded(g.kernel) ? 16 : 1; /* whole VNNI blocks */
+            const size_t rb = (size_t)d->cols[m] * 2 * step_rows;
             const size_t fit = used < budget ? (budget - used) / rb : 0;
             int keep = (int)fit * step_rows;
             keep = keep > rows ? rows : keep;
@@ -1158,7 +1168,8 @@ int main(int argc, char** argv)
     if (g.slice)
         sl_json_int("slice_of", g.slice_n);
     sl_json_bool("amx_emulated", g.kernel == G_AMX && l_amx_emulated);
-    sl_json_bool("avx512_emulated", g.kernel == G_AVX512 && l_avx512_emulated);
+    sl_json_bool("avx512_emulated",
+                 (g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI) && l_avx512_emulated);
     sl_json_bool("pv_split", packed_kv() && !g.pv_unsplit);
     sl_json_bool("numerics_checked", numerics);
     if (!numerics)
