@@ -28,20 +28,23 @@ GROWS = ("import json, sys, time; n, host, grows = int(sys.argv[1]), sys.argv[2]
          "sys.exit(3 if sys.argv[4] == 'fail' and host == grows and n == 2 else 0)")
 
 
-def test_the_group_stops_its_ladder_at_one_step_on_every_host(ssh_pool, tmp_path):
+def climb(ssh_pool, tmp_path, campaign: str, mode: str, ns: list[int], above: float,
+          repetitions: int) -> tuple[list[str], object, object]:
+    """The two-host group ladder of GROWS (mode "ok" or "fail" on the second host): the argv
+    of its run, the first run's result and the results folder."""
     h0, h1 = ssh_pool.hosts[:2]
     work = {"socketlab_workroot": str(tmp_path / "work")}
     inventory = ssh_pool.inventory(tmp_path / "hosts.yml", extra={h.name: work
                                                                   for h in (h0, h1)})
     spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "group-ladder", "hosts": {"group": "testhosts"},
-        "defaults": {"timeout_s": 60, "repetitions": 2},
+        "campaign": campaign, "hosts": {"group": "testhosts"},
+        "defaults": {"timeout_s": 60, "repetitions": repetitions},
         "experiments": [{
-            "name": "climb", "command": [PY, "-c", GROWS, "{{ n }}", "{{ host }}", h1.name, "ok"],
-            "sweep": {"matrix": {"n": [1, 2, 3, 4]}}, "metrics": {"parser": "jsonl"},
+            "name": "climb", "command": [PY, "-c", GROWS, "{{ n }}", "{{ host }}", h1.name, mode],
+            "sweep": {"matrix": {"n": ns}}, "metrics": {"parser": "jsonl"},
             "sanity": {"required_metrics": ["x"]},
             "together": "pair",
-            "adaptive": {"param": "n", "stop": [{"metric": "x", "above": 1.5}]},
+            "adaptive": {"param": "n", "stop": [{"metric": "x", "above": above}]},
         }],
     })  # fmt: skip
     results = tmp_path / "results"
@@ -49,6 +52,12 @@ def test_the_group_stops_its_ladder_at_one_step_on_every_host(ssh_pool, tmp_path
             "--inventory", str(inventory), "--plain"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     print(done.stderr)
+    return argv, done, results
+
+
+def test_the_group_stops_its_ladder_at_one_step_on_every_host(ssh_pool, tmp_path):
+    h0, h1 = ssh_pool.hosts[:2]
+    argv, done, results = climb(ssh_pool, tmp_path, "group-ladder", "ok", [1, 2, 3, 4], 1.5, 2)
     with Store(store_path("group-ladder", results), create=False) as store:
         runs = sorted((r.host, r.params["n"], r.repetition, r.status) for r in store.runs(
             "group-ladder"))
@@ -72,25 +81,7 @@ def test_a_failed_step_on_one_host_stops_the_whole_group_there(ssh_pool, tmp_pat
     """h1's step 2 fails: h0's own runs were fine, but the group's ladder stops at step 2 on
     both (kind "failed", naming h1); h0 does not climb into a barrier h1 abandoned."""
     h0, h1 = ssh_pool.hosts[:2]
-    work = {"socketlab_workroot": str(tmp_path / "work")}
-    inventory = ssh_pool.inventory(tmp_path / "hosts.yml", extra={h.name: work
-                                                                  for h in (h0, h1)})
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "group-fails", "hosts": {"group": "testhosts"},
-        "defaults": {"timeout_s": 60},
-        "experiments": [{
-            "name": "climb", "command": [PY, "-c", GROWS, "{{ n }}", "{{ host }}", h1.name,
-                                         "fail"],
-            "sweep": {"matrix": {"n": [1, 2, 3]}}, "metrics": {"parser": "jsonl"},
-            "sanity": {"required_metrics": ["x"]}, "together": "pair",
-            "adaptive": {"param": "n", "stop": [{"metric": "x", "above": 100}]},
-        }],
-    })  # fmt: skip
-    results = tmp_path / "results"
-    done = subprocess.run(
-        [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-         "--inventory", str(inventory), "--plain"], capture_output=True, text=True, timeout=300)
-    print(done.stderr)
+    _, _, results = climb(ssh_pool, tmp_path, "group-fails", "fail", [1, 2, 3], 100, 1)
     with Store(store_path("group-fails", results), create=False) as store:
         runs = sorted((r.host, r.params["n"], r.status) for r in store.runs("group-fails"))
         stops = {k: json.loads(v) for k, v in store.meta_items("adaptive:").items()}
