@@ -12,7 +12,7 @@ EXTRAS   ?= dev,serve,ref
 GUIDELLM_VENV := .cache/venv-guidellm
 GUIDELLM_STAMP := $(GUIDELLM_VENV)/.installed
 
-.PHONY: setup system-deps run quickstart test lint native clean guidellm-venv
+.PHONY: setup system-deps run quickstart test lint native clean guidellm-venv checkpatch-tool
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ $(GUIDELLM_STAMP):
 	touch $@
 
 guidellm-venv: $(GUIDELLM_STAMP)
+
+# the kernel's checkpatch.pl for the driver's style test (tests/test_driver.py), under .cache/
+checkpatch-tool:
+	bash scripts/fetch-checkpatch.sh
 
 native: setup
 	$(MAKE) -C native
@@ -58,7 +62,7 @@ lint: setup
 	$(VENV)/bin/ruff check src tests bench collectors playbooks
 	$(VENV)/bin/ansible-lint --profile production playbooks roles
 
-test: setup guidellm-venv
+test: setup guidellm-venv checkpatch-tool
 	$(MAKE) lint
 	$(PY) -m pytest
 

@@ -3,7 +3,8 @@
  * (native/residency --lock, tests/test_driver.py). Fixed-width __u/__s types and explicit
  * padding so the layout is the same for every compiler and for 32/64-bit callers; the sizes
  * are asserted below and in the userspace ABI test. One file descriptor owns its regions and
- * worker CPUs: closing it (exit, crash, SIGKILL) releases every one of them. */
+ * worker CPUs: closing it (exit, crash, SIGKILL) releases every one of them.
+ */
 #ifndef PL_ABI_H
 #define PL_ABI_H
 
@@ -14,7 +15,8 @@
 #define PL_DEVICE_NAME "pseudo_lock" /* misc device: /dev/pseudo_lock */
 
 /* Classes of service the module programs (CLOS 0-3); ways: lock = low l2_ways / l3_ways bits,
- * normal = full & ~lock. */
+ * normal = full & ~lock.
+ */
 enum pl_clos {
 	PL_CLOS_DEFAULT = 0, /* L3 normal, L2 normal: everything else */
 	PL_CLOS_L2_FILL = 1, /* L3 normal, L2 locked: level-2 fill */

@@ -2,7 +2,8 @@
 /* The pure part of pseudo_lock_sram: the way layout from CPUID leaf 0x10 and the module
  * parameters, their validation and the lockable capacity. Header-only and free of kernel APIs,
  * so the module and the userspace tests (native/driver/pseudo_lock_sram/test_layout.c) compile
- * the same code. Callers supply the CPUID words and cache sizes they read. */
+ * the same code. Callers supply the CPUID words and cache sizes they read.
+ */
 #ifndef PL_LAYOUT_H
 #define PL_LAYOUT_H
 
@@ -76,7 +77,8 @@ static inline int pl_layout_errno(enum pl_layout_err e)
 }
 
 /* Lockable capacity keeps 1/8 of the reserved ways free: a fill of exactly a way's worth of
- * lines loses some to set conflicts (physical pages do not map evenly over the sets). */
+ * lines loses some to set conflicts (physical pages do not map evenly over the sets).
+ */
 static inline pl_u64 pl_lockable(pl_u64 cache_bytes, int cbm_bits, int ways, pl_u32 share)
 {
 	if (cbm_bits <= 0 || share == 0)
@@ -119,7 +121,8 @@ static inline enum pl_layout_err pl_layout_compute(const struct pl_cpuid10 *id,
 }
 
 /* The L2 mask of each CLOS (index = enum pl_clos), and the L3 mask (§6.4 of the campaign
- * notes): a level with no lock ways keeps its full mask everywhere. */
+ * notes): a level with no lock ways keeps its full mask everywhere.
+ */
 static inline void pl_clos_masks(const struct pl_layout *l, pl_u32 l2[4], pl_u32 l3[4])
 {
 	const pl_u32 l2_lock = l->l2_lock ? l->l2_lock : l->l2_full;
@@ -132,7 +135,8 @@ static inline void pl_clos_masks(const struct pl_layout *l, pl_u32 l2[4], pl_u32
 }
 
 /* Budget check of one lock request (bytes already locked on that core / node): 0 or
- * -ENOSPC; -EOPNOTSUPP where the level has no reserved ways. */
+ * -ENOSPC; -EOPNOTSUPP where the level has no reserved ways.
+ */
 static inline int pl_budget(const struct pl_layout *l, int level, pl_u64 used, pl_u64 len)
 {
 	const pl_u64 cap = level == 2 ? l->l2_lock_bytes_per_core : l->l3_lock_bytes_per_node;

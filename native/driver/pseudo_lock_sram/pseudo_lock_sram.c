@@ -142,7 +142,7 @@ static void users_put(void)
 
 static __always_inline void pl_touch(const void *p)
 {
-	(void)READ_ONCE(*(const volatile u8 *)p);
+	(void)READ_ONCE(*(const u8 *)p);
 }
 
 static __always_inline void pl_cldemote(const void *p)
@@ -162,6 +162,7 @@ static void fill_on_owner(void *info)
 
 	for (i = 0; i < r->len; i += PL_LINE)
 		clflushopt(mem + i);
+	/* the flushes done before the fill with IRQs and prefetchers off */
 	mb();
 	local_irq_save(flags);
 	rdmsrq(PL_MSR_MISC_FEATURE_CONTROL, pf);
@@ -178,6 +179,7 @@ static void fill_on_owner(void *info)
 		for (pass = 0; pass < 2; pass++) {
 			for (i = 0; i < r->len; i += PL_LINE)
 				pl_cldemote(mem + i);
+			/* each pass's demotes done before the next pass */
 			mb();
 		}
 	}
@@ -235,24 +237,29 @@ static void measure_on_owner(void *info)
 	size_t i;
 
 	m->lines = lines;
-	m->l1_l2 = m->l3 = m->dram = 0;
+	m->l1_l2 = 0;
+	m->l3 = 0;
+	m->dram = 0;
 	local_irq_save(flags);
 	rdmsrq(PL_MSR_MISC_FEATURE_CONTROL, pf);
 	wrmsrq(PL_MSR_MISC_FEATURE_CONTROL, PL_PREFETCH_OFF);
 	/* calibration on a buffer of this node: flushed = DRAM, demoted = L3, hot = L2 */
 	for (i = 0; i < PL_CAL_LINES; i++)
 		clflushopt(cal + i * PL_LINE);
+	/* every flush done before the DRAM timings */
 	mb();
 	m->cal_dram = cal_median(cal, a->hist);
 	for (i = 0; i < PL_CAL_LINES; i++)
 		pl_cldemote(cal + i * PL_LINE);
+	/* every demote done before the L3 timings */
 	mb();
 	m->cal_l3 = cal_median(cal, a->hist);
 	m->cal_l2 = cal_median(cal, a->hist);
 	thr_l2 = (m->cal_l2 + m->cal_l3) / 2;
 	thr_l3 = (m->cal_l3 + m->cal_dram) / 2;
 	/* an L3 hit moves the line to this L2; read level-3 lines in the fill CLOS and demote
-	 * each straight back, or measuring would move them out of the locked ways */
+	 * each straight back, or measuring would move them out of the locked ways
+	 */
 	if (r->level == 3) {
 		rdmsrq(PL_MSR_PQR_ASSOC, pqr);
 		wrmsr(PL_MSR_PQR_ASSOC, (u32)pqr, PL_CLOS_L3_FILL);
@@ -272,6 +279,7 @@ static void measure_on_owner(void *info)
 			m->dram++;
 	}
 	if (r->level == 3) {
+		/* every demote of the measurement done before the CLOS goes back */
 		mb();
 		wrmsrq(PL_MSR_PQR_ASSOC, pqr);
 	}
@@ -361,7 +369,8 @@ static long do_lock(struct pl_file *pf, struct pl_lock_req __user *ureq)
 	r->pages = kvcalloc(r->npages, sizeof(*r->pages), GFP_KERNEL);
 	if (!r->pages)
 		goto out_free;
-	pinned = pin_user_pages_fast(req.addr, (int)r->npages, FOLL_WRITE | FOLL_LONGTERM, r->pages);
+	pinned = pin_user_pages_fast(req.addr, (int)r->npages, FOLL_WRITE | FOLL_LONGTERM,
+				     r->pages);
 	if (pinned != (long)r->npages) {
 		if (pinned > 0)
 			unpin_user_pages(r->pages, pinned);
@@ -510,7 +519,8 @@ static int pl_release(struct inode *inode, struct file *f)
 		region_unlock(r);
 	for_each_cpu(cpu, pf->workers) {
 		if (cpu_online(cpu))
-			smp_call_function_single(cpu, clos_set, (void *)(uintptr_t)PL_CLOS_DEFAULT, 1);
+			smp_call_function_single(cpu, clos_set,
+						 (void *)(uintptr_t)PL_CLOS_DEFAULT, 1);
 		users_put();
 	}
 	mutex_unlock(&pl_mutex);
