@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -176,8 +177,10 @@ def checkpatch(*files: Path) -> subprocess.CompletedProcess:
         why = (CHECKPATCH / "unavailable").read_text().strip() if (
             CHECKPATCH / "unavailable").is_file() else "not fetched"
         pytest.skip(f"checkpatch.pl not available: {why} (bash scripts/fetch-checkpatch.sh)")
+    # run outside the checkout: in a git tree checkpatch caches its CamelCase list there
     return subprocess.run(["perl", str(tool), "--no-tree", "--show-types", "-f",
-                           *map(str, files)], capture_output=True, text=True, timeout=300)
+                           *map(str, files)], capture_output=True, text=True, timeout=300,
+                          cwd=tempfile.gettempdir())
 
 
 def test_module_sources_pass_the_kernels_checkpatch():
