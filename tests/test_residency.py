@@ -191,6 +191,9 @@ def test_held_fraction_drops_when_the_core_streams_dram(binary):
         (["--cpus", "0"], "--slice is required"),
         (["--slice", "64K", "--gap-ns", "-1"], "--gap-ns"),
         (["--slice", "64K", "--lock-ways", "12"], "only used with --lock"),
+        (["--slice", "64K", "--lock", "--lock-ways", "0"], "--lock-ways: expected 1..31"),
+        (["--slice", "64K", "--lock", "--lock-ways", "32"], "--lock-ways: expected 1..31"),
+        (["--slice", "64K", "--held-stride", "0"], "--held-stride: expected 1..64"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(binary, args, needle):
