@@ -298,30 +298,20 @@ void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_
 
 void held_classify(const held_cal* c, const char* buf, size_t bytes, held_count* out)
 {
-    const uint64_t lines = bytes / SL_CACHE_LINE / c->stride; /* the lines timed */
-    const walk w = walk_of(lines ? lines : 1);
-    uint32_t hist_n[HIST_BINS] = { 0 }; /* on the stack: 4 KiB that stay in L1 */
-    out->lines = lines;
+    hist h; /* on the stack: 4 KiB that stay in L1 */
+    hist_walk(&h, buf, bytes / SL_CACHE_LINE, c->stride, c->pad);
+    out->lines = h.total; /* the lines timed */
     out->l1 = out->l2 = out->l3 = out->dram = 0;
-    for (uint64_t i = 0; i < lines; i++) {
-        const char* p = buf + walk_at(&w, i) * c->stride * SL_CACHE_LINE;
-        const uint32_t t = time_load(p, c->pad);
-        hist_n[t < HIST_BINS ? t : HIST_BINS - 1]++;
-    }
-    uint64_t seen = 0;
-    out->p50 = 0;
     for (int b = 0; b < HIST_BINS; b++) {
         const double d = b;
         if (d <= c->t12)
-            out->l1 += hist_n[b];
+            out->l1 += h.n[b];
         else if (d <= c->t23)
-            out->l2 += hist_n[b];
+            out->l2 += h.n[b];
         else if (d <= c->t3d)
-            out->l3 += hist_n[b];
+            out->l3 += h.n[b];
         else
-            out->dram += hist_n[b];
-        if (2 * seen <= lines && 2 * (seen + hist_n[b]) > lines)
-            out->p50 = d;
-        seen += hist_n[b];
+            out->dram += h.n[b];
     }
+    out->p50 = h.total ? hist_median(&h) : 0;
 }
