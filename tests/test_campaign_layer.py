@@ -32,6 +32,7 @@ from socketlab.topology import topology_from_snapshot
 from tests.published import gnr_recorded
 from tests.published.c8i_fixture import PUBLISHED_DEVICES, fill_store, topology_facts
 from tests.published.gnr_slice_synthesized import PHASES, add_slice_runs
+from tests.support.campaign import run_quick
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "experiments" / "campaign-oct.yaml"
@@ -203,12 +204,7 @@ def real_run(tmp_path_factory) -> Path:
         "layer-slice": {"sweep": {"matrix": {"layer": ["E2B L0"], "context": [2048],
                                              "workers": [90], "gemv": ["avx"],
                                              "steps": [300]}}, "repetitions": 2}}
-    spec = root / "campaign-oct.yaml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec), "--profile", "quick", "--plain",
-                           "--results", str(root)], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return root
+    return run_quick(doc, root, "campaign-oct.yaml", timeout=900)
 
 
 def test_real_layer_run_reaches_the_report_with_verdicts(real_run):

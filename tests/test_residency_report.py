@@ -6,8 +6,6 @@ the host lacks /dev/pseudo_lock."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +21,11 @@ from socketlab.spec.hosts import host_entry
 from socketlab.spec.load import load_spec, sweep_points
 from socketlab.topology import host_facts_module, read_topology, topology_from_snapshot
 from tests.fixtures.topology import snapshot
+from tests.support.campaign import run_quick
 
 REPO = Path(__file__).resolve().parents[1]
 RESIDENCY = REPO / "experiments" / "residency.yaml"
 PUBLISHED = REPO / "experiments" / "published" / "residency-oct-2026.yaml"
-ORCHESTRATE = Path(sys.executable).parent / "orchestrate"
 NO_MODULES = ("host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded: kernel without "
               "module support)")
 
@@ -174,12 +172,7 @@ def real_run(tmp_path_factory) -> Path:
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] in keep]
     doc["profiles"]["quick"]["experiments"] = {
         k: v for k, v in doc["profiles"]["quick"]["experiments"].items() if k in keep}
-    spec = root / "residency.yaml"
-    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
-    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec), "--profile", "quick", "--plain",
-                           "--results", str(root)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return root
+    return run_quick(doc, root, "residency.yaml", timeout=600)
 
 
 def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run):

@@ -4,6 +4,8 @@ store holds, and a count of finished runs that can be read while a campaign writ
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -21,6 +23,19 @@ EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
 def write_spec(path: Path, body: dict) -> Path:
     path.write_text(yaml.safe_dump({"schema_version": 1, **body}, sort_keys=False))
     return path
+
+
+def run_quick(doc: dict, root: Path, name: str, timeout: int) -> Path:
+    """A shipped spec's document (trimmed by the caller) written to root/name and run with its
+    quick profile through `orchestrate run`, results under root; root, once it exited 0."""
+    spec = root / name
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    proc = subprocess.run([str(orchestrate), "run", str(spec), "--profile", "quick", "--plain",
+                           "--results", str(root)], capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root
 
 
 def stored(results: Path, campaign: str) -> dict:
