@@ -343,9 +343,10 @@ class Runner:
         spec = ad.from_extra(point.extra["adaptive"])
         ladder = ad.ladder_of(point.params, spec.param)
         group = self._ladder_group(point, spec.param, ladder)
-        if wait and len(group) > 1:
-            self._wait_for_step(point, spec, group)
-        stop = ad.decide(spec, self._group_steps(point, spec, ladder, group))
+        steps = self._wait_for_step(point, spec, group) if wait and len(group) > 1 else None
+        if steps is None:
+            steps = self._group_steps(point, spec, ladder, group)
+        stop = ad.decide(spec, steps)
         if stop is None:
             return None
         self.store.set_meta(ad.meta_key(point.host, point.experiment, ladder),
@@ -382,34 +383,37 @@ class Runner:
         return ad.stored_steps(self.store, self.campaign, host, point.experiment, spec, ladder,
                                expected)  # fmt: skip
 
-    def _wait_for_step(self, point: RunPoint, spec, group: list[str]) -> None:
+    def _wait_for_step(self, point: RunPoint, spec, group: list[str]) -> dict | None:
         """Until every host of the group has stored its runs of the step below the point's (or
-        the group's ladder stopped, or we are stopping); HostError if a host ended first."""
+        the group's ladder stopped, or we are stopping); HostError if a host ended first.
+        Returns the group's pooled steps as last read (None when nothing was read: the first
+        step, or stopping), so the caller decides on them without reading the store again."""
         from socketlab.spec import adaptive as ad
 
         values = sorted(spec.values)
         index = values.index(float(point.params[spec.param]))
         if index == 0:
-            return
+            return None
         below = values[index - 1]
         ladder = ad.ladder_of(point.params, spec.param)
 
-        def late() -> str:  # a host still to store its runs of the step below, or ""
+        def late() -> tuple[str, dict]:  # a host still to store the step below ("" if none)
             each = {host: self._host_steps(point, spec, ladder, host) for host in group}
-            if ad.decide(spec, _pooled(each)) is not None:
-                return ""
+            pooled = _pooled(each)
+            if ad.decide(spec, pooled) is not None:
+                return "", pooled
             for host, steps in each.items():
                 step = steps.get(below)
                 if step is not None and not step["bad"] and step["ok"] < step["expected"]:
-                    return host
-            return ""
+                    return host, pooled
+            return "", pooled
 
         deadline = time.monotonic() + TOGETHER_WAIT_S
         with self._stored:
             while self.interrupted is None:
-                host = late()
+                host, pooled = late()
                 if not host:
-                    return
+                    return pooled
                 if host in self._ended or time.monotonic() > deadline:
                     self._abandon(point)  # our peers must not wait for us at its barrier
                     raise HostError(
