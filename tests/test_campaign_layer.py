@@ -1,4 +1,4 @@
-"""campaign-oct's real-layer experiments (native/layer through `orchestrate layer-stage`) and the
+"""campaign-oct's real-layer experiments (native/layer on dumps the controller ships) and the
 report's stage tables: plans on recorded topologies, the dump cache, a real run through the store
 into the report, the verdicts of AVX-512 rows on a host without it, and the slice run's
 per-phase compute as per-core cells (recorded Granite Rapids facts + a SYNTHESIZED slice run)."""
@@ -57,8 +57,7 @@ def _gnr_entry(spec) -> dict:
 
 
 def _stage_argv(argv) -> list[str]:
-    argv = list(argv)
-    return argv[argv.index("--") + 1:]
+    return list(argv)
 
 
 def _opt(argv, name: str) -> str:
@@ -73,10 +72,11 @@ def _opt(argv, name: str) -> str:
 
 @pytest.mark.parametrize("host", ["this-machine", "c8i-metal-48xl", "gnr-kvm"])
 def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
-    """Every layer point starts with the host's python, `-m socketlab.cli layer-stage`, a shape
-    file that exists, the cache under the work folder, then the stage binary. The kernel follows
-    the recorded facts: avx2 without AVX-512 BF16, avx512 with it; AMX only where the facts
-    have AMX (the others skip with the reason)."""
+    """Every layer point runs the stage binary itself (no Python on the host) on a dump the
+    controller ships: the point names a real shape file and the dump's key, and the stage gets
+    --dump <workdir>/layer-dumps/<key>. The kernel follows the recorded facts: avx2 without
+    AVX-512 BF16, avx512 with it; AMX only where the facts have AMX (the others skip with the
+    reason)."""
     spec = load_spec(CAMPAIGN, profile="quick")
     entry = _gnr_entry(spec) if host == "gnr-kvm" else _entry(host, spec)
     entry["python"] = "/opt/py/bin/python3"
@@ -94,19 +94,21 @@ def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
     kernel = "avx512" if "avx512_bf16" in flags else "avx2"
     print(f"branch: recorded facts of {host}: avx gemv -> {kernel}")
     for p in points:
-        assert list(p.argv[:4]) == ["/opt/py/bin/python3", "-m", "socketlab.cli", "layer-stage"]
-        assert _opt(p.argv, "--cache") == "../../layer-dumps"
-        load_shape(_opt(p.argv, "--shape"))  # a real shape file: shapes are never typed here
-        stage = _stage_argv(p.argv)
+        assert "/opt/py/bin/python3" not in p.argv  # nothing of socketlab runs on the host
+        dump = p.extra["layer_dump"]
+        load_shape(dump["shape"])  # a real shape file: shapes are never typed here
+        assert dump["key"].startswith(load_shape(dump["shape"]).name + "-c")
+        stage = list(p.argv)
         assert stage[0] == "build/cc/layer"
+        assert _opt(stage, "--dump") == f"/tmp/socketlab/{host}/layer-dumps/{dump['key']}"
         want = "amx" if p.params["gemv"] == "amx" else kernel
         assert _opt(stage, "--gemv") == want, p.argv
     (slice_point, *_) = [p for p in points if p.experiment == "layer-slice"]
     stage = _stage_argv(slice_point.argv)
     assert _opt(stage, "--slice") == "0/90" and "," not in _opt(stage, "--cpus")
     assert _opt(stage, "--steps") == "5000"  # the published steps: per-core cells compare
-    e2b = [p for p in points if _opt(p.argv, "--shape") == "gemma4-e2b-l0"]
-    tiny = [p for p in points if _opt(p.argv, "--shape").startswith("tiny")]
+    e2b = [p for p in points if p.extra["layer_dump"]["shape"] == "gemma4-e2b-l0"]
+    tiny = [p for p in points if p.extra["layer_dump"]["shape"].startswith("tiny")]
     assert e2b and tiny
     counts = {e: c["runs"] for e, c in plan.counts()[host].items() if e in LAYER_EXPS}
     assert sum(counts.values()) <= 60  # small: the quick profile stays under 10 minutes
@@ -161,7 +163,7 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
     first = stage("--shape", "tiny-full", "--context", "64", "--batch", "2", "--cache",
                   str(cache), "--kv-cap", "32", "--", "/bin/echo", "ARGS")
     assert first.returncode == 0, first.stderr
-    assert "layer-stage: generated" in first.stderr
+    assert "layer dump: generated" in first.stderr
     (dump,) = [d for d in cache.iterdir() if d.is_dir()]
     assert dump.name.startswith("tiny-full-c32-b2-s1-")
     assert first.stdout.split() == ["ARGS", "--dump", str(dump.resolve()), "--ctx-repeat", "2"]

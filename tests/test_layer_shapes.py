@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -50,14 +51,30 @@ def test_gemma_shapes_give_the_published_layer_sizes(name):
 
 def test_campaign_tile_balance_reads_the_shape_files():
     """One source for each fact: campaign-oct.yaml's tile-balance experiment takes its matrices
-    from the shape files (`layer-stage --shape ... --matrices`), never from lists typed inline."""
+    from the shape files (the `layer_matrices` filter, on the controller), never from lists typed
+    inline; and the rendered --layer is the shape file's matrices."""
     text = (REPO / "experiments" / "campaign-oct.yaml").read_text()
     assert not re.findall(r"'(E[24]B L\d) 2K': '([0-9x,]+)'", text), "shapes typed inline"
     block = text[text.index("- name: tile-balance"):]
     block = block[: block.index("\n  - name:", 1)]
-    assert "--matrices" in block and "--shape" in block
+    assert "| layer_matrices" in block and "--layer" in block
     for name in ("gemma4-e2b-l0", "gemma4-e2b-l4", "gemma4-e4b-l5"):
         assert (REPO / "experiments" / "shapes" / f"{name}.yaml").is_file(), name
+    from socketlab.spec.expand import expand_points
+    from socketlab.spec.hosts import host_entry
+    from socketlab.spec.load import load_spec
+    from socketlab.topology import topology_from_snapshot
+
+    spec = load_spec(REPO / "experiments" / "campaign-oct.yaml")
+    snap = json.loads((REPO / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json").read_text())
+    plan = expand_points(spec, {"c8i": host_entry(topology_from_snapshot(snap), spec)})
+    points = [p for p in plan.points if p.experiment == "tile-balance"]
+    assert len(points) == 6
+    for p in points:
+        model, layer, _ = p.params["stage"].split(" ")
+        argv = list(p.argv)
+        want = load_shape(f"gemma4-{model.lower()}-{layer.lower()}").gemv_layer_arg()
+        assert argv[argv.index("--layer") + 1] == want
 
 
 def test_hf_config_gives_the_same_shapes():

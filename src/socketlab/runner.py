@@ -18,6 +18,7 @@ import hashlib
 import json
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from socketlab.build import BuildJob, ensure_built
 from socketlab.collect import collector_metrics, read_records
 from socketlab.errors import HostError, StoreError
 from socketlab.execute import Executor, HostBusy, HostUnreachable, make_executor
+from socketlab.execute.dumps import ship_dump
 from socketlab.execute.progress import Reporter
 from socketlab.execute.ssh import AGENT_IDLE_S
 from socketlab.fingerprint import drift
@@ -38,6 +40,7 @@ from socketlab.parse import Metric
 from socketlab.parse.jsonl import VERSION as JSONL_VERSION
 from socketlab.runkinds import Outcome, RunContext
 from socketlab.runkinds import run_point as run_kind
+from socketlab.spec.command import dump_dir
 from socketlab.spec.points import RunPoint
 from socketlab.store import COMPLETE, INTERRUPTED, RunRecord, Store
 
@@ -229,9 +232,20 @@ class Runner:
                     if time.monotonic() > deadline:
                         return
 
+    def _controller_executor(self, name: str, scratch: Path) -> Executor:
+        """Where a host's `runs_on: controller` points run: this machine, with this
+        interpreter (it has socketlab), in a work folder of its own per host."""
+        from socketlab.execute.local import LocalExecutor
+
+        ex = LocalExecutor(f"{name}.controller", python=sys.executable,
+                           **({"workroot": self.workroot} if self.workroot else {}))  # fmt: skip
+        self._open(ex, scratch / "controller")
+        return ex
+
     def _host(self, name: str, items: list[tuple[RunPoint, str]]) -> None:
         host = self.hosts[name]
         executor = make_executor(host, **({"workroot": self.workroot} if self.workroot else {}))
+        controller: Executor | None = None
         scratch = self.results_dir / ".scratch" / name
         try:
             try:
@@ -250,6 +264,7 @@ class Runner:
             self.store.clear_host_failure(self.campaign, name)  # reached and held: worked on
             manifests: dict[str, dict] = {}
             broken: dict[str, str] = {}
+            shipped: set[str] = set()  #: layer dumps this host has (socketlab.execute.dumps)
             for index, (point, key) in enumerate(items):
                 if self.interrupted is not None:  # stopping: the rest stays pending
                     break
@@ -281,10 +296,21 @@ class Runner:
                         self._abandon(point)  # its `together` group can't start without us
                         self._record_failure(point, key, f"build failed: {broken[point.build]}")
                         continue
-                    coll_dir = f"{executor.workdir}/runs/{key}/collectors"
-                    with self._in_flight(name, executor, f"{coll_dir}/target.pid", coll_dir,
+                    ex = executor
+                    if point.extra.get("runs_on") == "controller":
+                        if controller is None:
+                            controller = self._controller_executor(name, scratch)
+                        ex = controller
+                    dump = point.extra.get("layer_dump")
+                    if dump and dump["key"] not in shipped:
+                        how = ship_dump(ex, dump, dump_dir(ex.tools, dump["key"]),
+                                        log=lambda text: self.reporter.message(name, text))
+                        shipped.add(dump["key"])
+                        self.reporter.message(name, f"layer dump {dump['key']}: {how}")
+                    coll_dir = f"{ex.workdir}/runs/{key}/collectors"
+                    with self._in_flight(name, ex, f"{coll_dir}/target.pid", coll_dir,
                                          point.collectors):  # fmt: skip
-                        self._run_point(executor, point, key, manifests.get(point.build), scratch)
+                        self._run_point(ex, point, key, manifests.get(point.build), scratch)
                     self._adaptive_stop(point)  # records the stop as soon as it is known
                 except HostUnreachable as exc:
                     if not isinstance(exc, _LostAfterStore):  # never overwrite a stored run
@@ -315,6 +341,8 @@ class Runner:
                 self._ended.add(name)
                 self._stored.notify_all()
             executor.close()
+            if controller is not None:
+                controller.close()
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _make_barriers(self, todo: dict[str, list[tuple[RunPoint, str]]]) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import posixpath
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache, partial
 
 from socketlab.cpulist import CpuListLimit, format_cpulist, parse_cpulist
-from socketlab.errors import SpecError
+from socketlab.errors import SocketlabError, SpecError
+from socketlab.layer.cache import DumpRef, dump_ref
 from socketlab.limits import limit
 from socketlab.spec.kinds import PointContext, Rendered, register_kind
 from socketlab.spec.model import Experiment, Spec
@@ -20,11 +23,23 @@ class CommandTemplates:
     env: tuple[tuple[str, Field], ...]
     cpus: Field | None
     together: Field | None = None
+    #: the `layer_dump:` block's fields (shape, context, batch, seed, kv_cap), or ()
+    layer_dump: tuple[tuple[str, Field], ...] = ()
 
 
 def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
     """Compile every template of the experiment; unknown names and bad syntax fail here."""
     allowed = allowed_names(exp.sweep.names)
+    dump_block = exp.extra.get("layer_dump") or {}
+    base = f"experiments[{exp.index}]"
+    # the dump's fields see the sweep; the command sees the dump they name as `dump`
+    layer_dump = tuple(
+        (key, compile_field(spec.where(f"{base}.layer_dump.{key}"), f"{base}.layer_dump.{key}",
+                            source, allowed))
+        for key, source in dump_block.items()
+    )  # fmt: skip
+    if dump_block:
+        allowed = allowed | {"dump"}
 
     def compile_at(path: str, source: str) -> Field:
         return compile_field(spec.where(path), path, source, allowed)
@@ -37,12 +52,22 @@ def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
     together = None
     if getattr(exp, "together", None) is not None:
         together = compile_at(exp.origins["together"], exp.together)
-    return CommandTemplates(argv, env, cpus, together)
+    return CommandTemplates(argv, env, cpus, together, layer_dump)
 
 
 def render(point: PointContext) -> Rendered:
     templates: CommandTemplates = point.experiment.prepared
     spec, ctx, host, note = point.spec, point.context, point.host, point.isolation_note
+    extra: dict = {}
+    if point.experiment.extra.get("runs_on") == "controller":
+        # host-independent work on the controller (socketlab.runner): its interpreter, which
+        # has socketlab; a fresh host has only its image's python3
+        ctx = {**ctx, "python": sys.executable}
+        extra["runs_on"] = "controller"
+    if templates.layer_dump:
+        ref = _dump_ref(templates.layer_dump, ctx, spec, host, note)
+        extra["layer_dump"] = ref.as_dict()
+        ctx = {**ctx, "dump": {**ref.as_dict(), "dir": dump_dir(ctx["tools"], ref.key)}}
     argv = tuple(render_field(f, ctx, spec, host, note) for f in templates.argv)
     if not argv[0]:
         path = templates.argv[0].path
@@ -54,7 +79,6 @@ def render(point: PointContext) -> Rendered:
         text = render_field(field, ctx, spec, host, note)
         where = partial(spec.where, field.path)
         cpus = check_cpus(where, text, host, ctx.get("facts", {}))
-    extra = {}
     if templates.together is not None:
         group = render_field(templates.together, ctx, spec, host, note)
         if not group:
@@ -63,6 +87,31 @@ def render(point: PointContext) -> Rendered:
                             "group name")  # fmt: skip
         extra["together"] = group
     return Rendered(argv, env, cpus, extra)
+
+
+def dump_dir(tools: str, key: str) -> str:
+    """Where a host keeps a dump: <workdir>/layer-dumps/<key> (the runner copies it there)."""
+    return f"{posixpath.dirname(tools)}/layer-dumps/{key}"
+
+
+def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host: str,
+              note: str) -> DumpRef:  # fmt: skip
+    values: dict[str, object] = {}
+    for key, f in fields:
+        text = render_field(f, ctx, spec, host, note).strip()
+        if key == "shape":
+            values[key] = text
+            continue
+        try:
+            values[key] = int(text)
+        except ValueError:
+            raise SpecError(f"{spec.where(f.path)}: renders to {_short(text)} on host {host}; "
+                            "expected a whole number") from None
+    try:
+        return dump_ref(**values)
+    except SocketlabError as exc:
+        path = next(f.path for k, f in fields if k == "shape")
+        raise SpecError(f"{spec.where(path)}: on host {host}: {exc}") from None
 
 
 def check_cpus(where: str | Callable[[], str], text: str, host: str, facts: dict) -> str:

@@ -389,6 +389,16 @@ def _experiment(
          (base, body.get("requires"))]
     )  # fmt: skip
     extra = {"serving": body["serving"]} if "serving" in body else {}
+    if "layer_dump" in body:  # controller-generated input, shipped to the host (docs/spec.md)
+        if "dump" in sweep.names:
+            raise ctx.error(f"{base}.sweep", "parameter 'dump' would hide the layer dump's "
+                            "template name 'dump'")
+        extra["layer_dump"] = {k: str(v) for k, v in body["layer_dump"].items()}
+    if body.get("runs_on", "host") != "host":
+        if build is not None:  # a build is made on the host; the controller has none of it
+            raise ctx.error(f"{base}.runs_on", "runs_on: controller can't use a build "
+                            f"('{build}' is built on the hosts); remove one of the two")
+        extra["runs_on"] = body["runs_on"]
     if "adaptive" in body:  # an upward sweep with a stop rule (socketlab.spec.adaptive)
         from socketlab.spec.adaptive import check as check_adaptive
 

@@ -165,12 +165,25 @@ def _bounded_filter(func: Any) -> Any:
     return bounded
 
 
+def _layer_matrices_filter(shape: Any) -> str:
+    """`'gemma4-e2b-l0' | layer_matrices`: the shape's GEMV matrices as `gemv --layer` takes
+    them, read here on the controller (a host needs no shape files and no socketlab)."""
+    from socketlab.errors import SocketlabError
+    from socketlab.layer.shapes import load_shape
+
+    try:
+        return load_shape(str(shape)).gemv_layer_arg()
+    except SocketlabError as exc:
+        raise TemplateLimit(f"layer_matrices: {exc}") from None
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = _BoundedEnvironment(
         undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False
     )
     env.filters["cpulist"] = _cpulist_filter  # [2, 3, 4] -> "2-4"
     env.filters["cpus"] = _cpus_filter  # "2-4" -> [2, 3, 4]
+    env.filters["layer_matrices"] = _layer_matrices_filter  # shape -> "ROWSxCOLS,..."
     env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.filters[_STEPS_FILTER] = _steps
     return env
