@@ -128,3 +128,29 @@ def test_a_bad_shape_or_context_is_one_line_at_plan_time(tmp_path):
         text = str(bad.value)
         assert "spec.yaml:" in text and "layer_dump" in text and why in text, text
         assert "\n" not in text
+
+
+def test_stage_plan_runs_on_the_controller_and_tile_balance_needs_no_shape_on_the_host(tmp_path):
+    """campaign-oct's stage-plan (runs_on: controller) and tile-balance through `orchestrate
+    run`: stage-plan's argv starts with the orchestrator's own interpreter and it ran in the
+    controller's work folder; tile-balance's gemv got the shape's matrices rendered here."""
+    import sys
+
+    from socketlab.layer.shapes import load_shape
+    from socketlab.store import Store, store_path
+    from tests.support.campaign import run_quick
+
+    doc = yaml.safe_load((REPO / "experiments" / "campaign-oct.yaml").read_text())
+    doc["experiments"] = [e for e in doc["experiments"] if e["name"] in ("stage-plan", "tile-balance")]
+    for e in doc["experiments"]:
+        if e["name"] == "tile-balance":  # one stage, a kernel every x86 host has
+            e["sweep"] = {"matrix": {"stage": ["E2B L0 2K"], "kernel": ["avx2-bf16"]}}
+            e.pop("requires", None)
+    doc["profiles"]["quick"]["experiments"] = {}
+    root = run_quick(doc, tmp_path, "campaign-oct.yaml", timeout=600)
+    with Store(store_path("campaign-oct", root)) as store:
+        runs = {r.experiment: r for r in store.runs("campaign-oct")}
+    plan, tiles = runs["stage-plan"], runs["tile-balance"]
+    assert plan.status == "ok" and plan.argv[0] == sys.executable, plan
+    assert tiles.status == "ok", tiles
+    assert tiles.argv[tiles.argv.index("--layer") + 1] == load_shape("gemma4-e2b-l0").gemv_layer_arg()
