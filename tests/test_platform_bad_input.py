@@ -70,15 +70,17 @@ def test_s3_endpoint_that_refuses_is_one_line_exit_2():
     env = {"PATH": "/usr/bin:/bin", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "HOME": "/nonexistent"}  # fmt: skip
     url = f"http://127.0.0.1:{_closed_port()}"
-    proc = _run(sys.executable, "-m", "socketlab.platform.s3load", "--endpoint-url", url,
-                "--bucket", "b", "--prefix", "p", "--direction", "write", env=env)  # fmt: skip
+    s3load, worker = str(COLLECTORS / "platform_s3load.py"), str(COLLECTORS / "platform_worker.py")
+    proc = _run(sys.executable, "-I", s3load, "--endpoint-url", url, "--bucket", "b", "--prefix",
+                "p", "--direction", "write", env=env)  # fmt: skip
     assert proc.returncode == 2
-    assert _one_line(proc).startswith(f"s3load: S3 endpoint {url}: EndpointConnectionError")
-    worker = _run(sys.executable, "-m", "socketlab.platform.worker", "--endpoint-url", url,
-                  env=env)  # fmt: skip
-    assert worker.returncode == 2 and f"worker: S3 endpoint {url}" in _one_line(worker)
-    profile = _run(sys.executable, "-m", "socketlab.platform.s3load", "--profile", "nope",
-                   "--bucket", "b", "--prefix", "p", "--direction", "read", env=env)  # fmt: skip
+    assert _one_line(proc).startswith(
+        f"platform_s3load: S3 endpoint {url}: EndpointConnectionError")
+    refused = _run(sys.executable, "-I", worker, "--endpoint-url", url, env=env)
+    assert refused.returncode == 2
+    assert f"platform_worker: S3 endpoint {url}" in _one_line(refused)
+    profile = _run(sys.executable, "-I", s3load, "--profile", "nope", "--bucket", "b", "--prefix",
+                   "p", "--direction", "read", env=env)  # fmt: skip
     assert profile.returncode == 2 and "--profile nope: no such AWS profile" in _one_line(profile)
 
 

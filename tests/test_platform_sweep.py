@@ -1,8 +1,9 @@
 """Adaptive sweeps with a stop rule (socketlab.spec.adaptive), run for real on localhost.
 
 The worker here is SYNTHETIC on purpose: its p95 is a fixed table of workers -> ms, so the step
-where the rule breaches is known in advance (the real worker, socketlab.platform.worker, is
-exercised at the end with a rule that always holds).
+where the rule breaches is known in advance (the real worker, collectors/platform_worker.py run
+from the host's copy of collectors/ as experiments/platform.yaml runs it, is exercised at the
+end with a rule that always holds).
 """
 
 from __future__ import annotations
@@ -179,9 +180,8 @@ def test_real_worker_sweep_pinned_unpinned(tmp_path):
         "campaign": "sweep", "hosts": {"pattern": "localhost"},
         "experiments": [{
             "name": "worker",
-            "command": [sys.executable, "-m", "socketlab.platform.worker", "--workers",
-                        "{{ workers }}", "--requests", "4", "--warmup", "1",
-                        "--pinned", "{{ pinned }}"],
+            "command": "{{ python }} -I {{ tools }}/platform_worker.py --workers {{ workers }} "
+                       "--requests 4 --warmup 1 --pinned {{ pinned }}",
             "sweep": {"matrix": {"pinned": [0, 1], "workers": [1, 2]}},
             "sanity": {"required_metrics": ["latency_p95", "throughput"]},
             "adaptive": {"param": "workers", "stop": [{"metric": "latency_p95",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from socketlab.platform.tables import Data, host_vs_guest, network, s3_aggregates
+from socketlab.platform.tables import Data, host_vs_guest, network, render, s3_aggregates
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,3 +74,15 @@ def test_s3_aggregate_is_bytes_over_the_groups_span():
 
 def test_network_rows_by_streams():
     assert network(_data()) == [["4", "10.00", "6.00", "0.600"]]
+
+
+def test_a_point_not_available_on_a_host_is_listed_with_its_reason():
+    """A host tool's exit 3 (no boto3 on that host) is a row with the reason, not a gap."""
+    data = _data()
+    assert "did not run ok" not in render("platform", data)
+    why = ("exit code 3 (accepted: 0): platform_s3load: not available on this host: boto3 is "
+           "not installed (install python3-boto3)")  # fmt: skip
+    data.not_ok.append(("g1", "s3", {"direction": "read", "objects": 2}, "failed", why))
+    text = render("platform", data)
+    assert "## Points that did not run ok" in text
+    assert f"| g1 | s3 | direction=read, objects=2 | failed | {why} |" in text

@@ -26,6 +26,9 @@ class Data:
         default_factory=lambda: defaultdict(list))
     #: adaptive sweeps: (machine, experiment) -> the stop the runner recorded
     stops: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: stored runs that are not ok: (machine, experiment, params, status, reason), e.g. a host
+    #: tool's "not available on this host: boto3 is not installed" (exit 3)
+    not_ok: list[tuple[str, str, dict, str, str]] = field(default_factory=list)
 
 
 def load(store, campaign: str, results_dir: Path) -> Data:
@@ -42,7 +45,10 @@ def load(store, campaign: str, results_dir: Path) -> Data:
     for key, value in store.meta_items(META_PREFIX).items():
         machine, experiment = key.removeprefix(META_PREFIX).split(":", 2)[:2]
         data.stops[(machine, experiment)] = json.loads(value)
-    runs = {r.run_key: r for r in store.runs(campaign) if r.status == "ok"}
+    stored = store.runs(campaign)
+    runs = {r.run_key: r for r in stored if r.status == "ok"}
+    data.not_ok = [(r.host, r.experiment, dict(r.params), r.status, r.reason or "")
+                   for r in stored if r.status != "ok"]  # fmt: skip
     for row in store.metric_rows(campaign):
         run = runs.get(row["run_key"])
         if run is None:
@@ -179,6 +185,16 @@ def sweep_rows(data: Data, experiment: str = "concurrency") -> list[list[str]]:
     return rows
 
 
+def not_ok_rows(data: Data) -> list[list[str]]:
+    """Rows: machine, experiment, parameters, status, reason (one line) of each run not ok."""
+    rows = []
+    for machine, experiment, params, status, reason in data.not_ok:
+        cond = ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
+        rows.append([machine, experiment, cond, status,
+                     " ".join(reason.split()).replace("|", "/") or "-"])  # fmt: skip
+    return sorted(rows)
+
+
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     if not rows:
         return ["(no ok runs)"]
@@ -207,4 +223,8 @@ def render(campaign: str, data: Data, extra: list[str] | None = None) -> str:
     lines += ["", "## AMX: oneDNN kernel-selection verdicts", ""]
     lines += _table(["machine", "run", "precision", "verdict", "implementation", "oneDNN ISA",
                      "reason"], amx_rows(data))  # fmt: skip
+    missing = not_ok_rows(data)
+    if missing:  # e.g. "exit code 3 ...: not available on this host: <reason>" (host tools)
+        lines += ["", "## Points that did not run ok", ""]
+        lines += _table(["machine", "experiment", "parameters", "status", "reason"], missing)
     return "\n".join(lines + (extra or [])) + "\n"

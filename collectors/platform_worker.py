@@ -1,11 +1,15 @@
-"""The CPU-bound inference worker of the concurrency sweep (seed 003, section 6).
+"""The CPU-bound inference worker of the concurrency sweep (seed 003, section 6; runs on the host).
 
-``python -m socketlab.platform.worker --workers N --requests R [--pinned 0|1] [--endpoint-url URL
+``python3 -I platform_worker.py --workers N --requests R [--pinned 0|1] [--endpoint-url URL
 --bucket B ...]`` starts N worker processes at once; each serves R requests, one after another:
 read the request's input (an S3 object when an endpoint is given, else a seeded local array),
-then run a small MLP (numpy: 512 -> 2048 -> 512, batch 16, seeded weights; nothing downloaded).
-Each worker uses ``--threads`` BLAS threads, pinned to its own CPUs with ``--pinned 1`` (round robin
-over the CPUs this process may use) or free to move without it.
+then run a small MLP in pure Python (128 -> 512 -> 128 with ReLU, batch 4, ``--layers`` passes,
+seeded weights; nothing downloaded). Stdlib only, so every machine runs the same arithmetic
+whatever it has installed (no numpy or BLAS whose build or threads differ between a host and a
+guest); boto3 (the distribution's python3-boto3: run with ``-I``, not ``-S``) only when inputs
+come from S3. Python 3.9 and later. Each worker is one process on one CPU at a time: with
+``--pinned 1`` pinned to its own CPU (round robin over the CPUs this process may use), free to
+move without it.
 
 Prints JSON-lines metrics: per request ``request_latency`` (ms, dims worker and request), and
 for the whole run ``latency_p50``/``latency_p95`` (ms over every measured request), ``throughput``
@@ -13,19 +17,25 @@ for the whole run ``latency_p50``/``latency_p95`` (ms over every measured reques
 from S3. The first ``--warmup`` requests of each worker are not measured. The interface is
 open for other workers (a GPU one): anything printing these metrics fits the sweep.
 
-Exit: 0 ok; 1 a worker failed (its last stderr line); 2 bad arguments or S3 refused (one line).
+Exit: 0 ok; 1 a worker failed (its last stderr line); 2 bad arguments or S3 refused (one line);
+3 not available on this host: an endpoint is given and boto3 is not installed (one line).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
+import random
 import subprocess
 import sys
 import time
+from array import array
 
-SHAPE = (16, 512)  #: one request's input: batch x features (float32)
+BATCH, FEATURES, HIDDEN = 4, 128, 512  #: one request's input: BATCH x FEATURES (float32)
+INPUT_BYTES = BATCH * FEATURES * 4
+BOTO3_MISSING = "not available on this host: boto3 is not installed (install python3-boto3)"
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -53,12 +63,19 @@ def _s3(args: argparse.Namespace):
 
 
 def _keys(args: argparse.Namespace) -> list[str]:
-    return [f"{args.prefix}/input-{i:03d}.f32" for i in range(args.inputs)]
+    # the shape is in the name: inputs of another shape (an older worker's) are never read
+    return [f"{args.prefix}/input-{BATCH}x{FEATURES}-{i:03d}.f32" for i in range(args.inputs)]
+
+
+def _inputs(seed: int, count: int) -> list[array]:
+    """count seeded inputs, each BATCH x FEATURES float32 values (row-major)."""
+    rng = random.Random(seed)
+    return [array("f", [rng.gauss(0.0, 1.0) for _ in range(BATCH * FEATURES)])
+            for _ in range(count)]  # fmt: skip
 
 
 def stage_inputs(args: argparse.Namespace) -> None:
     """Put the inputs in the bucket once (untimed); workers only read them."""
-    import numpy as np
     from botocore.exceptions import ClientError
 
     s3 = _s3(args)
@@ -68,42 +85,71 @@ def stage_inputs(args: argparse.Namespace) -> None:
         s3.create_bucket(Bucket=args.bucket)
     listed = s3.list_objects_v2(Bucket=args.bucket, Prefix=f"{args.prefix}/")
     have = {o["Key"] for o in listed.get("Contents", [])}
-    rng = np.random.default_rng(1)
-    for key in _keys(args):
+    for key, data in zip(_keys(args), _inputs(1, args.inputs)):
         if key not in have:
-            data = rng.standard_normal(SHAPE, dtype=np.float32).tobytes()
-            s3.put_object(Bucket=args.bucket, Key=key, Body=data)
+            s3.put_object(Bucket=args.bucket, Key=key, Body=data.tobytes())
+
+
+def _weights(rng: random.Random, rows: int, cols: int) -> list[list[float]]:
+    """rows vectors of cols weights (He-scaled, so ReLU passes keep their magnitude)."""
+    scale = (2.0 / cols) ** 0.5
+    return [[rng.gauss(0.0, scale) for _ in range(cols)] for _ in range(rows)]
+
+
+def _rows(flat: array) -> list[list[float]]:
+    return [list(flat[b * FEATURES:(b + 1) * FEATURES]) for b in range(BATCH)]
+
+
+def mlp(x: list[list[float]], w1: list[list[float]], w2: list[list[float]],
+        layers: int) -> list[list[float]]:  # fmt: skip
+    """``layers`` passes of relu(x @ W1) @ W2; w1 holds W1's columns, w2 W2's."""
+    mul = operator.mul
+    for _ in range(layers):
+        h = [[max(0.0, sum(map(mul, row, col))) for col in w1] for row in x]
+        x = [[sum(map(mul, row, col)) for col in w2] for row in h]
+    return x
 
 
 def child(args: argparse.Namespace) -> int:
     """One worker: R requests, one JSON line per request on stdout."""
     if args.cpu_list:
         os.sched_setaffinity(0, {int(c) for c in args.cpu_list.split(",")})
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    w1 = rng.standard_normal((512, 2048), dtype=np.float32) / 22.6
-    w2 = rng.standard_normal((2048, 512), dtype=np.float32) / 45.2
+    rng = random.Random(0)
+    w1 = _weights(rng, HIDDEN, FEATURES)
+    w2 = _weights(rng, FEATURES, HIDDEN)
     s3 = _s3(args) if args.endpoint_url else None
     keys = _keys(args)
-    local = rng.standard_normal((args.inputs, *SHAPE), dtype=np.float32)
+    local = _inputs(1, args.inputs)
     for i in range(args.warmup + args.requests):
         t0 = time.perf_counter()
         if s3 is not None:
-            body = s3.get_object(Bucket=args.bucket, Key=keys[i % len(keys)])["Body"].read()
-            x = np.frombuffer(body, dtype=np.float32).reshape(SHAPE)
+            key = keys[i % len(keys)]
+            body = s3.get_object(Bucket=args.bucket, Key=key)["Body"].read()
+            if len(body) != INPUT_BYTES:
+                print(f"platform_worker: s3://{args.bucket}/{key}: {len(body)} bytes; expected "
+                      f"{INPUT_BYTES} ({BATCH}x{FEATURES} float32)", file=sys.stderr)  # fmt: skip
+                return 1
+            flat = array("f")
+            flat.frombytes(body)
         else:
-            x = local[i % args.inputs]
+            flat = local[i % args.inputs]
         t1 = time.perf_counter()
-        for _ in range(args.layers):  # the CPU-bound part: a few MLP passes per request
-            h = np.maximum(x @ w1, 0.0)
-            x = (h @ w2).astype(np.float32)
+        y = mlp(_rows(flat), w1, w2, args.layers)  # the CPU-bound part
         t2 = time.perf_counter()
         if i >= args.warmup:
+            check = sum(abs(v) for row in y for v in row) / (BATCH * FEATURES)
             print(json.dumps({"i": i - args.warmup, "t_start": time.time() - (t2 - t0),
                               "latency_ms": (t2 - t0) * 1e3, "s3_ms": (t1 - t0) * 1e3,
-                              "check": float(np.abs(x).mean())}), flush=True)  # fmt: skip
+                              "check": check}), flush=True)  # fmt: skip
     return 0
+
+
+def _interpreter() -> list[str]:
+    """This interpreter with the flags it runs under (-I, -S), for the worker children."""
+    flags = ["-I"] if sys.flags.isolated else []
+    if sys.flags.no_site:
+        flags.append("-S")
+    return [sys.executable, *flags]
 
 
 def parent(args: argparse.Namespace) -> int:
@@ -113,22 +159,18 @@ def parent(args: argparse.Namespace) -> int:
         try:
             stage_inputs(args)
         except (BotoCoreError, ClientError) as exc:
-            print(f"worker: S3 endpoint {args.endpoint_url}: {type(exc).__name__}: "
+            print(f"platform_worker: S3 endpoint {args.endpoint_url}: {type(exc).__name__}: "
                   f"{exc}".splitlines()[0], file=sys.stderr)  # fmt: skip
             return 2
     cpus = sorted(os.sched_getaffinity(0))
-    env = {**os.environ, **{v: str(args.threads) for v in (
-        "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}  # fmt: skip
     procs = []
-    base = [sys.executable, "-m", "socketlab.platform.worker", "--child",
-            *_forward(args)]  # fmt: skip
+    base = [*_interpreter(), os.path.abspath(__file__), "--child", *_forward(args)]
     for w in range(args.workers):
         argv = list(base)
         if args.pinned:
-            mine = [cpus[(w * args.threads + t) % len(cpus)] for t in range(args.threads)]
-            argv += ["--cpu-list", ",".join(map(str, mine))]
+            argv += ["--cpu-list", str(cpus[w % len(cpus)])]
         procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env))  # fmt: skip
+                                      text=True))  # fmt: skip
     latencies, s3_ms, starts, ends, failed = [], [], [], [], ""
     for w, proc in enumerate(procs):
         out, err = proc.communicate()
@@ -173,14 +215,14 @@ def _forward(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="worker", description=__doc__)
+    p = argparse.ArgumentParser(prog="platform_worker", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--requests", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--layers", type=int, default=4, help="MLP passes per request")
-    p.add_argument("--threads", type=int, default=1, help="BLAS threads per worker")
     p.add_argument("--pinned", type=int, choices=[0, 1], default=0,
-                   help="1: pin each worker to its own CPUs (a sweep parameter)")
+                   help="1: pin each worker to its own CPU (a sweep parameter)")
     p.add_argument("--inputs", type=int, default=8)
     p.add_argument("--prefix", default="socketlab-worker")
     p.add_argument("--endpoint-url", default="")
@@ -191,9 +233,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cpu-list", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.workers < 1 or args.requests < 1 or args.threads < 1:
-        print("worker: --workers, --requests and --threads must be at least 1", file=sys.stderr)
+    if args.workers < 1 or args.requests < 1 or args.layers < 1 or args.inputs < 1:
+        print("platform_worker: --workers, --requests, --layers and --inputs must be at least 1",
+              file=sys.stderr)  # fmt: skip
         return 2
+    if args.endpoint_url:
+        try:
+            import boto3  # noqa: F401 - the distribution's python3-boto3 (with botocore)
+        except ImportError:
+            print(f"platform_worker: {BOTO3_MISSING}", file=sys.stderr)
+            return 3
     return child(args) if args.child else parent(args)
 
 

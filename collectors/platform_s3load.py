@@ -1,15 +1,17 @@
 """One S3 client's read or write throughput, for the aggregate of N simultaneous clients.
 
-``python -m socketlab.platform.s3load --endpoint-url URL --profile P --bucket B --prefix X
---direction read|write --size-mib 8 --objects 4 --group hosts`` runs on a host (its Python
-needs boto3 and socketlab). Clients on N hosts start together (the spec's ``together``); each
-prints the bytes it moved and its own start and end (unix seconds), so the aggregate is
-sum(bytes) / (last end - first start) over the group (socketlab.platform.tables), not a sum of
-per-client rates that may not have overlapped.
+``python3 -I platform_s3load.py --endpoint-url URL --profile P --bucket B --prefix X
+--direction read|write --size-mib 8 --objects 4 --group hosts`` runs on a host: the stdlib and
+boto3, which is the distribution's package there (python3-boto3, in the system site-packages:
+run it with ``-I``, not ``-S``); Python 3.9 and later. Clients on N hosts start together (the
+spec's ``together``); each prints the bytes it moved and its own start and end (unix seconds),
+so the aggregate is sum(bytes) / (last end - first start) over the group
+(socketlab.platform.tables), not a sum of per-client rates that may not have overlapped.
 
 Reads fetch objects the client wrote under its prefix; a read finding none writes them first
 (untimed). Exit: 0 ok; 2 the endpoint refused, the profile is unknown or the bucket is not
-usable (one line naming the endpoint or profile); 3 boto3 missing.
+usable (one line naming the endpoint or profile); 3 not available on this host: boto3 is not
+installed (one line).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import json
 import os
 import sys
 import time
+
+BOTO3_MISSING = "not available on this host: boto3 is not installed (install python3-boto3)"
 
 
 def _emit(name: str, value: float, unit: str, **dims) -> None:
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         s3 = _client(args)
     except ProfileNotFound:
-        print(f"s3load: --profile {args.profile}: no such AWS profile", file=sys.stderr)
+        print(f"platform_s3load: --profile {args.profile}: no such AWS profile", file=sys.stderr)
         return 2
     size = int(args.size_mib * 2**20)
     keys = [f"{args.prefix}/obj-{i:04d}" for i in range(args.objects)]
@@ -71,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         t_end = time.time()
     except (BotoCoreError, ClientError) as exc:
         where = args.endpoint_url or "the profile's endpoint"
-        print(f"s3load: S3 endpoint {where}: {type(exc).__name__}: {exc}".splitlines()[0],
+        print(f"platform_s3load: S3 endpoint {where}: {type(exc).__name__}: {exc}".splitlines()[0],
               file=sys.stderr)  # fmt: skip
         return 2
     dims = {"direction": args.direction, "group": args.group}
@@ -84,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="s3load", description=__doc__)
+    p = argparse.ArgumentParser(prog="platform_s3load", description=__doc__)
     p.add_argument("--endpoint-url", default="", help="AWS-compatible endpoint (default: AWS's)")
     p.add_argument("--profile", default="", help="AWS profile (credentials, region)")
     p.add_argument("--region", default="")
@@ -99,9 +103,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--group", default="", help="the simultaneous group, stored as a dimension")
     args = p.parse_args(argv)
     try:
-        import boto3  # noqa: F401
+        import boto3  # noqa: F401 - the distribution's python3-boto3 (with botocore)
     except ImportError:
-        print("not available on this host: boto3 is not installed", file=sys.stderr)
+        print(f"platform_s3load: {BOTO3_MISSING}", file=sys.stderr)
         return 3
     # boto3 reads these when the session is made; empty means "the usual places"
     if args.aws_config:
