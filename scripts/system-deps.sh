@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(
   openssh-server openssh-client iproute2 rsync procps   # sshd test hosts in network namespaces
+  mmdebstrap                                             # pristine test hosts' image (tests/support/pristine.py)
   build-essential clang-16 make                          # native/ with gcc and clang
   libsimde-dev                                           # native/ AVX-512 kernels on SIMDe (test-only builds)
   likwid sysbench fio iperf3 numactl hwloc               # reference tools and platform suite
