@@ -139,18 +139,34 @@ def runner(tmp_path, kernel_knobs_lock):
 
 @pytest.fixture
 def flipped_vm_knobs(kernel_knobs_lock):
-    """THP=always and numa_balancing=1 for the test, so isolation has them to change and
-    restore has them to put back; the machine's own values come back afterwards."""
-    original = {p: _read(p) for p in (THP, NUMA_BALANCING) if p.exists()}
+    """THP=always, numa_balancing=1 and the unbound workqueues on every online CPU for the
+    test, so isolation has them to change and restore has them to put back; the machine's own
+    values come back afterwards. (The workqueue mask too: a CI machine was found with it
+    already at cpu0, so the half-way kill test saw nothing to change.)"""
+    original = {p: _read(p) for p in (THP, NUMA_BALANCING, WORKQUEUE) if p.exists()}
     with contextlib.suppress(OSError):
         THP.write_text("always\n")
     with contextlib.suppress(OSError):
         NUMA_BALANCING.write_text("1\n")
+    with contextlib.suppress(OSError):
+        WORKQUEUE.write_text(_all_online_mask() + "\n")
     yield
     for path, value in original.items():
         if path == THP:
             value = value[value.index("[") + 1 : value.index("]")]
         path.write_text(value + "\n")
+
+
+def _all_online_mask() -> str:
+    """Hex cpumask of every online CPU (the workqueue file's format)."""
+    cpus = set()
+    for part in Path("/sys/devices/system/cpu/online").read_text().strip().split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    mask = format(sum(1 << c for c in cpus), "x")
+    # the kernel's format: 32-bit groups, comma separated
+    groups = [mask[max(0, i - 8) : i] for i in range(len(mask), 0, -8)]
+    return ",".join(reversed(groups))
 
 
 def error_line(output: str) -> str:

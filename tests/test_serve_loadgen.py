@@ -96,7 +96,10 @@ def test_poisson_schedule_is_seeded_and_dispatched_on_time(tmp_path):
     got = [(r.t_sched - measured[0].t_sched) / 1e9 for r in measured]
     assert got == pytest.approx(expected, abs=1e-6)
     assert s["p99_queue_client_ms"] < 20.0
-    assert abs(s["median_ttft_ms"] - 10.0) < 1.0
+    # the server waits 10 ms before the first token, so that is a floor; the bound above is
+    # the last token's time (10 + 4 x 2 ms), what a TTFT stopped at the wrong event would read.
+    # Not tighter: CI's busy 2-vCPU guest read 11.04 ms (connection and scheduling overhead).
+    assert 10.0 <= s["median_ttft_ms"] < 18.0, s["median_ttft_ms"]
     assert s["median_ttft_sched_ms"] >= s["median_ttft_ms"]
 
 
