@@ -16,6 +16,7 @@ import yaml
 from socketlab.layer.shapes import load_shape
 from socketlab.report.build import build_report
 from socketlab.report.compare import (
+    DEVIATES,
     DEVIATES_PER_CORE,
     NOT_COMPARABLE,
     REPRODUCED,
@@ -32,6 +33,7 @@ from socketlab.topology import topology_from_snapshot
 from tests.published import gnr_recorded
 from tests.published.c8i_fixture import PUBLISHED_DEVICES, fill_store, topology_facts
 from tests.published.gnr_slice_synthesized import PHASES, add_slice_runs
+from tests.support import hostclass
 from tests.support.campaign import run_quick
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,6 +42,10 @@ PUBLISHED = PUBLISHED_DIR / "sram-oct-2026.yaml"
 ORCHESTRATE = Path(sys.executable).parent / "orchestrate"
 LAYER_EXPS = ("layer-p2", "layer-p2-amx", "layer-p3", "layer-p3-long", "layer-p4",
               "layer-p4-amx", "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice")
+#: verdicts of a per-core cell judged on a host with the published core, and of a cell judged
+#: as published on the published host
+PER_CORE_KINDS = (REPRODUCED_PER_CORE, DEVIATES_PER_CORE)
+MEASURED_KINDS = (REPRODUCED, DEVIATES)
 #: the stage tables of §5.5-5.8 and §5.11 (issue 12)
 STAGE_SECTIONS = {"5.5", "5.6", "5.7", "5.8", "5.11"}
 
@@ -193,8 +199,10 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
 
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
-    """A real run of campaign-oct's layer-slice and layer-p2 points (E2B L0 2K at a few
-    steps, and the tiny shape) through `orchestrate run` on this machine."""
+    """A real run of campaign-oct's layer-slice and layer-p2 points through `orchestrate run`
+    on this machine: E2B L0 2K and the tiny shape at a few steps, and the slice at the published
+    5,000 steps x 3 repetitions (one worker of 90: about a second each), so that a host with
+    the published core gets a per-core verdict of its own measurement."""
     root = tmp_path_factory.mktemp("layer-run")
     doc = yaml.safe_load(CAMPAIGN.read_text())
     keep = {"layer-p2", "layer-slice"}
@@ -205,34 +213,52 @@ def real_run(tmp_path_factory) -> Path:
                                           "steps": [12]}, "exclude": []}, "repetitions": 1},
         "layer-slice": {"sweep": {"matrix": {"layer": ["E2B L0"], "context": [2048],
                                              "workers": [90], "gemv": ["avx"],
-                                             "steps": [300]}}, "repetitions": 2}}
+                                             "steps": [5000]}}, "repetitions": 3}}
     return run_quick(doc, root, "campaign-oct.yaml", timeout=900)
 
 
-def test_real_layer_run_reaches_the_report_with_verdicts(real_run):
-    """Host-dependent (says which branch): the stored runs join the published cells; the slice
-    cells are per core on a host with the published core, "core class differs" elsewhere, and
-    an AVX-512 row run on avx2 says "kernel differs"."""
-    rep = build_report("campaign-oct", results=real_run, spec_path=real_run / "no-spec.yaml")
+@pytest.mark.parametrize("host", hostclass.HOSTS)
+def test_real_layer_run_reaches_the_report_with_verdicts(real_run, host, tmp_path):
+    """Host-dependent, every branch on any machine (tests/support/hostclass.py): the stored runs
+    of this machine judged under its own facts and under each recorded host's. The slice cells
+    are per core with the published core, "core class differs" on another core, judged as
+    published on the published host; a run that recorded the avx2 kernel says "kernel differs"
+    wherever the cell is compared; the socket-level step p50 is never comparable on 2 cores."""
+    spec = load_spec(real_run / "campaign-oct.yaml", profile="quick")
+    results = hostclass.judged_as(real_run, "campaign-oct", host, spec, tmp_path)
+    rep = build_report("campaign-oct", results=results, spec_path=real_run / "no-spec.yaml")
     rows = {r.cell.id: r for r in rep.rows}
     slice_row = rows["real-layer-phases/e2b-l0-2k-worker/gateup"]
     p50 = rows["real-layer/e2b-l0-2k-avx-on/step_p50"]
-    assert slice_row.measured is not None and slice_row.measured.n == 2
+    assert slice_row.measured is not None and slice_row.measured.n == 3
     assert p50.measured is not None and p50.measured.n == 1
-    topo = json.loads(next((real_run / "campaign-oct" / "hosts").glob("*.json")).read_text())
-    flags = set(topo["topology"]["flags"])
-    intel_core = topo["topology"].get("vendor") == "GenuineIntel"
-    print(f"branch: host {topo['topology'].get('cpu_model')}, avx512_bf16="
-          f"{'avx512_bf16' in flags}, intel={intel_core}")
+    topo = hostclass.host_topology(results, "campaign-oct")
+    klass = hostclass.classify(topo, rep.published[0].host)
+    with Store(store_path("campaign-oct", real_run)) as store:
+        frame = store.metrics_frame("campaign-oct")
+    (ran,) = set(frame[frame.experiment == "layer-slice"]["dim.gemv"].dropna())
+    print(f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores): {klass}; "
+          f"slice ran {ran}: {slice_row.verdict} | step p50: {p50.verdict}")
     assert slice_row.per_core_text.startswith("7.2 → ")
-    if slice_row.kind in (REPRODUCED_PER_CORE, DEVIATES_PER_CORE):
-        assert "core class" in slice_row.verdict
-    else:
+    kernel_differs = "kernel differs: avx2 ran, avx512 published"
+    if klass == hostclass.OTHER_CORE:
         assert slice_row.kind == NOT_COMPARABLE
-        assert "core class differs" in slice_row.verdict or "core lacks" in slice_row.verdict
-    if "avx512_bf16" not in flags:
-        assert "kernel differs: avx2 ran, avx512 published" in p50.verdict
-    assert p50.kind == NOT_COMPARABLE  # a 2-core host is never the published socket
+        assert slice_row.verdict.startswith("not comparable: core class differs (")
+        assert slice_row.verdict.endswith(" vs Intel Xeon 6975P-C)")
+    elif ran == "avx2":  # the published core or host, but the portable kernel ran
+        assert slice_row.kind == NOT_COMPARABLE and kernel_differs in slice_row.verdict
+    elif klass == hostclass.PUBLISHED_CORE:
+        assert slice_row.kind in PER_CORE_KINDS, slice_row.verdict
+        assert "per core" in slice_row.verdict and "core class: " in slice_row.verdict
+    else:  # the published host: judged as published, on the measured value itself
+        assert slice_row.kind in MEASURED_KINDS and "per core" not in slice_row.verdict
+    assert p50.kind == NOT_COMPARABLE  # a 2-core run is never the published socket
+    if ran == "avx2":
+        assert kernel_differs in p50.verdict
+    want = {hostclass.OTHER_CORE: "published host is Xeon 6975P-C (96 cores)",
+            hostclass.PUBLISHED_CORE: "needs 96 cores (host has 2)",
+            hostclass.PUBLISHED_HOST: "conditions differ: workers "}[klass]
+    assert want in p50.verdict, p50.verdict
     assert not [r for r in rep.rows if "real-layer stage" in r.verdict]
 
 

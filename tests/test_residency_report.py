@@ -22,7 +22,8 @@ from socketlab.spec.hosts import host_entry
 from socketlab.spec.load import load_spec, sweep_points
 from socketlab.topology import host_facts_module, read_topology, topology_from_snapshot
 from tests.fixtures.topology import snapshot
-from tests.support.campaign import run_quick
+from tests.support import hostclass
+from tests.support.campaign import run_quick, stored
 
 REPO = Path(__file__).resolve().parents[1]
 RESIDENCY = REPO / "experiments" / "residency.yaml"
@@ -176,28 +177,50 @@ def real_run(tmp_path_factory) -> Path:
     return run_quick(doc, root, "residency.yaml", timeout=600)
 
 
-def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run):
-    """Host-dependent (prints which branch): plain AVX-512 cells are measured and not
-    comparable on any 2-core host; locked cells are not run with the reason the plan gives."""
-    rep = build_report("residency", results=real_run, spec_path=real_run / "residency.yaml")
+@pytest.mark.parametrize("host", hostclass.HOSTS)
+def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run, host, tmp_path):
+    """Host-dependent, every branch on any machine (tests/support/hostclass.py): this machine's
+    stored runs judged under its own facts and each recorded host's. Plain AVX-512 cells are
+    measured where the machine has AVX-512 and not comparable on 2 cores, with the reason the
+    host class gives (another core: the host differs; the published core: the socket's cores
+    it needs); locked cells are not run with the reason the plan gives for those facts."""
+    spec = load_spec(real_run / "residency.yaml", profile="quick")
+    results = hostclass.judged_as(real_run, "residency", host, spec, tmp_path)
+    rep = build_report("residency", results=results, spec_path=real_run / "residency.yaml")
     rows = {r.cell.id: r for r in rep.rows}
-    topo = json.loads(next((real_run / "residency" / "hosts").glob("*.json")).read_text())
-    topo = topo["topology"]
+    topo = hostclass.host_topology(results, "residency")
     devices, flags = set(topo["devices"]), set(topo["flags"])
-    print(f"branch: {topo['cpu_model']}, devices {sorted(devices)}, "
-          f"avx512f={'avx512f' in flags}")
+    klass = hostclass.classify(topo, rep.published[0].host)
+    ran = stored(real_run, "residency")
+    measured_here = any(r.experiment == "residency-avx" and r.status == "ok" for r in ran.values())
     plain = rows["p1-residency-avx/w12-1344-avx512-c/plain_bw"]
-    if {"avx512f", "avx512bw"} <= flags:
-        assert plain.measured is not None and plain.measured.n == 1
-        assert plain.kind == NOT_COMPARABLE and "published host is Xeon 6975P-C" in plain.verdict
-    else:
+    print(f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores, devices "
+          f"{sorted(devices)}): {klass}; residency-avx ran here: {measured_here}: "
+          f"{plain.verdict}")
+    if not {"avx512f", "avx512bw"} <= flags:
         assert plain.kind == NOT_RUN and "lacks CPU flags" in plain.verdict
+    elif not measured_here:  # this machine lacks AVX-512: nothing stored to judge
+        assert plain.kind == NOT_RUN and plain.measured is None
+    else:
+        assert plain.measured is not None and plain.measured.n == 1
+        assert plain.kind == NOT_COMPARABLE
+        want = {hostclass.OTHER_CORE: "not comparable: host is ",
+                hostclass.PUBLISHED_CORE: f"not comparable: needs 96 cores (host has "
+                                          f"{topo['cores']})",
+                hostclass.PUBLISHED_HOST: "not comparable: profile quick: "}[klass]
+        assert plain.verdict.startswith(want), plain.verdict
+        if klass == hostclass.OTHER_CORE:
+            assert f"({topo['cores']} cores), published host is Xeon 6975P-C (96 cores)" \
+                in plain.verdict
+        if klass == hostclass.PUBLISHED_HOST:  # the host, but not the published conditions
+            assert "conditions differ: workers 1 vs 90" in plain.verdict
     locked = [r for r in rep.rows
               if r.cell.experiment in ("residency-locked", "residency-avx-locked")]
     assert len(locked) == 44  # 11 rows x locked GB/s, slowest core, p99, held after
     if "/dev/pseudo_lock" not in devices:
         # without AVX-512 the avx-locked rows lack the flags too, and say both
-        why = re.compile(r"not run: host localhost lacks (CPU flags avx512f, avx512bw and )?"
+        who = "localhost"
+        why = re.compile(rf"not run: host {who} lacks (CPU flags [a-z0-9_, ]+ and )?"
                          r"/dev/pseudo_lock \(pseudo-lock driver not loaded")
         assert all(r.kind == NOT_RUN and why.match(r.verdict) for r in locked), \
             {r.verdict for r in locked}

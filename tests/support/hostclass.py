@@ -1,0 +1,100 @@
+"""The host-class matrix (issue 24 item 7): every host-dependent report test runs each of its
+branches on any machine, by judging the same stored runs under recorded host facts.
+
+A verdict depends on the host's facts as much as on the measured values: the same run reads
+"reproduced per core" under the facts of a guest with the published core, "core class differs"
+under an AMD guest's, and "conditions differ: workers 1 vs 90" under the published host's. So a
+test that reads the verdict of a real run builds its report once with the facts of the machine
+it ran on (the real host's branch) and once per recorded host below, with that host's facts in
+``hosts/<host>.json`` where ``orchestrate run`` wrote the real ones.
+
+| name | facts | class against the published Xeon 6975P-C |
+|---|---|---|
+| gnr-kvm-2vcpu | RECORDED: shared/recorded/gnr-kvm-2vcpu/host_facts.json (its copy in tests/published/recorded/) | the published core on 2 vCPUs |
+| zen4-kvm-2vcpu | SYNTHESIZED (tests/fixtures/topology/make_fixtures.py; no Zen 4 guest was at hand) | another core class |
+| c8i-metal-48xl | SYNTHESIZED from the published host's documentation (make_fixtures.py) | the published host |
+
+``classify`` says which class facts belong to, from the published host's core class written in
+the published file (vendor, family, per-core L1d and L2) and the model name, so the real host's
+branch is named the same way as the recorded ones.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from socketlab.spec.hosts import host_entry
+from socketlab.topology import topology_from_snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "tests" / "fixtures" / "topology"
+
+PUBLISHED_HOST = "published host"  #: the published model and core count
+PUBLISHED_CORE = "published core"  #: the published core class on fewer cores (a small guest)
+OTHER_CORE = "other core"  #: another vendor, family or per-core cache size
+
+#: recorded host -> (host_facts.py snapshot, class)
+RECORDED: dict[str, tuple[Path, str]] = {
+    "gnr-kvm-2vcpu": (REPO / "tests/published/recorded/gnr-kvm-2vcpu/host_facts.json",
+                      PUBLISHED_CORE),
+    "zen4-kvm-2vcpu": (TOPOLOGY / "zen4-kvm-2vcpu.json", OTHER_CORE),
+    "c8i-metal-48xl": (TOPOLOGY / "c8i-metal-48xl.json", PUBLISHED_HOST),
+}
+#: what a host-dependent test is parametrized with: the machine it runs on, then each recorded one
+REAL = "real host"
+HOSTS = (REAL, *RECORDED)
+
+
+def snapshot(name: str) -> dict[str, Any]:
+    return json.loads(RECORDED[name][0].read_text())
+
+
+def entry(name: str, spec) -> dict[str, Any]:
+    """hosts/<host>.json as `orchestrate run` would have written it on ``name`` for ``spec``."""
+    return host_entry(topology_from_snapshot(snapshot(name)), spec)
+
+
+def _kib(caches: Mapping[str, Any], level: str) -> int | None:
+    size = (caches.get(level) or {}).get("size_bytes")
+    return int(size) // 1024 if size is not None else None
+
+
+def classify(topology: Mapping[str, Any], published_host: Mapping[str, Any]) -> str:
+    """PUBLISHED_HOST, PUBLISHED_CORE or OTHER_CORE for topology facts (Topology.facts())."""
+    def short(model: str) -> str:
+        return " ".join(w for w in model.replace("(R)", "").split()
+                        if w.lower() not in ("intel", "processor")).lower()
+
+    if short(str(topology.get("cpu_model", ""))) == short(str(published_host["model"])):
+        if topology.get("cores") == published_host["cores"]:
+            return PUBLISHED_HOST
+        return PUBLISHED_CORE
+    core = published_host["core"]
+    caches = topology.get("caches") or {}
+    same = (topology.get("vendor") == core["vendor"]
+            and str(topology.get("family")) == str(core["family"])
+            and _kib(caches, "L1d") == core["l1d_kib"] and _kib(caches, "L2") == core["l2_kib"])
+    return PUBLISHED_CORE if same else OTHER_CORE
+
+
+def judged_as(results: Path, campaign: str, name: str, spec, into: Path) -> Path:
+    """A results folder whose campaign holds the same store, run log and spec as ``results``
+    but each host's facts replaced by recorded host ``name``'s (REAL: ``results`` itself).
+    The runs' raw folders stay where they are (the store names them by absolute path)."""
+    if name == REAL:
+        return results
+    src, dst = results / campaign, into / campaign
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("runs", ".scratch"))
+    for facts in (dst / "hosts").glob("*.json"):
+        facts.write_text(json.dumps(entry(name, spec), indent=1, sort_keys=True, default=str))
+    return into
+
+
+def host_topology(results: Path, campaign: str) -> dict[str, Any]:
+    """The topology facts the report of ``results`` judges by (its one host)."""
+    (path,) = (results / campaign / "hosts").glob("*.json")
+    return json.loads(path.read_text())["topology"]
