@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from socketlab.errors import HostError, SpecError
-from socketlab.execute.dumps import host_sums, ship_dump
+from socketlab.execute.dumps import host_links, host_sums, ship_dump
 from socketlab.execute.ssh import SshExecutor
 from socketlab.inventory import load_inventory
 from socketlab.layer.cache import MANIFEST, dump_ref, ensure_dump, manifest
@@ -53,12 +53,15 @@ def test_the_key_is_pure_and_follows_what_the_dump_depends_on():
 def test_a_dump_is_copied_once_verified_and_a_cut_copy_resumes(executor, cache):
     ref = dump_ref(**TINY).as_dict()
     local = ensure_dump(ref["shape"], ref["context"], ref["batch"], ref["seed"], cache)
-    sums = manifest(local)
+    sums = manifest(local)["files"]
+    links = manifest(local)["links"]
+    assert links  # the rows' shared weights are symlinks, shipped as symlinks
     target = f"{executor.workdir}/layer-dumps/{ref['key']}"
     how = ship_dump(executor, ref, target, cache=cache)
     print(how)
-    assert how.startswith(f"copied {len(sums)} files")
+    assert how.startswith(f"copied {len(sums)} files and {len(links)} links")
     assert host_sums(executor, target) == sums  # every file, byte for byte
+    assert host_links(executor, target) == links
     assert ship_dump(executor, ref, target, cache=cache) == "present"  # once per host
 
     # a copy cut short: the finished folder gone, half the files in .part, one of them torn

@@ -245,6 +245,11 @@ bool sl_have_avx512bf16(const char** why)
 
 bool sl_have_amx(const char** why)
 {
+#ifdef SL_NO_AMX_COMPILER
+    /* native/Makefile found no AMX in the compiler: the AMX units are placeholders */
+    *why = "the compiler that built this lacks AMX (-mamx-bf16: gcc >= 11, clang >= 14)";
+    return false;
+#endif
     const sl_features* f = sl_cpu_features();
     if (!f->amx_tile || !f->amx_bf16) {
         *why = "CPU lacks AMX-TILE/AMX-BF16 (CPUID.7.0:EDX bits 24/22)";

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 module: socketlab_host_tools
 short_description: Check the tools a socketlab campaign needs on a host
 description:
-  - Looks for each tool (gcc, make, perf, turbostat, the running kernel's headers, a Python of
+  - Looks for each tool (gcc, make, perf, turbostat, tar, find, the kernel's headers, a Python of
     at least the wanted version) and says, per distribution family, which package provides a
     missing one. Changes nothing; the host_packages role installs and records.
   - Runs on the host's python3 (3.9 and up, stdlib only).
@@ -22,10 +22,15 @@ options:
     description: ansible_distribution (Amazon, Ubuntu, Debian, ...).
     type: str
     default: ""
+  kernel:
+    description: The host's kernel release (ansible_kernel); the headers package is named after
+      it. Empty means this machine's running kernel.
+    type: str
+    default: ""
   python_min:
     description: Lowest Python version the campaign's host-side steps want, as MAJOR.MINOR.
     type: str
-    default: "3.11"
+    default: "3.9"
   record_file:
     description: Where the host_packages role records what it installed (read back here).
     type: path
@@ -51,12 +56,18 @@ missing_packages:
   type: list
   returned: always
 kernel:
-  description: The running kernel release (the headers must match it).
+  description: The kernel release the headers must match (the option, or the running one).
   type: str
+  returned: always
+python_apt:
+  description: Whether this interpreter can import apt_pkg (python3-apt), which Ansible's apt
+    module needs; the role installs it, recorded, where it is missing.
+  type: bool
   returned: always
 """
 
 import glob  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import platform  # noqa: E402
@@ -72,17 +83,18 @@ def packages(family: str, distribution: str, kernel: str, python: str) -> dict:
     if family == "RedHat":  # Amazon Linux 2023, RHEL 9 and its rebuilds, Fedora
         return {"gcc": "gcc", "make": "make", "perf": "perf", "turbostat": "kernel-tools",
                 "kernel-headers": f"kernel-devel-{kernel}", "python": f"python{python}",
-                "tar": "tar"}  # fmt: skip
+                "tar": "tar", "find": "findutils"}  # fmt: skip
     if family == "Debian" and distribution == "Ubuntu":
         tools = f"linux-tools-{kernel}"
         return {"gcc": "gcc", "make": "make", "perf": tools, "turbostat": tools,
                 "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
-                "tar": "tar"}  # fmt: skip
+                "tar": "tar", "find": "findutils"}  # fmt: skip
     if family == "Debian":
         return {"gcc": "gcc", "make": "make", "perf": "linux-perf", "turbostat": "linux-cpupower",
                 "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
-                "tar": "tar"}  # fmt: skip
-    return dict.fromkeys(("gcc", "make", "perf", "turbostat", "kernel-headers", "python", "tar"))
+                "tar": "tar", "find": "findutils"}  # fmt: skip
+    return dict.fromkeys(("gcc", "make", "perf", "turbostat", "kernel-headers", "python", "tar",
+                          "find"))
 
 
 def find_python(minimum: tuple) -> str | None:
@@ -98,7 +110,8 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={"os_family": {"type": "str", "required": True},
                        "distribution": {"type": "str", "default": ""},
-                       "python_min": {"type": "str", "default": "3.11"},
+                       "kernel": {"type": "str", "default": ""},
+                       "python_min": {"type": "str", "default": "3.9"},
                        "record_file": {"type": "path", "required": True}},
         supports_check_mode=True,
     )  # fmt: skip
@@ -109,10 +122,10 @@ def main() -> None:
             raise ValueError
     except ValueError:
         module.fail_json(msg=f"python_min {p['python_min']!r}: expected MAJOR.MINOR, e.g. 3.11")
-    kernel = platform.release()
+    kernel = p["kernel"] or platform.release()
     by_tool = packages(p["os_family"], p["distribution"], kernel, p["python_min"])
     found = {name: shutil.which(name, path=SEARCH) for name in ("gcc", "make", "perf", "turbostat",
-                                                              "tar")}  # fmt: skip
+                                                              "tar", "find")}  # fmt: skip
     build = f"/lib/modules/{kernel}/build"
     found["kernel-headers"] = build if glob.glob(os.path.join(build, "Makefile")) else None
     found["python"] = find_python(minimum)
@@ -129,8 +142,11 @@ def main() -> None:
                 record = json.load(fh)
         except (OSError, ValueError):
             record = None
+    # Ansible's apt module needs python3-apt in this interpreter; without it the module installs
+    # it itself, with its recommends and unrecorded (found on the pristine test hosts)
+    python_apt = importlib.util.find_spec("apt_pkg") is not None
     module.exit_json(changed=False, tools=tools, missing_packages=missing, kernel=kernel,
-                     record=record)  # fmt: skip
+                     record=record, python_apt=python_apt)  # fmt: skip
 
 
 if __name__ == "__main__":

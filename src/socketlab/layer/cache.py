@@ -98,30 +98,37 @@ def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
     return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key)
 
 
-def file_sums(folder: Path) -> dict[str, str]:
-    """name -> sha256 of every file of a dump folder (subfolders as a/b), manifest excluded."""
-    sums = {}
+def file_sums(folder: Path) -> dict[str, dict[str, str]]:
+    """{"files": name -> sha256, "links": name -> target} of a dump folder (subfolders as a/b;
+    the rows' weight files are symlinks to the first row's, kept as links), manifest excluded."""
+    files, links = {}, {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != MANIFEST:
+        name = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            links[name] = os.readlink(path)
+        elif path.is_file() and path.name != MANIFEST:
             digest = hashlib.sha256()
             with open(path, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
-            sums[path.relative_to(folder).as_posix()] = digest.hexdigest()
-    return sums
+            files[name] = digest.hexdigest()
+    return {"files": files, "links": links}
 
 
-def manifest(folder: Path) -> dict[str, str]:
-    """The dump's file sums, computed once and kept beside it (MANIFEST)."""
+def manifest(folder: Path) -> dict[str, dict[str, str]]:
+    """The dump's file sums and links, computed once and kept beside it (MANIFEST)."""
     path = folder / MANIFEST
     try:
-        return json.loads(path.read_text())
+        known = json.loads(path.read_text())
+        if isinstance(known, dict) and set(known) == {"files", "links"}:
+            return known
     except (OSError, ValueError):
-        sums = file_sums(folder)
-        tmp = path.with_name(f".{MANIFEST}.tmp{os.getpid()}")
-        tmp.write_text(json.dumps(sums, sort_keys=True, indent=0))
-        os.replace(tmp, path)
-        return sums
+        pass
+    sums = file_sums(folder)
+    tmp = path.with_name(f".{MANIFEST}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(sums, sort_keys=True, indent=0))
+    os.replace(tmp, path)
+    return sums
 
 
 def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path) -> Path:
