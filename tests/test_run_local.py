@@ -343,3 +343,36 @@ def test_host_lost_during_cleanup_keeps_the_stored_run(tmp_path, monkeypatch):
     assert len(runs) == 3 and statuses.count("ok") == 1, [(r.status, r.reason) for r in runs]
     failed = [r for r in runs if r.status != "ok"]
     assert all("unreachable" in r.reason for r in failed), [r.reason for r in failed]
+
+
+def test_not_available_on_this_host_is_stored_apart_and_fails_nothing(tmp_path, capsys):
+    """Exit 3 with the tools' "not available on this host: <reason>" line is a fact about the
+    host (status unavailable, the reason kept, `run` exits 0); exit 3 without it, or exit 4
+    with it, is still a failure."""
+    say = ("import sys; sys.stderr.write(sys.argv[2] + '\\n'); "
+           "raise SystemExit(int(sys.argv[1]))")  # fmt: skip
+    line = "frob: not available on this host: CPU lacks FROB (CPUID.7.0:EDX bit 99)"
+    spec = write_spec(tmp_path / "spec.yaml", {
+        "campaign": "unavail",
+        "defaults": {"timeout_s": 30, "repetitions": 1},
+        "experiments": [
+            {"name": "lacks", "command": [PY, "-c", say, "3", line]},
+        ],
+    })  # fmt: skip
+    results = tmp_path / "results"
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    (run,) = stored(results, "unavail").values()
+    assert run.status == "unavailable" and run.reason == line.split(": ", 1)[1], run.reason
+    # resumed: stored, not run again (the same record, same start)
+    assert orchestrate("run", spec, "--results", results, "--plain") == 0
+    (again,) = stored(results, "unavail").values()
+    assert again.started == run.started and again.status == "unavailable"
+
+    for code, text, name in ((3, "frob: broke", "no-line"), (4, line, "other-code")):
+        spec = write_spec(tmp_path / f"{name}.yaml", {
+            "campaign": name, "defaults": {"timeout_s": 30, "repetitions": 1},
+            "experiments": [{"name": "x", "command": [PY, "-c", say, str(code), text]}],
+        })  # fmt: skip
+        assert orchestrate("run", spec, "--results", results, "--plain") == 1, name
+        (run,) = stored(results, name).values()
+        assert run.status == "failed" and run.reason.startswith(f"exit code {code}"), run.reason

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.parse import Metric, parse_output
+from socketlab.store import UNAVAILABLE
 
 #: kind -> module with ``run(context, point) -> Outcome``
 KINDS = {"command": __name__, "serving": "socketlab.serve.campaign"}
@@ -80,6 +81,9 @@ def _verdict(point, result, errors: list[str]) -> tuple[str, str]:
         return "failed", result.stderr.strip()[-300:] or "no result"
     sanity = point.sanity
     if result.exit_code not in sanity.exit_codes:
+        said = _not_available(result)
+        if said:
+            return UNAVAILABLE, said
         tail = " | ".join(result.stderr.strip().splitlines()[-2:])
         why = f"exit code {result.exit_code} (accepted: {', '.join(map(str, sanity.exit_codes))})"
         if result.exit_code < 0:  # subprocess's -N: killed by signal N (a crash, usually)
@@ -92,6 +96,24 @@ def _verdict(point, result, errors: list[str]) -> tuple[str, str]:
         if match:
             return "failed", f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}"
     return "ok", ""
+
+
+#: the native binaries' and host tools' convention (docs/benchmarks.md): exit 3 and one line
+#: "<tool>: not available on this host: <reason>" on stderr
+NOT_AVAILABLE_EXIT = 3
+_NOT_AVAILABLE = re.compile(r"not available on this host: .*")
+
+
+def _not_available(result) -> str | None:
+    """The host's own "not available on this host: <reason>" line, when the command exited 3
+    with one; None otherwise (then a non-accepted exit code is a failure)."""
+    if result.exit_code != NOT_AVAILABLE_EXIT:
+        return None
+    for line in reversed(result.stderr.strip().splitlines()):
+        found = _NOT_AVAILABLE.search(line)
+        if found:
+            return found.group(0)[:300]
+    return None
 
 
 def _signal_name(number: int) -> str:
