@@ -18,6 +18,7 @@ from socketlab.report.build import build_report
 from socketlab.report.compare import (
     DEVIATES,
     DEVIATES_PER_CORE,
+    INCONCLUSIVE,
     NOT_COMPARABLE,
     REPRODUCED,
     REPRODUCED_PER_CORE,
@@ -44,8 +45,8 @@ LAYER_EXPS = ("layer-p2", "layer-p2-amx", "layer-p3", "layer-p3-long", "layer-p4
               "layer-p4-amx", "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice")
 #: verdicts of a per-core cell judged on a host with the published core, and of a cell judged
 #: as published on the published host
-PER_CORE_KINDS = (REPRODUCED_PER_CORE, DEVIATES_PER_CORE)
-MEASURED_KINDS = (REPRODUCED, DEVIATES)
+PER_CORE_KINDS = (REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE)
+MEASURED_KINDS = (REPRODUCED, DEVIATES, INCONCLUSIVE)
 #: the stage tables of §5.5-5.8 and §5.11 (issue 12)
 STAGE_SECTIONS = {"5.5", "5.6", "5.7", "5.8", "5.11"}
 

@@ -9,6 +9,7 @@ import pytest
 from socketlab.report.compare import (
     DEVIATES,
     DISPUTED,
+    INCONCLUSIVE,
     NOT_COMPARABLE,
     NOT_RUN,
     REPRODUCED,
@@ -153,7 +154,10 @@ def test_a_shorter_profile_is_named(tmp_path, published, c8i):
         "not comparable: profile quick: 2 reps vs 3 published")
     # published with 2 reps and no duration: the quick runs match what was published
     assert by_id["batching/e2b-l0-2k-b16-amx/us_per_token"].kind == REPRODUCED
-    assert by_id["tile-balance/e2b-l0-amx/bytes_max_over_mean"].kind == REPRODUCED
+    # published without reps: 2 are too few for a verdict (the median's interval covers it 50%)
+    tile = by_id["tile-balance/e2b-l0-amx/bytes_max_over_mean"]
+    assert tile.kind == INCONCLUSIVE and "; too few reps: 2 (a verdict needs 3: the median's " \
+        "interval from 2 covers it with 50%)" in tile.verdict
     # without a profile the same differences are plain conditions
     rows = _rows(tmp_path / "b", published, {"c8i": c8i}, recorded={"seconds": 0.2})
     r = next(r for r in rows if r.cell.id == "ladder/l2-1.5-4k-read/bw_total")
@@ -255,8 +259,10 @@ def test_verdict_edge_cases(tmp_path, c8i):
 
     def verdicts(measured: dict[tuple[str, str], float]) -> dict[str, str]:
         units = {"bw": "GB/s", "lat": "us", "irq": "1/s", "frac": "fraction"}
+        # three repetitions each (a verdict needs 3: socketlab.report.interval.MIN_REPS)
         recs = [{"experiment": "e", "host": "c8i", "metric": m, "value": v, "unit": units[m],
-                 "mode": case, "status": "ok"} for (case, m), v in measured.items()]
+                 "mode": case, "status": "ok", "run_key": f"{case}-{rep}"}
+                for (case, m), v in measured.items() for rep in range(3)]
         return {r.cell.row: r.verdict for r in compare(pub, recs, {"c8i": c8i})}
 
     v = verdicts({("zero", "lat"): 0.0, ("zero-abs", "irq"): 0.9, ("samples", "lat"): 2.6,
@@ -280,4 +286,7 @@ def test_verdict_edge_cases(tmp_path, c8i):
     }
     rows = compare(pub, [{"experiment": "e", "host": "c8i", "metric": "lat", "value": 0.3,
                           "unit": "us", "mode": "zero", "status": "ok"}], {"c8i": c8i})
-    assert next(r for r in rows if r.cell.row == "zero").ratio is None
+    one = next(r for r in rows if r.cell.row == "zero")
+    assert one.ratio is None  # and one value is not a verdict:
+    assert one.verdict == ("inconclusive: 0.3 against a published 0 (±5%, worse); too few reps: "
+                           "1 (a verdict needs 3: the median's interval from 1 covers it with 0%)")

@@ -16,19 +16,36 @@ import pytest
 
 from socketlab.report.build import build_report, write_report
 from socketlab.report.compare import (
+    DEVIATES,
     DEVIATES_PER_CORE,
     DISPUTED,
+    INCONCLUSIVE,
     NOT_COMPARABLE,
     NOT_RUN,
+    REPRODUCED,
     REPRODUCED_PER_CORE,
     compare,
 )
 from socketlab.report.coreclass import core_class
 from socketlab.report.published import PUBLISHED_DIR, load_published
 from tests.published.c8i_fixture import topology_facts
-from tests.published.gnr_recorded import CAMPAIGN, HOST, RECORDED, fill_results, host_entry
+from tests.published.gnr_recorded import (
+    CAMPAIGN,
+    HOST,
+    RECORDED,
+    fill_results,
+    host_entry,
+    noisy_results,
+    points,
+)
 
 PER_CORE = {REPRODUCED_PER_CORE, DEVIATES_PER_CORE}
+
+
+def judged_per_core(r) -> bool:
+    """Judged on per-core figures: reproduced or deviates per core, or inconclusive per core
+    (the median's interval, the reps or the probe did not allow either)."""
+    return r.kind in PER_CORE or (r.kind == INCONCLUSIVE and " per core " in r.verdict)
 #: the cells the issue names: ladder L2 at 1.0 MiB (both page modes, three kernels), the compute
 #: cells and the per-core L2 rates
 NAMED = [f"ladder/l2-1.0-{page}-{k}/bw_total" for page in ("4k", "thp")
@@ -53,7 +70,8 @@ def _report(tmp_path, **kw):
 
 @pytest.fixture(scope="module")
 def guest(tmp_path_factory):
-    return _report(tmp_path_factory.mktemp("gnr"))
+    """The recorded runs, each bracketed by quiet probe readings (gnr_recorded.probe_record)."""
+    return _report(tmp_path_factory.mktemp("gnr"), probe="quiet")
 
 
 def _by_id(report):
@@ -88,7 +106,7 @@ def test_named_cells_are_compared_per_core_with_ratios(guest):
     by_id = _by_id(guest)
     for cell_id in NAMED:
         r = by_id[cell_id]
-        assert r.kind in PER_CORE, (cell_id, r.verdict)
+        assert judged_per_core(r), (cell_id, r.verdict)
         assert r.ratio is not None and r.per_core_measured is not None
         assert r.ratio == pytest.approx(r.per_core_measured.median / r.per_core_published)
         assert "core class: vendor GenuineIntel, family 6, L1d 48 KiB, L2 2 MiB" in r.verdict
@@ -107,8 +125,12 @@ def test_named_cells_are_compared_per_core_with_ratios(guest):
     gemv = by_id["ladder/l2-1.5-thp-gemv/bw_total"]
     assert gemv.kind == DEVIATES_PER_CORE and gemv.verdict.startswith(
         "deviates per core: 0.76x of published (±5%, worse)")
+    # the AMX stream's 3 reps straddle the band's lower edge: neither reproduced nor deviates
+    amx = by_id["ladder/l2-1.0-thp-amx/bw_total"]
+    assert amx.kind == INCONCLUSIVE and "; spread: the median's interval 0.92–0.95x of " \
+        "published (75%, 3 reps) crosses the edge of the band (±5%)" in amx.verdict
     # the other L2 ladder cells are per core too; the guest's one-way latency of its two cores
-    per_core = [r for r in guest.rows if r.kind in PER_CORE]
+    per_core = [r for r in guest.rows if judged_per_core(r)]
     assert {r.cell.table for r in per_core} == {"ladder", "per-core-l2", "compute", "latency"}
     assert len([r for r in per_core if r.cell.table == "ladder"]) == 18
 
@@ -116,7 +138,7 @@ def test_named_cells_are_compared_per_core_with_ratios(guest):
 def test_socket_level_cells_say_what_is_missing(guest):
     by_id = _by_id(guest)
     measured = [r for r in guest.rows if r.measured is not None]
-    socket = [r for r in measured if r.kind not in PER_CORE and not r.cell.disputed]
+    socket = [r for r in measured if not judged_per_core(r) and not r.cell.disputed]
     assert socket and all(r.kind == NOT_COMPARABLE for r in socket)
     assert all(r.verdict.startswith("not comparable: needs ") for r in socket)
     assert by_id["ladder/l3-3-thp-read/bw_total"].verdict == (
@@ -133,16 +155,16 @@ def test_socket_level_cells_say_what_is_missing(guest):
     # per-core cells that need the published node layout: no run on this host, and they would
     # not be per core (needs)
     assert by_id["latency/core-32/one_way_latency"].kind == NOT_RUN
-    assert by_id["latency/core-1/one_way_latency"].kind in PER_CORE
+    assert judged_per_core(by_id["latency/core-1/one_way_latency"])
 
 
 def test_one_value_moved_10_percent_turns_only_its_cell(tmp_path, guest):
-    """Scaling one recorded metric by 1.1 turns its reproduced-per-core cell into deviates per
-    core, and no other verdict changes."""
+    """Scaling one recorded metric by 1.1 (quiet probes around every run) turns its
+    reproduced-per-core cell into deviates per core, and no other verdict changes."""
     target = "compute/amx-bf16-compute/flops_per_core"
     before = {r.cell.id: r.verdict for r in guest.rows}
     assert _by_id(guest)[target].kind == REPRODUCED_PER_CORE
-    moved = _report(tmp_path, scale={
+    moved = _report(tmp_path, probe="quiet", scale={
         "ladder.amx-bf16-compute.1core.jsonl:tflops_per_core_mean": 1.1})
     after = {r.cell.id: r.verdict for r in moved.rows}
     changed = {k for k in before if before[k] != after[k]}
@@ -152,9 +174,73 @@ def test_one_value_moved_10_percent_turns_only_its_cell(tmp_path, guest):
     assert r.verdict.startswith(f"deviates per core: {r.ratio:.2f}x of published (±5%, better)")
     assert r.ratio == pytest.approx(1.1 * _by_id(guest)[target].ratio)
     # the same on a ladder cell (its bw_total only: the per-core-l2 cell reads bw_per_core_mean)
-    moved = _report(tmp_path / "b", scale={"ladder.avx512-read.1M.thp.jsonl:bw_total": 1.1})
+    moved = _report(tmp_path / "b", probe="quiet",
+                    scale={"ladder.avx512-read.1M.thp.jsonl:bw_total": 1.1})
     after = {r.cell.id: r.verdict for r in moved.rows}
     assert {k for k in before if before[k] != after[k]} == {"ladder/l2-1.0-thp-read/bw_total"}
+
+
+AMX_FILE = "ladder.amx-bf16-compute.1core.jsonl"
+AMX_CELL = "compute/amx-bf16-compute/flops_per_core"
+
+
+def test_a_disturbed_probe_makes_the_same_values_inconclusive(tmp_path, guest):
+    """The recorded quiet values with a disturbed probe before their run (the noise series'
+    round 9: AMX stream 95.9 GB/s against the campaign's best 132.9) read "inconclusive: ...
+    disturbed ..." with both numbers; nothing else changes."""
+    assert _by_id(guest)[AMX_CELL].kind == REPRODUCED_PER_CORE
+    rep = _report(tmp_path, probe="quiet", disturbed=(AMX_FILE,))
+    r = _by_id(rep)[AMX_CELL]
+    assert r.kind == INCONCLUSIVE
+    assert r.verdict.startswith(f"inconclusive: per core {r.ratio:.2f}x of published (±5%")
+    assert "disturbed: 1 of 1 runs (probe amx-stream 95.89 vs quiet 132.9 GB/s (0.72x, below " \
+           "0.8x) before the run on cpu 0)" in r.verdict, r.verdict
+    before = {x.cell.id: x.verdict for x in guest.rows}
+    assert {x.cell.id for x in rep.rows if before[x.cell.id] != x.verdict} == \
+        {AMX_CELL, "compute/amx-bf16-compute/flops_total"}  # the same run's total
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.1, 0.5])
+def test_no_disturbed_run_can_deviate(tmp_path, scale):
+    """Every run disturbed, its values as recorded or moved 10 % or halved: no verdict of the
+    report is "deviates" or "deviates per core"; the measured cells are inconclusive."""
+    files = tuple(p.name for p, _, _ in points())
+    rep = _report(tmp_path, probe="quiet", disturbed=files,
+                  scale={f"{f}": scale for f in files} if scale != 1.0 else None)
+    kinds = {r.kind for r in rep.rows}
+    assert not kinds & {DEVIATES, DEVIATES_PER_CORE, REPRODUCED, REPRODUCED_PER_CORE}, kinds
+    judged = [r for r in rep.rows if r.kind == INCONCLUSIVE]
+    assert len(judged) >= 20 and all("disturbed: 1 of 1 runs" in r.verdict for r in judged)
+
+
+def test_runs_without_a_probe_on_a_guest_never_deviate(tmp_path, guest):
+    """The recorded store has no probe records (stored before the probe): on this guest (its
+    facts have the hypervisor flag) a cell outside the band is inconclusive, "not probed",
+    and a cell inside it still reproduces; on the published bare-metal host's facts the same
+    values deviate as before."""
+    rep = _report(tmp_path, scale={f"{AMX_FILE}:tflops_per_core_mean": 1.1})
+    r = _by_id(rep)[AMX_CELL]
+    assert r.kind == INCONCLUSIVE and "not probed for interference: 1 of 1 runs on this guest " \
+        "carry no probe record" in r.verdict
+    read = _by_id(rep)["ladder/l2-1.0-thp-read/bw_total"]
+    assert read.kind == REPRODUCED_PER_CORE
+    assert not [x for x in rep.rows if x.kind in (DEVIATES, DEVIATES_PER_CORE)]
+
+
+def test_the_recorded_disturbed_window_reads_inconclusive(tmp_path):
+    """The ladder and ladder-amx runs recorded at 08:51-08:55 UTC on 2026-12-03 during a
+    neighbour's load (AMX stream 1 MiB THP 37-43 GB/s where minutes before and after read
+    82-135; recorded/gnr-kvm-2vcpu-2026-12-03/README.md): they have no probe records, the guest
+    is a guest, so none of their cells deviates; the cells they measured below the band say
+    why not."""
+    results = noisy_results(tmp_path)
+    rep = build_report(CAMPAIGN, results=results, spec_path=tmp_path / "none.yaml")
+    rows = [r for r in rep.rows if r.measured is not None]
+    assert rows and not [r for r in rows if r.kind in (DEVIATES, DEVIATES_PER_CORE)]
+    amx = _by_id(rep)["ladder/l2-1.0-thp-amx/bw_total"]
+    print(f"recorded disturbed window: {amx.measured.text()}: {amx.verdict}")
+    assert amx.kind == INCONCLUSIVE and "not probed for interference" in amx.verdict
+    assert amx.measured.median < 0.5 * amx.per_core_published
 
 
 def test_amd_host_facts_say_the_core_class_differs(tmp_path):
@@ -223,10 +309,11 @@ def test_reports_show_the_per_core_column_and_count_per_core_verdicts(guest, tmp
     counts = summary(guest.rows)
     paths = write_report(guest, tmp_path, ("md", "html"))
     md, html = paths["md"].read_text(), paths["html"].read_text()
-    assert (f"{len(guest.rows)} published cells: 0 reproduced, 0 deviate, "
-            f"{counts[REPRODUCED_PER_CORE]} reproduced per core, {counts[DEVIATES_PER_CORE]} "
-            f"deviate per core, 1 disputed, {counts[NOT_COMPARABLE]} not comparable, "
-            f"{counts[NOT_RUN]} not run.") in md
+    assert f"- {len(guest.rows)} published cells.\n- Measured on gnr-kvm (Intel(R) Xeon(R) " \
+        f"Processor, 2 cores; the core class of Intel Xeon 6975P-C): {counts[REPRODUCED_PER_CORE]} " \
+        f"reproduced per core, {counts[DEVIATES_PER_CORE]} deviate per core, " \
+        f"{counts[INCONCLUSIVE]} inconclusive.\n- 1 disputed, {counts[NOT_COMPARABLE]} not " \
+        f"comparable, {counts[NOT_RUN]} not run.\n" in md
     assert counts[REPRODUCED_PER_CORE] >= 8 and counts[DEVIATES_PER_CORE] >= 4
     assert "| per core: published → measured |" in md
     assert "| L2 1.0 MiB THP AVX-512 read | 15,445 | 173.9 (173.8–174.2, n=3; threads=1) | " \

@@ -11,6 +11,14 @@ the meta record in the run's ``meta.json`` and the host facts in ``hosts/<host>.
 recorded file name, optionally ``:metric``, and a factor) and a meta field only through
 ``meta``, which the tests use to move one value or shorten the recorded runs.
 
+``probe`` adds the interference probe's readings (socketlab.report.interference) to every run,
+from the recorded noise series of the same guest class (recorded/gnr-kvm-2vcpu-2026-12-03/
+noise-series-2026-12-03.csv: direct `ladder` runs of the probe's three units on one core, 2 s
+each, 12 rounds): "quiet" brackets each run with rounds 8 and 6 (AMX stream 132.9 and 122.2
+GB/s), and the files named in ``disturbed`` get round 9 before the run (AMX stream 95.9 GB/s,
+0.72x of the campaign's best) instead. The units are those the probe exercises; the series ran
+them for 2 s, the probe for a few tens of ms.
+
 Not stored: gemv (recorded at 1,536 x 1,536 and 256 x 1,536, not campaign-oct's 2,560-column
 points), the 512 KiB ladder size (not a campaign point) and the 2-core runs.
 
@@ -19,6 +27,7 @@ points), the 512 KiB ladder size (not a campaign point) and the 2-core runs.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import sys
@@ -31,6 +40,11 @@ from socketlab.store import COMPLETE, RunRecord, Store, store_path
 from socketlab.topology import topology_from_snapshot
 
 RECORDED = Path(__file__).resolve().parent / "recorded" / "gnr-kvm-2vcpu"
+NOISE = RECORDED.parent / "gnr-kvm-2vcpu-2026-12-03" / "noise-series-2026-12-03.csv"
+#: the probe's units, by the kernel that ran them in the noise series (1 MiB, THP)
+PROBE_UNITS = {"avx512-read": "l2-read", "amx-bf16-stream": "amx-stream",
+               "avx512-bf16-gemv": "bf16-dot"}
+QUIET_ROUNDS, DISTURBED_ROUND = (8, 6), 9
 CAMPAIGN = "campaign-oct"
 HOST = "gnr-kvm"
 MIB_BY_SIZE = {"1M": 1.0, "1331K": 1.3, "1536K": 1.5, "3M": 3, "64M": 64}
@@ -84,13 +98,32 @@ def _changed(text: str, name: str, scale: dict[str, float], meta: dict[str, Any]
     return "\n".join(lines) + "\n"
 
 
+def probe_reading(round_no: int, cpu: str = "0") -> dict[str, Any]:
+    """One round of the recorded noise series as a probe reading on ``cpu``."""
+    rows = [r for r in csv.DictReader(NOISE.open()) if int(r["round"]) == round_no
+            and r["kernel"] in PROBE_UNITS and r["bytes"] == "1048576"]
+    assert len(rows) == 3, (round_no, rows)
+    h, m, sec = (int(x) for x in rows[0]["utc"].split(":"))
+    return {"at": 1796290000.0 + 3600 * h + 60 * m + sec,  # 2026-12-03, as the series' clock
+            "units": {PROBE_UNITS[r["kernel"]]: {cpu: float(r["gbps"])} for r in rows},
+            "rate_units": {PROBE_UNITS[r["kernel"]]: "GB/s" for r in rows},
+            "steal_ticks": {cpu: int(rows[0]["steal_ticks"])}}
+
+
+def probe_record(disturbed: bool) -> dict[str, Any]:
+    before = DISTURBED_ROUND if disturbed else QUIET_ROUNDS[0]
+    return {"before": probe_reading(before), "after": probe_reading(QUIET_ROUNDS[1])}
+
+
 def fill_results(results: Path, scale: dict[str, float] | None = None, host: str = HOST,
                  facts: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
-                 profile: str | None = None) -> Path:
+                 profile: str | None = None, probe: str | None = None,
+                 disturbed: tuple[str, ...] = ()) -> Path:
     """A results folder holding the recorded runs; ``scale`` maps a recorded file name (or
     ``file:metric``) to a factor on its values; ``meta`` updates every meta record; ``facts``
     replaces the host facts entry; ``profile`` is recorded in last-run.json as the profile the
-    campaign ran with. Returns the campaign dir."""
+    campaign ran with; ``probe="quiet"`` adds probe readings to every run, disturbed for the
+    files named in ``disturbed`` (module doc). Returns the campaign dir."""
     scale = scale or {}
     campaign_dir = results / CAMPAIGN
     (campaign_dir / "hosts").mkdir(parents=True, exist_ok=True)
@@ -111,10 +144,31 @@ def fill_results(results: Path, scale: dict[str, float] | None = None, host: str
                 run_key=key, campaign=CAMPAIGN, experiment=experiment, host=host, repetition=0,
                 params=params, status=COMPLETE, cpus=str(meta.get("cpus", "")),
                 build={"compiler": meta.get("compiler"), "flags": meta.get("flags")},
-                raw_dir=str(raw)), parsed.metrics)
+                raw_dir=str(raw),
+                extra={"probe": probe_record(path.name in disturbed)} if probe else {}),
+                parsed.metrics)
     if profile:
         (campaign_dir / "last-run.json").write_text(json.dumps({"profile": profile}))
     return campaign_dir
+
+
+NOISY = RECORDED.parent / "gnr-kvm-2vcpu-2026-12-03" / "ladder-noisy"
+
+
+def noisy_results(into: Path) -> Path:
+    """The recorded disturbed window (ladder-noisy: campaign-oct's ladder and ladder-amx
+    experiments run as campaign 'ladder-check', README.md beside it) as a campaign-oct results
+    folder: its store with the runs' campaign relabelled campaign-oct, and its host facts."""
+    import shutil
+    import sqlite3
+
+    dst = into / CAMPAIGN
+    shutil.copytree(NOISY, dst)
+    for path in dst.rglob("*"):
+        path.chmod(0o644 if path.is_file() else 0o755)
+    with sqlite3.connect(dst / "store.sqlite") as db:
+        db.execute("UPDATE runs SET campaign = ?", (CAMPAIGN,))
+    return into
 
 
 if __name__ == "__main__":

@@ -54,8 +54,12 @@ def slice_output(phases: dict[str, float] = PHASES, rep: int = 0) -> str:
 
 
 def add_slice_runs(results: Path, phases: dict[str, float] = PHASES, host: str = HOST,
-                   repetitions: int = 3) -> None:
-    """Store ``repetitions`` synthesized slice runs as campaign-oct's layer-slice point."""
+                   repetitions: int = 3, probe: bool = True) -> None:
+    """Store ``repetitions`` synthesized slice runs as campaign-oct's layer-slice point, each
+    with the recorded quiet probe readings around it (gnr_recorded.probe_record) unless
+    ``probe`` is False."""
+    from tests.published.gnr_recorded import probe_record
+
     campaign_dir = results / CAMPAIGN
     with Store(store_path(CAMPAIGN, results)) as store:
         for rep in range(repetitions):
@@ -69,5 +73,6 @@ def add_slice_runs(results: Path, phases: dict[str, float] = PHASES, host: str =
             (raw / "meta.json").write_text(json.dumps(parsed.meta, indent=1))
             store.add_run(RunRecord(run_key=key, campaign=CAMPAIGN, experiment="layer-slice",
                                     host=host, repetition=rep, params=dict(PARAMS),
-                                    status=COMPLETE, cpus="0", raw_dir=str(raw)),
+                                    status=COMPLETE, cpus="0", raw_dir=str(raw),
+                                    extra={"probe": probe_record(False)} if probe else {}),
                           parsed.metrics)

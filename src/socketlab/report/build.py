@@ -124,11 +124,14 @@ def run_meta(campaign_dir: Path, raw_dir: str) -> dict[str, Any]:
 
 
 def run_dicts(campaign_dir: Path, runs: list[Any]) -> list[dict[str, Any]]:
-    """Stored runs as ``compare`` takes them: status and reason, collector notes, meta record."""
+    """Stored runs as ``compare`` takes them: status and reason, collector notes, meta record,
+    the interference probe's readings around the run (socketlab.report.interference)."""
     return [{"run_key": r.run_key, "experiment": r.experiment, "host": r.host,
              "params": r.params, "status": r.status, "reason": r.reason,
              "collectors": collector_notes(campaign_dir, r.raw_dir),
-             "meta": run_meta(campaign_dir, r.raw_dir)} for r in runs]
+             "meta": run_meta(campaign_dir, r.raw_dir),
+             "probe": (r.extra or {}).get("probe") if isinstance(r.extra, dict) else None}
+            for r in runs]
 
 
 def explainer(spec_path: Path | None, profile: str | None

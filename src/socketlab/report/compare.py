@@ -22,7 +22,14 @@ Verdicts, in the order they are decided for each (cell, host):
   conditions differ: workers 93 vs 90``: the published host, but the run did not record the
   published conditions (``CONDITION_SOURCES``: what a run records of each condition). Only
   conditions both sides record are compared; the join keys already equal the run's parameters;
-- ``reproduced within tolerance`` or ``deviates: <ratio> (<tolerance>)``;
+- ``reproduced within tolerance`` or ``deviates: <ratio> (<tolerance>)`` from the interval of the
+  median over the repetitions (``socketlab.report.interval``): reproduced when it lies inside
+  the tolerance band, deviates when it lies outside and no run was disturbed
+  (``socketlab.report.interference``: the probe around each run, or on a guest a run without
+  one), ``inconclusive: ...`` otherwise, saying why (too few reps, spread, disturbed or
+  unprobed runs) with the numbers. Never "deviates" on a disturbed run;
+- a cell the stage planner recomputes from published constants (``Cell.host_independent``)
+  reads ``recomputed from published constants: ...``: arithmetic, counted apart;
 - a cell whose published figure the evidence disputes (``Cell.disputed``) reads ``published
   figure disputed: <reason>; published X vs measured Y`` on every host, never ``deviates``.
 """
@@ -36,6 +43,15 @@ from typing import Any
 
 from socketlab.report.coreclass import CoreMatch, core_class, missing_flags, short_model
 from socketlab.report.derived import derive
+from socketlab.report.interference import RunState, is_guest, run_states
+from socketlab.report.interval import (
+    INSIDE,
+    MIN_REPS,
+    OUTSIDE,
+    MedianInterval,
+    median_interval,
+    placement,
+)
 from socketlab.report.published import Cell, Published
 from socketlab.units import convert
 
@@ -49,12 +65,20 @@ REPRODUCED = "reproduced"
 DEVIATES = "deviates"
 REPRODUCED_PER_CORE = "reproduced per core"
 DEVIATES_PER_CORE = "deviates per core"
+#: measured, but the median's interval, the repetitions or the interference probe do not
+#: allow "reproduced" or "deviates" (socketlab.report.interval, socketlab.report.interference)
+INCONCLUSIVE = "inconclusive"
+#: arithmetic on published constants (the stage planner's cells): no host measured them
+RECOMPUTED = "recomputed matches"
+RECOMPUTED_DIFFERS = "recomputed differs"
 DISPUTED = "published figure disputed"
 NOT_RUN = "not run"
 NOT_COMPARABLE = "not comparable"
 #: every verdict kind, in the order the report's summary line counts them
-KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, DISPUTED, NOT_COMPARABLE,
-         NOT_RUN)
+KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE, RECOMPUTED,
+         RECOMPUTED_DIFFERS, DISPUTED, NOT_COMPARABLE, NOT_RUN)
+#: the kinds that judge a measurement of the host (the summary counts them per host)
+MEASURED_KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE)
 
 @dataclass(frozen=True)
 class Measured:
@@ -88,6 +112,8 @@ class Row:
     #: measured (per core: the value, or total / the run's workers); None where not per core
     per_core_published: float | None = None
     per_core_measured: Measured | None = None
+    #: the interval of the median the verdict was drawn from (None where none was)
+    interval: MedianInterval | None = None
 
     @property
     def per_core_text(self) -> str:
@@ -329,11 +355,116 @@ def _assess(ref: float, rng: tuple[float, float] | None, cell: Cell, median: flo
     return ok, ratio, f"{how} ({tol.text()}{direction})"
 
 
-def _judge(cell: Cell, m: Measured) -> tuple[str, str, float | None]:
+def _within(ref: float, rng: tuple[float, float] | None, cell: Cell, x: float) -> bool:
+    return _assess(ref, rng, cell, x)[0]
+
+
+def _needed(cell: Cell) -> int:
+    """Repetitions a verdict needs: MIN_REPS, or fewer where the published figure had fewer."""
+    try:
+        published = int(cell.conditions.get("reps", MIN_REPS))
+    except (TypeError, ValueError):
+        published = MIN_REPS
+    return max(1, min(MIN_REPS, published))
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: str  #: REPRODUCED, DEVIATES or INCONCLUSIVE
+    ratio: float | None
+    how: str  #: '0.65x of published (±5%, worse)'
+    why: str = ""  #: why inconclusive, or on which runs it was decided
+    interval: MedianInterval | None = None
+
+
+def _ratio_text(ref: float, x: float) -> str:
+    return f"{x / ref:.2f}" if ref else fmt(x)
+
+
+def _decide(cell: Cell, ref: float, rng: tuple[float, float] | None, values: list[float],
+            keys: list[str], states: Mapping[str, RunState], guest: bool) -> Decision:
+    """The verdict of values against a published figure: disturbed runs do not count (the
+    rest decide when there are enough of them, else inconclusive), then the repetitions, the
+    interval of the median against the tolerance band, and on a guest the probe records."""
+    runs = list(dict.fromkeys(keys))
+    disturbed = [k for k in runs if states.get(k, RunState()).disturbed]
+    if not disturbed:
+        return _decide_quiet(cell, ref, rng, values, keys, states, guest)
+    quiet = [(v, k) for v, k in zip(values, keys, strict=True) if k not in disturbed]
+    first = states[disturbed[0]].why
+    if len(quiet) >= _needed(cell):
+        d = _decide_quiet(cell, ref, rng, [v for v, _ in quiet], [k for _, k in quiet],
+                          states, guest)
+        on = (f"on the {len({k for _, k in quiet})} undisturbed of {len(runs)} runs "
+              f"({len(disturbed)} disturbed: {first})")
+        return Decision(d.outcome, d.ratio, d.how, on + (f"; {d.why}" if d.why else ""),
+                        d.interval)
+    center = _center(cell, values)
+    _, ratio, how = _assess(ref, rng, cell, center)
+    return Decision(INCONCLUSIVE, ratio, how, f"disturbed: {len(disturbed)} of {len(runs)} "
+                    f"runs ({first})", median_interval(values))
+
+
+def _decide_quiet(cell: Cell, ref: float, rng: tuple[float, float] | None,
+                  values: list[float], keys: list[str], states: Mapping[str, RunState],
+                  guest: bool) -> Decision:
+    center = _center(cell, values)
+    _, ratio, how = _assess(ref, rng, cell, center)
+    by_median = cell.statistic == "median"
+    needed = _needed(cell) if by_median else 1
+    iv = median_interval(values) if by_median else None
+    n = len(values)
+    if n < needed:
+        return Decision(INCONCLUSIVE, ratio, how,
+                        f"too few reps: {n} (a verdict needs {needed}: the median's interval "
+                        f"from {n} covers it with {iv.level if iv else 0:.0%})", iv)
+    if iv is None:  # a mean, min or max of the runs (a chain's published means): that value
+        where = INSIDE if _within(ref, rng, cell, center) else OUTSIDE
+    else:
+        where = placement(iv, lambda x: _within(ref, rng, cell, x), ref)
+    if where == INSIDE:
+        return Decision(REPRODUCED, ratio, how, "", iv)
+    if where != OUTSIDE:
+        rel = "x of published" if ref else ""
+        return Decision(INCONCLUSIVE, ratio, how, "spread: the median's interval "
+                        f"{iv.text(lambda x: _ratio_text(ref, x), rel)} crosses the edge of the "
+                        f"band ({cell.tolerance.text()})", iv)
+    runs = list(dict.fromkeys(keys))
+    unprobed = [k for k in runs if guest and not states.get(k, RunState()).probed]
+    if unprobed:
+        return Decision(INCONCLUSIVE, ratio, how,
+                        f"not probed for interference: {len(unprobed)} of {len(runs)} runs on "
+                        "this guest carry no probe record, so a neighbour's load on the shared "
+                        "core cannot be ruled out", iv)
+    return Decision(DEVIATES, ratio, how, "", iv)
+
+
+def _center(cell: Cell, vals: list[float]) -> float:
+    return {"min": min, "max": max, "mean": statistics.fmean}.get(cell.statistic,
+                                                                 statistics.median)(vals)
+
+
+def _judge(cell: Cell, host: str, m: Measured, values: list[float], keys: list[str],
+           states: Mapping[str, RunState], guest: bool, **pc: Any) -> Row:
+    d = _decide(cell, cell.reference, cell.range, values, keys, states, guest)
+    on = f"; {d.why}" if d.why else ""
+    if d.outcome == REPRODUCED:
+        text = f"reproduced within tolerance ({cell.tolerance.text()}){on}"
+    elif d.outcome == DEVIATES:
+        text = f"deviates: {d.how}{on}"
+    else:
+        text = f"inconclusive: {d.how}{on}"
+    return Row(cell, host, m, d.ratio, d.outcome, text, interval=d.interval, **pc)
+
+
+def _recomputed(cell: Cell, host: str, m: Measured, **pc: Any) -> Row:
+    """Arithmetic on published constants (the stage planner): no interval, nothing measured."""
     ok, ratio, how = _assess(cell.reference, cell.range, cell, m.median)
     if ok:
-        return REPRODUCED, f"reproduced within tolerance ({cell.tolerance.text()})", ratio
-    return DEVIATES, f"deviates: {how}", ratio
+        return Row(cell, host, m, ratio, RECOMPUTED, "recomputed from published constants: "
+                   f"matches within tolerance ({cell.tolerance.text()})", **pc)
+    return Row(cell, host, m, ratio, RECOMPUTED_DIFFERS,
+               f"recomputed from published constants: {how}", **pc)
 
 
 def compare(
@@ -363,6 +494,7 @@ def compare(
     skip_reason = {(h, e): r for h, e, r in skips}
     all_runs = list(runs)
     meta = {str(r["run_key"]): r.get("meta") or {} for r in all_runs if r.get("run_key")}
+    states = run_states(all_runs)  # disturbed or not, from the interference probe
     host_names = sorted(hosts) or sorted({str(r["host"]) for r in records if r.get("host")})
     rows: list[Row] = []
     for cell in published.cells:
@@ -372,7 +504,7 @@ def compare(
             continue
         for host in host_names:
             rows.append(_row(published, cell, host, hosts.get(host, {}), records, skip_reason,
-                             all_runs, explain, meta, profile))
+                             all_runs, explain, meta, profile, states))
     return rows
 
 
@@ -391,6 +523,8 @@ def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None
             continue
         if str(run.get("status", "")).lower() not in GOOD_STATUSES:
             reason = str(run.get("reason") or "").strip()
+            if run.get("status") == "unavailable" and reason:  # the host's own words say it
+                return reason
             return f"{run.get('status')}" + (f": {reason}" if reason else "")
         why = (run.get("collectors") or {}).get(collector) if collector else None
         if why:
@@ -402,9 +536,10 @@ def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
          records: list[dict[str, Any]], skip_reason: Mapping[tuple[str, str], str],
          runs: list[Mapping[str, Any]] = (),
          explain: Callable[[Cell, str], str | None] | None = None,
-         meta: Mapping[str, Mapping[str, Any]] | None = None, profile: str | None = None) -> Row:
+         meta: Mapping[str, Mapping[str, Any]] | None = None, profile: str | None = None,
+         states: Mapping[str, RunState] | None = None) -> Row:
     row = _plain_row(published, cell, host, facts, records, skip_reason, runs, explain, meta,
-                     profile)
+                     profile, states or {})
     return _disputed(row) if cell.disputed else row
 
 
@@ -413,7 +548,8 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
                runs: list[Mapping[str, Any]] = (),
                explain: Callable[[Cell, str], str | None] | None = None,
                meta: Mapping[str, Mapping[str, Any]] | None = None,
-               profile: str | None = None) -> Row:
+               profile: str | None = None, states: Mapping[str, RunState] | None = None) -> Row:
+    states = states or {}
     topo = facts.get("topology", facts) if isinstance(facts, Mapping) else {}
     if cell.unmeasured or not cell.experiment:
         return Row(cell, host, None, None, NOT_RUN, f"not run: {cell.unmeasured}")
@@ -433,9 +569,12 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
         return Row(cell, host, m, None, NOT_COMPARABLE,
                    f"not comparable: measured in {unit}, published in {cell.unit}")
     vals = [float(v) for v in converted if v is not None]
+    keys = [str(r.get("run_key")) for r in counted]
     m = _measured(cell, vals, dims)
-    per_core = _per_core_measured(cell, vals, counted, meta or {}, dims)
+    per_values = _per_core_values(cell, vals, counted, meta or {})
+    per_core = _measured(cell, per_values, dims) if per_values else None
     pc = {"per_core_published": cell.per_core_reference, "per_core_measured": per_core}
+    guest = bool(topo) and is_guest(topo)
     diff = host_difference(published.host, topo) if topo else "host facts are missing"
     if cell.host_independent:  # arithmetic on published constants: every host computes it
         diff = None
@@ -444,7 +583,8 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
         match = core_class(published.host, topo)
         if cell.per_core is not None and match.matches and not unmet_needs(cell, published.host,
                                                                            topo):
-            return _per_core_row(cell, host, m, per_core, match, conditions, profile, topo)
+            return _per_core_row(cell, host, m, per_core, match, conditions, profile, topo,
+                                 per_values, keys, states, guest)
         if cell.per_core is not None and not match.matches:  # nothing else matters then
             return Row(cell, host, m, None, NOT_COMPARABLE,
                        f"not comparable: core class differs ({match.differs})", **pc)
@@ -456,25 +596,24 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
     if reasons:  # a ratio against another machine's number, or other conditions, would mislead
         return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
                    **pc)
-    kind, verdict, ratio = _judge(cell, m)
-    return Row(cell, host, m, ratio, kind, verdict, **pc)
+    if cell.host_independent:
+        return _recomputed(cell, host, m, **pc)
+    return _judge(cell, host, m, vals, keys, states, guest, **pc)
 
 
 def _measured(cell: Cell, vals: list[float], dims: dict[str, Any]) -> Measured:
-    center = {"min": min, "max": max, "mean": statistics.fmean}.get(cell.statistic,
-                                                                    statistics.median)(vals)
-    return Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
+    return Measured(_center(cell, vals), min(vals), max(vals), len(vals), cell.unit, dims)
 
 
-def _per_core_measured(cell: Cell, vals: list[float], counted: list[Mapping[str, Any]],
-                       meta: Mapping[str, Mapping[str, Any]], dims: dict[str, Any]
-                       ) -> Measured | None:
-    """The measured per-core figure: the value of a per-core metric, or each run's total over
-    the workers that run recorded (None when a run did not record them)."""
+def _per_core_values(cell: Cell, vals: list[float], counted: list[Mapping[str, Any]],
+                     meta: Mapping[str, Mapping[str, Any]]) -> list[float] | None:
+    """The measured per-core figures, one per counted value: the value of a per-core metric,
+    or each run's total over the workers that run recorded (None when a run did not record
+    them)."""
     if cell.per_core is None:
         return None
     if cell.per_core.basis == "given":
-        return _measured(cell, vals, dims)
+        return list(vals)
     key = cell.per_core.divide_by or "workers"
     per: list[float] = []
     for v, r in zip(vals, counted, strict=True):
@@ -486,7 +625,7 @@ def _per_core_measured(cell: Cell, vals: list[float], counted: list[Mapping[str,
         if n <= 0:
             return None
         per.append(v / n)
-    return _measured(cell, per, dims)
+    return per
 
 
 def unmet_needs(cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str, Any]
@@ -516,7 +655,9 @@ def unmet_needs(cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str
 
 def _per_core_row(cell: Cell, host: str, m: Measured, per_core: Measured | None,
                   match: CoreMatch, conditions: list[tuple[str, str, str]],
-                  profile: str | None, topo: Mapping[str, Any]) -> Row:
+                  profile: str | None, topo: Mapping[str, Any],
+                  per_values: list[float] | None = None, keys: list[str] | None = None,
+                  states: Mapping[str, RunState] | None = None, guest: bool = False) -> Row:
     """A per-core cell on a host with the published core: judged on the per-core figures."""
     pc_ref = cell.per_core_reference
     pc = {"per_core_published": pc_ref, "per_core_measured": per_core}
@@ -540,14 +681,22 @@ def _per_core_row(cell: Cell, host: str, m: Measured, per_core: Measured | None,
     if reasons:
         return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
                    **pc)
-    ok, ratio, how = _assess(pc_ref, cell.per_core_range, cell, per_core.median)
+    d = _decide(cell, pc_ref, cell.per_core_range, per_values or [per_core.median],
+                keys or [""], states or {}, guest)
     flags = [*cell.requires, *cell.per_core.flags]
     basis = match.basis + (f", flags {' '.join(flags)}" if flags else "")
-    if ok:
-        return Row(cell, host, m, ratio, REPRODUCED_PER_CORE, "reproduced per core within "
-                   f"tolerance ({cell.tolerance.text()}; core class: {basis})", **pc)
-    return Row(cell, host, m, ratio, DEVIATES_PER_CORE,
-               f"deviates per core: {how}; core class: {basis}", **pc)
+    on = f"; {d.why}" if d.why else ""
+    if d.outcome == REPRODUCED:
+        return Row(cell, host, m, d.ratio, REPRODUCED_PER_CORE, "reproduced per core within "
+                   f"tolerance ({cell.tolerance.text()}; core class: {basis}){on}",
+                   interval=d.interval, **pc)
+    if d.outcome == DEVIATES:
+        return Row(cell, host, m, d.ratio, DEVIATES_PER_CORE,
+                   f"deviates per core: {d.how}{on}; core class: {basis}", interval=d.interval,
+                   **pc)
+    return Row(cell, host, m, d.ratio, INCONCLUSIVE,
+               f"inconclusive: per core {d.how}{on}; core class: {basis}", interval=d.interval,
+               **pc)
 
 
 def _float(text: str) -> float | None:
@@ -578,7 +727,7 @@ def _disputed(row: Row) -> Row:
     parts.append(f"a correct figure: {d.correct}")
     ratio = meas.median / pub if meas is not None and pub else None
     return Row(row.cell, row.host, row.measured, ratio, DISPUTED, "; ".join(parts),
-               row.per_core_published, row.per_core_measured)
+               row.per_core_published, row.per_core_measured, row.interval)
 
 
 def summary(rows: Iterable[Row]) -> dict[str, int]:

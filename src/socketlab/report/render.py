@@ -18,8 +18,12 @@ from socketlab.report.compare import (
     DEVIATES,
     DEVIATES_PER_CORE,
     DISPUTED,
+    INCONCLUSIVE,
+    MEASURED_KINDS,
     NOT_COMPARABLE,
     NOT_RUN,
+    RECOMPUTED,
+    RECOMPUTED_DIFFERS,
     REPRODUCED,
     REPRODUCED_PER_CORE,
     SCALE_DIMS,
@@ -57,14 +61,40 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+#: how the summary names each measured kind (the host's own measurements)
+_MEASURED_WORDS = ((REPRODUCED, "reproduced"), (DEVIATES, "deviate"),
+                   (REPRODUCED_PER_CORE, "reproduced per core"),
+                   (DEVIATES_PER_CORE, "deviate per core"), (INCONCLUSIVE, "inconclusive"))
+
+
+def _host_name(report: Report, host: str) -> str:
+    topo = (report.hosts.get(host) or {}).get("topology") or {}
+    if not topo:
+        return host
+    what = [f"{topo.get('cpu_model', '?')}, {topo.get('cores', '?')} cores"]
+    for pub in report.published:
+        if core_class(pub.host, topo).matches and topo.get("cores") != pub.host.get("cores"):
+            what.append(f"the core class of {pub.host['model']}")
+    return f"{host} ({'; '.join(dict.fromkeys(what))})"
+
+
 def _headline(report: Report) -> list[str]:
+    """What was measured on which host, apart from what was recomputed from published constants
+    (the stage planner's arithmetic) and from what was not compared: never one pooled count."""
     counts = summary(report.rows)
-    return [
-        f"{len(report.rows)} published cells: {counts[REPRODUCED]} reproduced, "
-        f"{counts[DEVIATES]} deviate, {counts[REPRODUCED_PER_CORE]} reproduced per core, "
-        f"{counts[DEVIATES_PER_CORE]} deviate per core, {counts[DISPUTED]} disputed, "
-        f"{counts[NOT_COMPARABLE]} not comparable, {counts[NOT_RUN]} not run."
-    ]
+    lines = [f"{len(report.rows)} published cells."]
+    for host in sorted({r.host for r in report.rows if r.kind in MEASURED_KINDS}):
+        by = summary(r for r in report.rows if r.host == host)
+        parts = [f"{by[k]} {word}" for k, word in _MEASURED_WORDS if by[k]]
+        lines.append(f"Measured on {_host_name(report, host)}: {', '.join(parts)}.")
+    if counts[RECOMPUTED] or counts[RECOMPUTED_DIFFERS]:
+        lines.append("Recomputed from published constants (the stage planner's arithmetic, no "
+                     f"measurement): {counts[RECOMPUTED]} match, {counts[RECOMPUTED_DIFFERS]} "
+                     "differ.")
+    rest = [f"{counts[DISPUTED]} disputed"] if counts[DISPUTED] else []
+    rest += [f"{counts[NOT_COMPARABLE]} not comparable", f"{counts[NOT_RUN]} not run"]
+    lines.append(", ".join(rest).capitalize() + ".")
+    return lines
 
 
 def _has_per_core(table: Table) -> bool:
@@ -170,7 +200,7 @@ def _md_table(table: Table, rows: list[Row]) -> list[str]:
 
 def render_markdown(report: Report) -> str:
     out = [f"# {report.campaign}: published vs measured", ""]
-    out += _headline(report) + [""]
+    out += [f"- {line}" for line in _headline(report)] + [""]
     out += ["## Provenance", ""]
     out += [f"- **{k}**: {_md_escape(v)}" for k, v in _provenance_items(report)]
     for pub in report.published:
@@ -341,7 +371,7 @@ def render_html(report: Report) -> str:
         f"<title>{_h(report.campaign)}: published vs measured</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>{_h(report.campaign)}: published vs measured</h1>",
-        f"<p class='summary'>{_h(' '.join(_headline(report)))}</p>",
+        "<p class='summary'>" + "<br>".join(_h(x) for x in _headline(report)) + "</p>",
         "<h2>Provenance</h2><dl class='prov'>",
     ]
     parts += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _provenance_items(report)]
