@@ -80,10 +80,18 @@ def client(args: argparse.Namespace) -> int:
         except ValueError:
             report = {"error": proc.stderr.strip() or "no JSON from iperf3"}
         error = report.get("error")
+        if not error and "sum_received" not in report.get("end", {}):
+            # iperf3 3.9 (Debian 11, Amazon Linux 2023) with -J: a connect that fails prints
+            # JSON with an empty "end" and no "error"; its reason goes to stderr
+            lines = proc.stderr.strip().splitlines()
+            error = lines[-1] if lines else f"iperf3 exited {proc.returncode} with no results"
         if not error:
             break
-        # the server may not listen yet: it starts at the same moment as we do
-        if "refused" not in error and "unable to connect" not in error:
+        # the server may not listen yet: it starts at the same moment as we do. Not connected
+        # is what every version says then (3.9: "unable to send control message: Bad file
+        # descriptor"; later: "unable to connect to server: Connection refused")
+        connected = (report.get("start") or {}).get("connected")
+        if connected or not ("refused" in error or "unable to" in error):
             break
         if time.monotonic() > deadline:
             break

@@ -11,6 +11,7 @@ pkgs=(
   chromium                                               # screenshot of the HTML report
   linux-perf linux-cpupower                              # perf_stat and clock_freq collectors (perf, turbostat)
   sqlite3
+  python3-boto3                                          # platform S3 tools under Debian's python3 -I (tests/test_platform_host_tools.py)
   sudo                                                   # socketlab_become: orchestrate's agent via sudo -n (tests)
   cmake ninja-build                                      # llama-cpp-python[server] source build (serving tests)
   ethtool                                                # platform suite: combined queues (ethtool -l)

@@ -213,6 +213,35 @@ def test_push_pull_round_trip_and_fleet_merge(work, env, moto):
     assert fresh["local"] == merged["local"]  # the same union, whatever the order of pulls
 
 
+def test_a_run_key_that_leaves_runs_stops_the_pull_before_anything_is_written(work, env, moto):
+    """Issue 29: a run key read from the bucket names a folder under runs/ here. A bucket that
+    says `../../escape` (tampered, or another controller's bug) stops the pull with one line,
+    before the store or any folder is made."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    _, s3 = moto
+    url, prefix = f"s3://{BUCKET}/hostile", "hostile/keys/runs/"
+    make_store(work / "ctl-h", "keys", ["h1"], seed=3)
+    assert orchestrate(work, env, "push", "keys", url, "--results", str(work / "ctl-h")
+                       ).returncode == 0  # fmt: skip
+    for obj in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]:
+        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"]
+                                         .read()))  # fmt: skip
+        keys = [f"../../../escape-{i}" for i in range(table.num_rows)]
+        table = table.set_column(table.schema.get_field_index("run_key"), "run_key", [keys])
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        s3.put_object(Bucket=BUCKET, Key=obj["Key"], Body=buf.getvalue())
+    fresh = work / "ctl-hostile" / "deep" / "er"
+    p = orchestrate(work, env, "pull", url, "--results", str(fresh))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.count("\n") == 1 and f"s3://{BUCKET}/hostile/keys: run key " \
+        "'../../../escape-0': it holds '/'" in p.stderr, p.stderr  # fmt: skip
+    assert not (work / "ctl-hostile").exists()
+
+
 def test_errors_name_what_is_wrong(work, env, moto):
     p = orchestrate(
         work, env, "push", "fleet", "s3://no-such-bucket-here/x", "--results", str(work / "ctl-a")

@@ -156,8 +156,9 @@ def test_s3_tools_with_the_distributions_boto3_under_isolated_mode(tmp_path):
 def test_shipped_commands_on_a_host_without_the_packages_fail_with_the_reason(tmp_path):
     """experiments/platform.yaml's s3, concurrency and amx points, through `orchestrate run`, on a
     localhost whose interpreter is the oldest Python here with neither boto3 nor torch: the
-    runner installs the tools, each point fails with the tool's one line (exit 3), and the
-    platform report lists them under "did not run ok" instead of crashing or leaving a gap."""
+    runner installs the tools, each point is stored "unavailable" with the tool's one line (exit
+    3; not a failure, so `run` exits 0), and the platform report lists them under "did not run
+    ok" instead of crashing or leaving a gap."""
     python = _oldest()
     if _imports(python, ["-I"], "boto3") or _imports(python, ["-I"], "torch"):
         pytest.skip(f"{python} -I has boto3 or torch: no interpreter without them here")
@@ -179,20 +180,17 @@ def test_shipped_commands_on_a_host_without_the_packages_fail_with_the_reason(tm
     proc = subprocess.run([*orchestrate, "run", str(spec), "--profile", "quick", "--plain",
                            "--inventory", str(inventory), "--results", str(results)],
                           capture_output=True, text=True, timeout=600, cwd=REPO)  # fmt: skip
-    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     from tests.support.campaign import stored
 
     runs = list(stored(results, "platform").values())
     by_experiment: dict[str, set[str]] = {}
     for run in runs:
-        assert run.status == "failed", (run.experiment, run.status, run.reason)
+        assert run.status == "unavailable", (run.experiment, run.status, run.reason)
         by_experiment.setdefault(run.experiment, set()).add(run.reason)
-    boto3 = {f"exit code 3 (accepted: 0): platform_{tool}: {BOTO3}"
-             for tool in ("s3load", "worker")}  # fmt: skip
-    assert by_experiment["s3"] | by_experiment["concurrency"] == boto3, by_experiment
-    assert by_experiment["amx"] == {"exit code 3 (accepted: 0): platform_amx: not available on "
-                                    "this host: torch with oneDNN is not installed (pip install "
-                                    "torch)"}  # fmt: skip
+    assert by_experiment["s3"] | by_experiment["concurrency"] == {BOTO3}, by_experiment
+    assert by_experiment["amx"] == {"not available on this host: torch with oneDNN is not "
+                                    "installed (pip install torch)"}  # fmt: skip
     # the s3 ladder: both directions; the adaptive concurrency ladder stops at its failed step
     assert sorted(r.params["direction"] for r in runs if r.experiment == "s3") == ["read", "write"]
     assert [r.params["workers"] for r in runs if r.experiment == "concurrency"] == [1]
@@ -202,3 +200,41 @@ def test_shipped_commands_on_a_host_without_the_packages_fail_with_the_reason(tm
     assert report.returncode == 0, report.stderr
     section = report.stdout.split("## Points that did not run ok", 1)[1]
     assert section.count("| localhost |") == 4 and BOTO3 in section and "torch" in section
+
+
+FAKE_IPERF = """#!/bin/sh
+# Replays iperf3 3.9's recorded -J output (tests/fixtures/iperf3, from Debian 11's iperf3 on the
+# pristine test hosts): the first N client calls as if no server listened yet, then a result.
+n=$(cat "$STATE" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE"
+if [ "$n" -lt "$FAILS" ]; then
+  cat "$REC/3.9-no-server.json"; cat "$REC/3.9-no-server.stderr" >&2; exit 1
+fi
+cat "$REC/3.9-ok-2-streams.json"
+"""
+
+
+@pytest.mark.parametrize("fails", [0, 2, 1000])
+def test_iperf_client_reads_iperf3_3_9_which_reports_a_failed_connect_on_stderr(tmp_path, fails):
+    """iperf3 3.9 (Debian 11, Amazon Linux 2023) with -J prints JSON with an empty "end" and no
+    "error" when the server isn't listening yet (the reason goes to stderr): the client retries
+    as it does on "Connection refused", then reads the result, or fails with iperf3's line once
+    the wait is over. Found on the pristine hosts, where the pair starts at the same moment."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "iperf3").write_text(FAKE_IPERF)
+    (bindir / "iperf3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "FAILS": str(fails),
+           "STATE": str(tmp_path / "calls"), "REC": str(REPO / "tests" / "fixtures" / "iperf3")}
+    got = _run(_oldest(), ["-I", "-S"], "platform_iperf.py", "--role", "client", "--peer",
+               "192.0.2.1", "--streams", "2", "--seconds", "1", "--connect-wait", "1", env=env)
+    calls = int((tmp_path / "calls").read_text())
+    if fails < 1000:
+        assert got.returncode == 0, got.stderr
+        (tput, _retr) = [json.loads(x) for x in got.stdout.splitlines()]
+        assert tput["name"] == "throughput" and tput["value"] > 1.0  # recorded: ~13 Gbit/s
+        assert calls == fails + 1
+    else:
+        assert got.returncode == 1
+        assert got.stderr.strip() == ("iperf3 client to 192.0.2.1:5201: iperf3: error - unable "
+                                      "to send control message: Bad file descriptor")
+        assert calls > 1  # retried until the wait was over

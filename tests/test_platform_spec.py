@@ -1,11 +1,16 @@
-"""experiments/platform.yaml run for real: two netns sshd "hosts" and two "guests", moto as S3.
+"""experiments/platform.yaml run for real on four pristine hosts (tests/support/pristine.py: their
+own Debian bullseye root, python3 3.9, nothing of the controller), moto as S3.
 
-The hosts (h0, h1) get a direct veth link between their namespaces (the "fabric"), the guests
-(h2, h3) one of their own (the "overlay"); iperf3 runs over those links. moto's server listens
-on this machine's side of every host's veth, so each machine reaches S3 at its own gateway
-address, as a guest reaches its cloud's endpoint. Everything here runs on one 2-core machine,
-so the numbers mean nothing; the test checks that every point ran and was stored, and that the
-report fills the host-vs-guest table with ratios.
+Two "hosts" (h0, h1) get a direct veth link between their namespaces (the "fabric"), the two
+"guests" (h2, h3) one of their own (the "overlay"); iperf3 runs over those links. moto's server
+listens on this machine's side of every host's veth, so each machine reaches S3 at its gateway
+address, as a guest reaches its cloud's endpoint. The hosts start from the image alone: the prep
+step installs the suite's tools with the hosts' apt (playbooks/vars/platform-packages.yml:
+sysbench, fio, iperf3, ethtool, python3-boto3), the AWS profile is copied onto each host as a
+user would, and every command runs with the image's python3 -I. torch is not installed, so the
+amx point reads "not available on this host" (stored apart, not a failure). Everything runs on
+one 2-core machine, so the numbers mean nothing; the test checks that every point ran and was
+stored, and that the report fills the host-vs-guest table with ratios.
 """
 
 from __future__ import annotations
@@ -22,15 +27,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from socketlab.platform.amx_probe import cpu_flags
 from socketlab.store import Store, store_path
 from tests.support.moto import MOTO_SERVER, _wait_port, free_port
-from tests.support.netns import netns_available, ssh_hosts
+from tests.support.pristine import pristine_available, pristine_hosts
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "experiments" / "platform.yaml"
 
-pytestmark = [pytest.mark.netns, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(pristine_available() is not None, reason=str(pristine_available())),
+]
+#: where each pristine host keeps the AWS profile the test copies onto it
+HOST_AWS = "/home/ec2-user/.aws-spinifex"
 
 
 def _ip(*argv: str) -> None:
@@ -70,28 +80,20 @@ def moto_on_all(workdir: Path):
         log.close()
 
 
-def _outer(address: str) -> str:
-    """This machine's end of a test host's /30 veth (netns.py: inner = outer + 1)."""
-    a, b, c, d = address.split(".")
-    return f"{a}.{b}.{c}.{int(d) - 1}"
-
-
-def write_inventory(path: Path, machines, fabric: dict, s3_port: int, aws: Path) -> Path:
-    h0, h1, g0, g1 = machines
+def write_inventory(path: Path, pool, fabric: dict, s3_port: int) -> Path:
+    h0, h1, g0, g1 = pool.hosts
     tiers = {h0: "host", h1: "host", g0: "guest", g1: "guest"}
     peers = {h0: h1, h1: h0, g0: g1, g1: g0}
     hosts_of = {g0: h0, g1: h1}
     groups: dict = {"platform_hosts": {"hosts": {}}, "platform_guests": {"hosts": {}}}
-    for m in machines:
+    for m in pool.hosts:
         host_vars = {
-            **m.inventory_vars(),
-            "ansible_python_interpreter": sys.executable,  # boto3, torch, socketlab (the venv)
+            **m.inventory_vars(),  # the image's /usr/bin/python3, ec2-user with sudo
             "socketlab_tier": tiers[m], "socketlab_peer": peers[m].name,
             "socketlab_fabric_address": fabric[m.name],
-            "socketlab_s3_endpoint": f"http://{_outer(m.address)}:{s3_port}",
-            "socketlab_s3_profile": "spinifex", "socketlab_aws_config": str(aws / "config"),
-            "socketlab_aws_credentials": str(aws / "credentials"),
-            "socketlab_fio_dir": str(path.parent / "fio"),
+            "socketlab_s3_endpoint": f"http://{pool.gateway}:{s3_port}",
+            "socketlab_s3_profile": "spinifex", "socketlab_aws_config": f"{HOST_AWS}/config",
+            "socketlab_aws_credentials": f"{HOST_AWS}/credentials",
         }  # fmt: skip
         if m in hosts_of:
             host_vars["socketlab_host"] = hosts_of[m].name
@@ -101,12 +103,25 @@ def write_inventory(path: Path, machines, fabric: dict, s3_port: int, aws: Path)
     return path
 
 
-def write_aws_profile(folder: Path) -> Path:
-    folder.mkdir()
-    (folder / "config").write_text("[profile spinifex]\nregion = us-east-1\n")
-    (folder / "credentials").write_text(
-        "[spinifex]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
-    return folder
+def copy_aws_profile(host) -> None:
+    """The profile a user would put on each machine (the hosts can't see the controller's)."""
+    script = (f"mkdir -p {HOST_AWS} && printf '[profile spinifex]\\nregion = us-east-1\\n' > "
+              f"{HOST_AWS}/config && printf '[spinifex]\\naws_access_key_id = testing\\n"
+              f"aws_secret_access_key = testing\\n' > {HOST_AWS}/credentials")  # fmt: skip
+    subprocess.run(host.ssh_argv(script), check=True, capture_output=True, timeout=60)
+
+
+def prep(inv: Path, work: Path) -> subprocess.CompletedProcess:
+    """The prep step with the suite's packages (no compilers: the suite builds nothing)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+           "ANSIBLE_SSH_ARGS": "-o ControlMaster=no"}  # fmt: skip
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
+         "playbooks/prepare.yml", "-e", "@playbooks/vars/platform-packages.yml",
+         "-e", "host_packages_base=false", "-e", "socketlab_become=true"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
 
 
 def _orchestrate(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -115,19 +130,18 @@ def _orchestrate(*args: str, timeout: float = 900) -> subprocess.CompletedProces
 
 
 def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
-    reason = netns_available()
-    if reason:
-        pytest.skip(f"network-namespace test hosts unavailable: {reason}")
     tag = str(os.getpid() % 100000)
     net = f"192.168.{os.getpid() % 250}"
-    with ssh_hosts(4, tmp_path / "ssh") as pool, moto_on_all(tmp_path) as (port, moto_pid):
+    with pristine_hosts(4, tmp_path / "hosts") as pool, moto_on_all(tmp_path) as (port, moto_pid):
         h0, h1, g0, g1 = pool.hosts
         with direct_link(f"{tag}f", h0, h1, net, 0) as (fa, fb), \
                 direct_link(f"{tag}o", g0, g1, net, 4) as (oa, ob):  # fmt: skip
             fabric = {h0.name: fa, h1.name: fb, g0.name: oa, g1.name: ob}
-            (tmp_path / "fio").mkdir()
-            aws = write_aws_profile(tmp_path / "aws")
-            inv = write_inventory(tmp_path / "hosts.yml", pool.hosts, fabric, port, aws)
+            inv = write_inventory(tmp_path / "hosts.yml", pool, fabric, port)
+            for m in pool.hosts:
+                copy_aws_profile(m)
+            prepared = prep(inv, tmp_path)
+            assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-2000:]
             results = tmp_path / "results"
             proc = _orchestrate("run", str(SPEC), "--inventory", str(inv), "--results",
                                 str(results), "--profile", "quick", "--plain")  # fmt: skip
@@ -141,8 +155,14 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             runs = store.runs("platform")
             rows = store.metric_rows("platform")
             stops = store.meta_items("adaptive:")
-        assert runs and all(r.status == "ok" for r in runs), [
-            (r.host, r.experiment, r.reason) for r in runs if r.status != "ok"]
+        # every point ran; amx alone can't (no torch on a fresh image): stored apart, with why
+        bad = [(r.host, r.experiment, r.status, r.reason) for r in runs
+               if r.status != ("unavailable" if r.experiment == "amx" else "ok")]  # fmt: skip
+        assert runs and not bad, bad
+        amx = {r.reason for r in runs if r.experiment == "amx"}
+        print(f"amx on a fresh image: {amx}")
+        assert len(amx) == 1 and next(iter(amx)).startswith("not available on this host: "), amx
+        assert "torch" in next(iter(amx))
         by_run = {r.run_key: r for r in runs}
         have: dict[tuple, list] = {}
         for row in rows:
@@ -165,29 +185,25 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             (stop,) = [json.loads(v) for k, v in stops.items() if f":{m}:concurrency:" in k]
             assert stop["value"] == 2.0 and stop["kind"] in ("breach", "cap"), stop
             print(f"{m}: concurrency sweep {stop['kind']}: {stop['reason']}")
-            verdicts = {p["run"]: p["verdict"] for p, _ in have[(m, "amx", "amx_executing")]}
-            assert set(verdicts) == {"bf16", "int8", "fp32", "bf16-control"}
         for client, server in ((h0.name, h1.name), (g0.name, g1.name)):
             streams = sorted(p["streams"] for p, v in have[(client, "iperf3", "throughput")]
                              if v > 0)  # fmt: skip
             assert streams == [1, 4]
             assert [v for _, v in have[(server, "iperf3", "server_served")]] == [1.0, 1.0]
-        amx = "amx_tile" in (cpu_flags() or [])
-        print(f"host branch for the AMX verdicts: {'AMX in CPUID' if amx else 'no AMX in CPUID'}")
-        bf16 = {p["verdict"] for m in names for p, _ in have[(m, "amx", "amx_executing")]
-                if p["run"] == "bf16"}  # fmt: skip
-        assert bf16 == {"AMX executing" if amx else "AMX not used"}
-        # every iperf3 server was stopped: its PID (printed by the wrapper) is gone
+        # every iperf3 server was stopped: its PID (printed by the wrapper) is gone on its host
         server_pids = []
         for r in runs:
             if r.experiment == "iperf3":
                 for line in (Path(r.raw_dir) / "stdout").read_text().splitlines():
                     if '"role": "server"' in line and '"type": "meta"' in line:
-                        server_pids.append(json.loads(line)["pid"])
+                        server_pids.append((r.host, json.loads(line)["pid"]))
         assert len(server_pids) == 4
-        for pid in server_pids:
-            assert not Path(f"/proc/{pid}").exists() or "iperf3" not in Path(
-                f"/proc/{pid}/cmdline").read_text(errors="replace")
+        by_name = {m.name: m for m in pool.hosts}
+        for host, pid in server_pids:
+            left = subprocess.run(by_name[host].ssh_argv(
+                f"cat /proc/{pid}/cmdline 2>/dev/null | tr '\\0' ' '"), capture_output=True,
+                text=True, timeout=60).stdout  # fmt: skip
+            assert "iperf3" not in left, (host, pid, left)
     assert not Path(f"/proc/{moto_pid}").exists() or "moto" not in Path(
         f"/proc/{moto_pid}/cmdline").read_text(errors="replace")
     # seed 003's cells: shown with the published value, not comparable on this hardware

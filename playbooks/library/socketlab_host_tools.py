@@ -35,6 +35,21 @@ options:
     description: Where the host_packages role records what it installed (read back here).
     type: path
     required: true
+  base:
+    description: Check the build and measurement tools (gcc, make, perf, turbostat, tar, find,
+      the kernel's headers, Python); false checks only O(extra) (a fleet that builds nothing,
+      such as the platform suite's).
+    type: bool
+    default: true
+  extra:
+    description:
+      - More tools a campaign needs (e.g. the platform suite's sysbench, fio, iperf3 and the
+        distribution's boto3), each a dict with C(tool) (a command looked up on the path) or
+        C(module) (a Python module the host's python3 imports), and the package per package
+        manager (C(apt), C(dnf)); a package name alone is a tool and package of that name.
+    type: list
+    elements: raw
+    default: []
 author: socketlab
 """
 
@@ -97,6 +112,20 @@ def packages(family: str, distribution: str, kernel: str, python: str) -> dict:
                           "find"))
 
 
+def extra_tools(entries: list, manager: str) -> dict:
+    """name -> (kind, package) for the extra entries; kind is "tool" or "module"."""
+    out = {}
+    for entry in entries:
+        if isinstance(entry, str):
+            entry = {"tool": entry, "apt": entry, "dnf": entry}
+        if not isinstance(entry, dict) or not (entry.get("tool") or entry.get("module")):
+            raise ValueError(f"extra entry {entry!r}: expected a package name or a dict with "
+                             "tool or module, and apt/dnf package names")
+        kind = "tool" if entry.get("tool") else "module"
+        out[str(entry[kind])] = (kind, entry.get(manager))
+    return out
+
+
 def find_python(minimum: tuple) -> str | None:
     """The first python3.X (X >= the minimum's) on the search path."""
     for minor in range(minimum[1], 20):
@@ -112,7 +141,9 @@ def main() -> None:
                        "distribution": {"type": "str", "default": ""},
                        "kernel": {"type": "str", "default": ""},
                        "python_min": {"type": "str", "default": "3.9"},
-                       "record_file": {"type": "path", "required": True}},
+                       "record_file": {"type": "path", "required": True},
+                       "base": {"type": "bool", "default": True},
+                       "extra": {"type": "list", "elements": "raw", "default": []}},
         supports_check_mode=True,
     )  # fmt: skip
     p = module.params
@@ -131,6 +162,20 @@ def main() -> None:
     found["python"] = find_python(minimum)
     tools = {name: {"found": path is not None, "path": path, "package": by_tool.get(name)}
              for name, path in found.items()}  # fmt: skip
+    if not p["base"]:
+        tools = {}
+    manager = "dnf" if p["os_family"] == "RedHat" else "apt"
+    try:
+        extra = extra_tools(p["extra"], manager)
+    except ValueError as exc:
+        module.fail_json(msg=f"host_packages_extra: {exc}")
+    for name, (kind, package) in extra.items():
+        if kind == "tool":
+            path = shutil.which(name, path=SEARCH)
+        else:  # the interpreter the campaign's host tools run with (python3 -I)
+            spec = importlib.util.find_spec(name)
+            path = spec.origin if spec else None
+        tools[name] = {"found": path is not None, "path": path, "package": package}
     missing = []
     for info in tools.values():
         if not info["found"] and info["package"] and info["package"] not in missing:

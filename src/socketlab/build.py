@@ -21,6 +21,7 @@ from pathlib import Path
 
 from socketlab import paths
 from socketlab.errors import HostError
+from socketlab.safepath import inside
 
 #: Never part of the source: build outputs and editor/VCS litter.
 _SKIP_DIRS = {"build", "__pycache__"}
@@ -132,7 +133,10 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     # the Makefile's defaults and the host's environment
     variables = [f"BUILD={job.dir}", *([f"CC={job.cc}"] if job.cc else []),
                  *([f"CFLAGS={job.flags}"] if job.flags else [])]  # fmt: skip
-    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), job.target, *variables]
+    # `--` ends make's options: a goal can't be read as one (the spec's target is checked to
+    # be a goal name at load time, socketlab.spec.buildargs; words with '=' after it are still
+    # assignments, so ours stay so)
+    make = ["make", "-j", jobs, "-C", job.remote_dir(executor), "--", job.target, *variables]
     started = time.time()
     # run, not call: started with a pidfile, it is stopped by PID like a run (SIGTERM mid-make);
     # the manifest below is written only after make succeeded, so a killed build is never
@@ -148,7 +152,7 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     # the host as is.
     probe = ["make", "-s", "--no-print-directory", "-C", job.remote_dir(executor), "--eval",
              "_socketlab_probe:\n\t@echo 'cc=$(CC)'\n\t@echo 'cflags=$(CFLAGS)'",
-             "_socketlab_probe", *variables]  # fmt: skip
+             "--", "_socketlab_probe", *variables]  # fmt: skip
     code, printed = executor.call(probe, timeout=60)
     said = dict(line.partition("=")[::2] for line in printed.splitlines() if code == 0)
     cflags = said["cflags"].strip() if "cflags" in said else None
@@ -174,12 +178,12 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
         "source_hash": job.source_hash,
         "build_hash": job.build_hash,
         "compiler": compiler[0] if compiler else "unknown",
-        "make": " ".join(make[5:]),
+        "make": " ".join(make[6:]),  #: the goal and variables
         "binaries": binaries,
         "built_at": started,
         "build_s": round(time.time() - started, 3),
     }
-    local = scratch / f"manifest-{executor.name}.json"
+    local = inside(scratch, f"manifest-{executor.name}.json", what="host name")
     local.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     executor.put(local, f"{root}/{MANIFEST}")
     local.unlink(missing_ok=True)

@@ -31,3 +31,8 @@ class StoreError(SocketlabError):
 
 class CloudError(SocketlabError):
     """A cloud (EC2/S3 or compatible) operation was refused or failed."""
+
+
+class PathError(SocketlabError):
+    """A name would make a path leave its folder (socketlab.safepath), or a folder the toolkit
+    writes into is a symbolic link."""

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from socketlab import paths
-from socketlab.errors import HostError
+from socketlab.errors import HostError, PathError
+from socketlab.safepath import EXPECTED, part_problem
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 
@@ -100,6 +101,16 @@ def _host(name: str, hostvars: dict[str, Any], groups: list[str]) -> InventoryHo
     )
 
 
+def _check_name(inventory: Path, name: str) -> None:
+    """A host's name is a folder name (``<workroot>/<name>``, ``results/<campaign>/hosts/
+    <name>.json``): refuse, before anything is written, one that would leave those folders.
+    A PathError, not a HostError: the name is wrong whatever pattern selected it."""
+    why = part_problem(name)
+    if why:
+        raise PathError(f"{inventory}: host {name!r}: {why}; a host name becomes a folder name, "
+                        f"{EXPECTED}")
+
+
 def load_inventory(path: str | Path | None = None, limit: str | None = None) -> list[InventoryHost]:
     """The inventory's hosts (sorted by name), optionally narrowed by an Ansible pattern.
 
@@ -141,4 +152,6 @@ def load_inventory(path: str | Path | None = None, limit: str | None = None) -> 
     names = sorted(set(groups) | set(hostvars))
     if limit and not names:
         raise HostError(f"{inventory}: --limit {limit!r} matches no host")
+    for name in names:
+        _check_name(inventory, name)
     return [_host(n, hostvars.get(n, {}), groups.get(n, [])) for n in names]

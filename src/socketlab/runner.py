@@ -30,7 +30,7 @@ from typing import Any
 from socketlab import __version__
 from socketlab.build import BuildJob, ensure_built
 from socketlab.collect import collector_metrics, read_records
-from socketlab.errors import HostError, StoreError
+from socketlab.errors import HostError, PathError, StoreError
 from socketlab.execute import Executor, HostBusy, HostUnreachable, make_executor
 from socketlab.execute.dumps import ship_dump
 from socketlab.execute.progress import Reporter
@@ -40,6 +40,7 @@ from socketlab.parse import Metric
 from socketlab.parse.jsonl import VERSION as JSONL_VERSION
 from socketlab.runkinds import Outcome, RunContext
 from socketlab.runkinds import run_point as run_kind
+from socketlab.safepath import inside
 from socketlab.spec.command import dump_dir
 from socketlab.spec.points import RunPoint
 from socketlab.store import COMPLETE, INTERRUPTED, RunRecord, Store
@@ -112,6 +113,10 @@ class Runner:
         self.reporter = reporter or Reporter()
         self.workroot = workroot
         self.host_facts = host_facts or {}
+        #: host -> its scratch folder; built here so a host name that would leave the results
+        #: folder is refused (one line) before any host thread starts
+        self._scratch = {name: inside(self.results_dir / ".scratch", name, what="host name")
+                         for name in hosts}  # fmt: skip
         self.jobs = {
             name: BuildJob.from_spec(build, native_root) for name, build in (builds or {}).items()
         }
@@ -246,7 +251,7 @@ class Runner:
         host = self.hosts[name]
         executor = make_executor(host, **({"workroot": self.workroot} if self.workroot else {}))
         controller: Executor | None = None
-        scratch = self.results_dir / ".scratch" / name
+        scratch = self._scratch[name]
         try:
             try:
                 self._open(executor, scratch)
@@ -307,7 +312,7 @@ class Runner:
                                         log=lambda text: self.reporter.message(name, text))
                         shipped.add(dump["key"])
                         self.reporter.message(name, f"layer dump {dump['key']}: {how}")
-                    coll_dir = f"{ex.workdir}/runs/{key}/collectors"
+                    coll_dir = inside(ex.workdir, "runs", key, "collectors", what="run key")
                     with self._in_flight(name, ex, f"{coll_dir}/target.pid", coll_dir,
                                          point.collectors):  # fmt: skip
                         self._run_point(ex, point, key, manifests.get(point.build), scratch)
@@ -322,7 +327,7 @@ class Runner:
                         self._host_error(name, str(again))
                         self._fail_all(items[index + 1 :], f"host unreachable: {again}")
                         return
-                except HostError as exc:  # this run's helper step failed; the host is fine
+                except (HostError, PathError) as exc:  # this run's step failed; the host is fine
                     self._record_failure(point, key, str(exc))
         except (StoreError, OSError) as exc:
             # The results folder or store failed (full, turned read-only): stop this host with
@@ -512,7 +517,8 @@ class Runner:
             repetition=point.repetition, params=dict(point.params), status=status,
             reason=reason, argv=list(point.argv), cpus=point.cpus,
             host_profile=self.profiles[point.host], spec_sha256=self.spec_sha256,
-            raw_dir=str(self.results_dir / "runs" / key), finished=time.time(), **extra,
+            raw_dir=str(inside(self.results_dir, "runs", key, what="run key")),
+            finished=time.time(), **extra,
         )  # fmt: skip
 
     def _done(self, point: RunPoint, record: RunRecord, seconds: float) -> None:
@@ -532,11 +538,14 @@ class Runner:
         label = point_label(point)
         self.reporter.point_started(point.host, label)
         t0 = time.monotonic()
-        remote = f"{ex.workdir}/runs/{key}"
+        # a link planted at runs/<key> (or runs/) would take this run's files elsewhere and
+        # rmtree would follow it: refuse it first, naming it; this point alone fails (PathError)
+        raw = inside(self.results_dir, ".warmup" if point.warmup else "runs", key,
+                     what="run key", links=False)  # fmt: skip
+        remote = inside(ex.workdir, "runs", key, what="run key")
         coll_dir = f"{remote}/collectors"
         ex.check(["rm", "-rf", remote], what="clearing the run directory")
         ex.check(["mkdir", "-p", coll_dir], what="making the run directory")
-        raw = self.results_dir / (".warmup" if point.warmup else "runs") / key
         if raw.exists():
             shutil.rmtree(raw)  # an earlier failed attempt's files
         raw.mkdir(parents=True)

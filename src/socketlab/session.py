@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from socketlab import paths
-from socketlab.errors import SocketlabError, StoreError
+from socketlab.errors import HostError, SocketlabError, StoreError
+from socketlab.safepath import inside
 from socketlab.spec.expand import Plan, expand_points
 from socketlab.spec.hosts import assumed_host_facts, gather_host_facts, select_hosts
 from socketlab.spec.load import load_spec
@@ -48,6 +49,16 @@ def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str |
     return Campaign(spec, plan, reached, facts, unreachable, profile)
 
 
+def require_a_host(campaign: Campaign) -> None:
+    """HostError when no host answered (a broken ansible_python_interpreter, an unreachable
+    address): what `plan` and `run --dry-run` both say, so a preview never passes a campaign
+    that can't run anywhere."""
+    if not campaign.facts and campaign.unreachable:
+        first = next(iter(campaign.unreachable.values()))
+        raise HostError(f"no host could be reached ({len(campaign.unreachable)} tried); "
+                        f"first: {first}")
+
+
 def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bool = False,
            rerun_failed: bool = False, reporter: Any = None):  # fmt: skip
     """The campaign's Runner over results/<campaign>/store.sqlite (a dry run creates nothing:
@@ -56,7 +67,8 @@ def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bo
     from socketlab.store import Store, check_results_folder
 
     spec, plan = campaign.spec, campaign.plan
-    folder = check_results_folder(Path(results or paths.RESULTS) / spec.campaign)
+    folder = check_results_folder(inside(Path(results or paths.RESULTS), spec.campaign,
+                                         what="campaign"))
     store_file = folder / "store.sqlite"
     return Runner(
         campaign=spec.campaign, points=plan.points, hosts=campaign.hosts,
@@ -105,7 +117,7 @@ def save_provenance(results: Path, campaign: Campaign) -> None:
         shutil.copyfile(spec.path, results / "specs" /
                         f"{spec.sha256[:16]}{Path(spec.path).suffix or '.yaml'}")
         for name, entry in campaign.facts.items():
-            (results / "hosts" / f"{name}.json").write_text(
+            inside(results / "hosts", f"{name}.json", what="host name").write_text(
                 json.dumps(entry, indent=1, sort_keys=True, default=str))
         (results / "last-run.json").write_text(json.dumps(
             {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,

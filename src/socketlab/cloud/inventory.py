@@ -22,10 +22,11 @@ import yaml
 
 from socketlab import paths
 from socketlab.errors import CloudError
+from socketlab.safepath import inside
 
 
 def default_path(campaign: str) -> Path:
-    return paths.GENERATED_INVENTORY / f"{campaign}.yml"
+    return inside(paths.GENERATED_INVENTORY, f"{campaign}.yml", what="campaign")
 
 
 def group_name(campaign: str) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from socketlab.cloud.target import CloudTarget, api_error
 from socketlab.errors import CloudError
+from socketlab.safepath import inside
 
 Log = Callable[[str], None]
 
@@ -283,7 +284,7 @@ def push(
     bundles = 0
     for r in records:
         key = _join(base, "bundles", f"{r.run_key}.tar.gz")
-        directory = runs_dir / r.run_key
+        directory = inside(runs_dir, r.run_key, what="run key")
         if directory.is_dir() and key not in existing:
             _put(s3, bucket, key, _bundle(directory))
             bundles += 1
@@ -378,6 +379,9 @@ def _pull_one(
                     RequestRecord.from_json(json.loads(q["record"])))
     path = store_path(campaign, results)
     runs_dir = path.parent / "runs"
+    # a run key read from the bucket names a folder here: one that would leave runs/ stops the
+    # pull before the store is touched
+    raw_dirs = {k: inside(runs_dir, k, what=f"s3://{bucket}/{base}: run key") for k in remote}
     json_fields = _json_fields()
     added = added_metrics = skipped = bundles = 0
     with Store(path) as store:
@@ -388,7 +392,7 @@ def _pull_one(
                 continue
             bkey = _join(base, "bundles", f"{run_key}.tar.gz")
             if bkey in keys:
-                target_dir = runs_dir / run_key
+                target_dir = raw_dirs[run_key]
                 if not target_dir.exists():
                     _extract(_get(s3, bucket, bkey), target_dir)
                     bundles += 1

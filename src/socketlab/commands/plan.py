@@ -11,7 +11,6 @@ import sys
 from typing import Any
 
 from socketlab.commands._options import add_results_argument, add_spec_arguments
-from socketlab.errors import HostError
 from socketlab.spec.expand import Plan, Skip
 
 
@@ -43,15 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from socketlab.session import prepare
+    from socketlab.session import prepare, require_a_host
 
     campaign = prepare(args.spec, profile=args.profile, pattern=args.hosts,
                        inventory=args.inventory, repetitions=args.repetitions,
                        assume=getattr(args, "assume_host", None))  # fmt: skip
-    if not campaign.facts:
-        first = next(iter(campaign.unreachable.values()))
-        raise HostError(f"no host could be reached ({len(campaign.unreachable)} tried); "
-                        f"first: {first}")
+    require_a_host(campaign)
     plan = campaign.plan
     # Unreachable hosts are part of the answer: every experiment there is skipped, with why.
     plan.skipped.extend(

@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     campaign = session.prepare(args.spec, profile=getattr(args, "profile", None),
                                pattern=args.hosts, inventory=args.inventory,
                                repetitions=args.repetitions)  # fmt: skip
+    if args.dry_run:  # a preview refuses what `plan` refuses: exit 2 when no host answered
+        session.require_a_host(campaign)
     say = print if not args.json else (lambda *a: print(*a, file=sys.stderr))
     for name, why in campaign.unreachable.items():
         say(f"orchestrate: host {name} skipped: {why}")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from socketlab import paths
 from socketlab.errors import HostError
+from socketlab.safepath import inside
 
 #: Where each host keeps the orchestrator's tools, builds and per-run scratch, keyed by
 #: inventory name because network-namespace test hosts share one filesystem.
@@ -141,7 +142,7 @@ class Executor:
                 with open(path, "rb") as fh:
                     tar.addfile(info, fh)
         scratch.mkdir(parents=True, exist_ok=True)
-        local_tar = scratch / f"send-{self.name}.tar"
+        local_tar = inside(scratch, f"send-{self.name}.tar", what="host name")
         local_tar.write_bytes(buf.getvalue())
         remote_tar = f"{remote_dir}.tar"
         self.check(["mkdir", "-p", remote_dir], what="mkdir")

@@ -21,6 +21,7 @@ from pathlib import Path
 from socketlab.errors import HostError
 from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
 from socketlab.execute import process as process
+from socketlab.safepath import inside
 
 
 class LocalExecutor(Executor):
@@ -31,7 +32,7 @@ class LocalExecutor(Executor):
                  python: str | None = None) -> None:  # fmt: skip
         self.name = name
         self.python = python or "python3"
-        self.workdir = f"{workroot}/{name}"
+        self.workdir = inside(workroot, name, what="host name")
         import pwd
 
         self.run_as = pwd.getpwuid(os.geteuid()).pw_name  # recorded with each run

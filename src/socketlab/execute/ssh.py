@@ -31,6 +31,7 @@ from socketlab.execute import (
     Result,
     become_requested,
 )
+from socketlab.safepath import inside
 
 #: Seconds a run may overrun its own timeout before we stop waiting for the agent's reply.
 GRACE_S = 15.0
@@ -98,7 +99,7 @@ class SshExecutor(Executor):
         self.host = host
         self.name = host.name
         self.python = host.python or "python3"
-        self.workdir = f"{workroot}/{host.name}"
+        self.workdir = inside(workroot, host.name, what="host name")
         self.address = host.address
         # socketlab_become: the agent (and so every command of the campaign) runs as root through
         # `sudo -n`, for the collectors that read MSR, RAPL and perf counters; explicit per host

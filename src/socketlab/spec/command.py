@@ -12,6 +12,7 @@ from socketlab.cpulist import CpuListLimit, format_cpulist, parse_cpulist
 from socketlab.errors import SocketlabError, SpecError
 from socketlab.layer.cache import DumpRef, dump_ref
 from socketlab.limits import limit
+from socketlab.safepath import inside
 from socketlab.spec.kinds import PointContext, Rendered, register_kind
 from socketlab.spec.model import Experiment, Spec
 from socketlab.spec.render import Field, allowed_names, compile_field, render_field
@@ -90,8 +91,10 @@ def render(point: PointContext) -> Rendered:
 
 
 def dump_dir(tools: str, key: str) -> str:
-    """Where a host keeps a dump: <workdir>/layer-dumps/<key> (the runner copies it there)."""
-    return f"{posixpath.dirname(tools)}/layer-dumps/{key}"
+    """Where a host keeps a dump: <workdir>/layer-dumps/<key> (the runner copies it there).
+    The key starts with the shape file's own name: one that would leave the folder is refused
+    here, when the plan is made, before the controller's cache or a host is touched."""
+    return inside(posixpath.dirname(tools), "layer-dumps", key, what="layer dump key")
 
 
 def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host: str,

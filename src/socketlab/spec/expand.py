@@ -15,6 +15,7 @@ from typing import Any
 
 from socketlab.build import misplaced
 from socketlab.errors import PlanError, SpecError
+from socketlab.safepath import inside
 from socketlab.spec import kinds
 from socketlab.spec.load import sweep_points
 from socketlab.spec.model import Experiment, Requirements, Spec
@@ -262,7 +263,8 @@ def tools_dir(host: str, host_vars: dict[str, Any]) -> str:
     """Where the runner puts collectors/*.py on the host (socketlab.execute.Executor.tools)."""
     from socketlab.execute import DEFAULT_WORKROOT
 
-    return f"{host_vars.get('socketlab_workroot') or DEFAULT_WORKROOT}/{host}/tools"
+    return inside(str(host_vars.get("socketlab_workroot") or DEFAULT_WORKROOT), host, "tools",
+                  what="host name")
 
 
 def inventory_context(host_facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -24,6 +24,7 @@ from socketlab.errors import SpecError
 from socketlab.limits import limit, over
 from socketlab.paths import COLLECTORS, NATIVE, SCHEMAS
 from socketlab.spec import kinds
+from socketlab.spec.buildargs import FORMS_EXPECTED, GOAL_EXPECTED, flag_problem, target_problem
 from socketlab.spec.model import (
     CONTEXT_NAMES,
     Build,
@@ -243,21 +244,8 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         name: Build(name, **{k: v for k, v in body.items()})
         for name, body in (data.get("builds") or {}).items()
     }
-    for name, build in builds.items():
-        source = Path(build.source)
-        if source.is_absolute() or ".." in source.parts:
-            raise ctx.error(
-                f"builds.{name}.source", "expected a directory inside native/ (relative, no '..')"
-            )
-        if not any((NATIVE / source / f).is_file() for f in ("GNUmakefile", "makefile", "Makefile")):
-            raise ctx.error(f"builds.{name}.source", f"native/{source.as_posix()} is not a "
-                            "directory with a Makefile (expected one inside native/)")  # fmt: skip
-        if build.flags and not _SAFE_FLAGS.fullmatch(build.flags):
-            bad = next(c for c in build.flags if not _SAFE_FLAGS.fullmatch(c))
-            # make's recipes hand $(CFLAGS) to a shell, and make itself expands $(...) in it
-            raise ctx.error(f"builds.{name}.flags", f"character {bad!r} is not allowed (make's "
-                            "shell would run it); expected compiler flags of letters, digits, "
-                            "spaces and _=+,.:/@%-")
+    for build in builds.values():
+        _check_build(ctx, build)
     hosts = data.get("hosts") or {"pattern": "localhost"}
     spec = Spec(
         path=path,
@@ -289,6 +277,37 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         state = handler.prepare(spec, exp) if handler.prepare else None
         prepared.append(dataclasses.replace(exp, prepared=state))
     return dataclasses.replace(spec, experiments=tuple(prepared))
+
+
+def _check_build(ctx: _Ctx, build: Build) -> None:
+    """A build's source, target and flags: what reaches make and the compiler on the hosts
+    (socketlab.spec.buildargs says what each may hold, and why)."""
+    here = f"builds.{build.name}"
+    source = Path(build.source)
+    if source.is_absolute() or ".." in source.parts:
+        raise ctx.error(f"{here}.source", "expected a directory inside native/ (relative, no '..')")
+    folder = NATIVE
+    for part in source.parts:  # the build sends native/'s own files, never a link's target
+        folder = folder / part
+        if folder.is_symlink():
+            raise ctx.error(f"{here}.source", f"native/{folder.relative_to(NATIVE).as_posix()} "
+                            f"is a symbolic link (to {folder.readlink()}); expected a directory "
+                            "inside native/")  # fmt: skip
+    if not any((NATIVE / source / f).is_file() for f in ("GNUmakefile", "makefile", "Makefile")):
+        raise ctx.error(f"{here}.source", f"native/{source.as_posix()} is not a directory with "
+                        "a Makefile (expected one inside native/)")  # fmt: skip
+    why = target_problem(build.target)
+    if why:
+        raise ctx.error(f"{here}.target", f"{why}; {GOAL_EXPECTED}")
+    if build.flags and not _SAFE_FLAGS.fullmatch(build.flags):
+        bad = next(c for c in build.flags if not _SAFE_FLAGS.fullmatch(c))
+        # make's recipes hand $(CFLAGS) to a shell, and make itself expands $(...) in it
+        raise ctx.error(f"{here}.flags", f"character {bad!r} is not allowed (make's shell "
+                        "would run it); expected compiler flags of letters, digits, spaces "
+                        "and _=+,.:/@%-")  # fmt: skip
+    why = flag_problem(build.flags)
+    if why:
+        raise ctx.error(f"{here}.flags", f"{why}; {FORMS_EXPECTED}")
 
 
 def _check_profiles(path: Path, data: Any, chosen: str | None, lines: dict[str, int]) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from socketlab import paths
 from socketlab.errors import StoreError
+from socketlab.safepath import inside
 
 #: 2: serve_requests (every serving request's timestamps) joined the store
 SCHEMA_VERSION = 2
@@ -153,7 +154,7 @@ _COLUMNS = tuple(RunRecord.__dataclass_fields__)
 
 
 def store_path(campaign: str, results: Path | str | None = None) -> Path:
-    return Path(results or paths.RESULTS) / campaign / "store.sqlite"
+    return inside(Path(results or paths.RESULTS), campaign, "store.sqlite", what="campaign")
 
 
 def existing_store_path(campaign: str, results: Path | str | None = None) -> Path:
