@@ -27,10 +27,13 @@ from socketlab.safepath import inside
 SCHEMA_VERSION = 2
 
 #: statuses a run can end in; only "ok" counts as complete for resume, and "interrupted" (the
-#: session was stopped by SIGTERM/SIGINT during it) is run again by any resume
+#: session was stopped by SIGTERM/SIGINT during it) is run again by any resume. "unavailable":
+#: the command said "not available on this host: <reason>" with exit code 3 (a CPU feature, a
+#: device, a compiler the host lacks): a fact about the host, not a failure of the campaign
 COMPLETE = "ok"
 INTERRUPTED = "interrupted"
-STATUSES = ("ok", "failed", "timeout", "invalid", INTERRUPTED)
+UNAVAILABLE = "unavailable"
+STATUSES = ("ok", "failed", "timeout", "invalid", INTERRUPTED, UNAVAILABLE)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
