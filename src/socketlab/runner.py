@@ -560,9 +560,14 @@ class Runner:
                 notes.setdefault("collector_errors", {})[name] = text.strip()[-300:]
             with contextlib.suppress(ValueError, IndexError, KeyError, HostError):
                 ex.watch(int(json.loads(text.strip().splitlines()[-1])["pid"]))  # dies with us
+        probe = None if point.warmup else point.extra.get("probe")
+        before_probe = self._probe(ex, point, probe) if probe else None
         context = RunContext(ex, key, raw, remote, self.reporter,
                              self.jobs[point.build].remote_dir(ex) if point.build else None)
         out = run_kind(context, point)
+        if probe:  # stored with the run (extra and run.json): socketlab.report.interference
+            notes["probe"] = {"before": before_probe, "after": self._probe(ex, point, probe),
+                              "below": probe["below"]}
         for name in point.collectors:
             code, text = ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=30)
             if code != 0:
@@ -602,6 +607,21 @@ class Runner:
             # the host went away after the run was stored: the run stands as stored, and
             # the host loop still learns that the host is gone
             raise _LostAfterStore(str(exc)) from exc
+
+    def _probe(self, ex: Executor, point: RunPoint, probe: dict) -> dict:
+        """One interference-probe reading on the point's CPUs (socketlab.probe). A probe that
+        fails is kept as its error: the run is then judged as not probed, never lost."""
+        from socketlab import probe as interference_probe
+
+        at = time.time()
+        argv = interference_probe.argv(probe, self.jobs[point.build].remote_dir(ex))
+        code, text = ex.call(argv, timeout=30)
+        if code != 0:
+            return {"at": at, "error": f"exit {code}: {text.strip()[-300:]}"}
+        try:
+            return interference_probe.reading(text, at)
+        except ValueError as exc:
+            return {"at": at, "error": str(exc)}
 
     def _fingerprint(self, ex: Executor) -> dict:
         text = ex.check(ex.tool("fingerprint.py"), what="fingerprint")

@@ -37,8 +37,13 @@ class RunState:
 
 
 def probe_of(run: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The run's probe record when both readings have rates (a failed probe keeps only its
+    error: the run counts as not probed)."""
     probe = run.get("probe")
-    return probe if isinstance(probe, Mapping) and probe.get("before") else None
+    if not isinstance(probe, Mapping):
+        return None
+    readings = [probe.get("before"), probe.get("after")]
+    return probe if all(isinstance(r, Mapping) and r.get("units") for r in readings) else None
 
 
 def _rates(reading: Mapping[str, Any]) -> Iterable[tuple[str, str, float]]:

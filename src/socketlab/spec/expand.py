@@ -211,10 +211,32 @@ def expand_points(
                         parsers=exp.parsers,
                         collectors=exp.collectors,
                         kind=exp.kind,
-                        extra=_with_adaptive(r.extra, exp),
+                        extra=_with_probe(_with_adaptive(r.extra, exp), spec, exp, r, entry),
                     )
                 )
-    return Plan(spec, points, skipped, tuple(host_facts), profiles)
+    return Plan(spec, _campaign_order(spec, points), skipped, tuple(host_facts), profiles)
+
+
+def _with_probe(extra: dict[str, Any], spec: Spec, exp: Experiment, rendered: Any,
+                entry: dict[str, Any]) -> dict[str, Any]:
+    """A point of the probe's build carries what the runner runs around it (socketlab.probe)."""
+    if spec.probe is None or exp.build is None or extra.get("runs_on") == "controller":
+        return extra
+    from socketlab.probe import point_probe
+
+    probe = point_probe(spec.probe, exp.build, spec.builds[exp.build].dir, rendered.cpus,
+                        rendered.argv, entry.get("topology") or {})
+    return {**extra, "probe": probe} if probe else extra
+
+
+def _campaign_order(spec: Spec, points: list[RunPoint]) -> list[RunPoint]:
+    """`order: interleaved`: per host, round k (repetition k of every point of every
+    experiment) before round k+1; within a round the experiments' own order. Warm-ups stay
+    right before their point's first run (they sort with round 0)."""
+    if spec.order != "interleaved":
+        return points
+    hosts = {h: i for i, h in enumerate(dict.fromkeys(p.host for p in points))}
+    return sorted(points, key=lambda p: (hosts[p.host], max(p.repetition, 0)))
 
 
 def build_context(spec: Spec, exp: Experiment) -> Any:

@@ -270,13 +270,27 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         names[exp.name] = index
         experiments.append(exp)
     _check_points(ctx, experiments)
-    spec = dataclasses.replace(spec, experiments=tuple(experiments))
+    spec = dataclasses.replace(spec, experiments=tuple(experiments), probe=_probe(ctx, data),
+                               order=data.get("order", "by-experiment"))
     prepared = []
     for exp in spec.experiments:
         handler = kinds.handler(exp.kind, spec.where(f"experiments[{exp.index}].kind"))
         state = handler.prepare(spec, exp) if handler.prepare else None
         prepared.append(dataclasses.replace(exp, prepared=state))
     return dataclasses.replace(spec, experiments=tuple(prepared))
+
+
+def _probe(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The `probe:` block, its build one of the spec's builds (socketlab.probe)."""
+    probe = data.get("probe")
+    if probe is None:
+        return None
+    builds = data.get("builds") or {}
+    if probe["build"] not in builds:
+        known = ", ".join(sorted(builds)) or "none declared"
+        raise ctx.error("probe.build", f"no build '{probe['build']}' (the spec's builds: {known}); "
+                        "expected the build whose ladder runs the probe")
+    return dict(probe)
 
 
 def _check_build(ctx: _Ctx, build: Build) -> None:

@@ -96,6 +96,10 @@ class Spec:
     requires: Requirements = field(default_factory=Requirements)
     builds: dict[str, Build] = field(default_factory=dict)
     experiments: tuple[Experiment, ...] = ()
+    #: the interference probe: {"build": name, "below": fraction} or None (socketlab.probe)
+    probe: dict[str, Any] | None = None
+    #: "by-experiment", or "interleaved": repetition k of every point before k+1 of any
+    order: str = "by-experiment"
     #: field path ("experiments[0].command[2]") -> 1-based line, for errors found after loading
     lines: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 

@@ -9,6 +9,9 @@ A spec may carry::
         defaults: {repetitions: 1}                 # merged into the spec's defaults
         experiments:
           ladder: {sweep: {matrix: {mib_per_core: [1.0, 64]}}, repetitions: 1}
+        only: [ladder]                             # run these experiments, leave out the rest
+        order: interleaved                         # replaces the spec's campaign order
+        probe: {build: native, below: 0.8}         # replaces the spec's probe settings
 
 Mappings merge key by key; any other value (lists included) replaces the spec's. The merged
 document is then validated like any spec, so an override can't smuggle in an unknown key. Pure.
@@ -22,7 +25,7 @@ from typing import Any
 
 from socketlab.errors import SpecError
 
-PROFILE_KEYS = ("description", "isolation", "defaults", "experiments")
+PROFILE_KEYS = ("description", "isolation", "defaults", "experiments", "only", "order", "probe")
 
 
 def merge(base: Any, override: Any) -> Any:
@@ -62,6 +65,9 @@ def apply_profile(path: Path, data: Any, profile: str | None,
         doc["isolation"] = merge(doc.get("isolation") or {}, body["isolation"])
     if body.get("defaults") is not None:
         doc["defaults"] = merge(doc.get("defaults") or {}, body["defaults"])
+    for key in ("order", "probe"):  # campaign-wide settings: the profile's replace the spec's
+        if body.get(key) is not None:
+            doc[key] = copy.deepcopy(body[key])
     overrides = body.get("experiments") or {}
     if not isinstance(overrides, dict):
         raise SpecError(f"{where}.experiments: expected a mapping of experiment name -> overrides")
@@ -76,5 +82,15 @@ def apply_profile(path: Path, data: Any, profile: str | None,
             raise SpecError(f"{where}.experiments.{name}: expected a mapping of overrides")
         i = names.index(name)
         experiments[i] = merge(experiments[i], override)
+    only = body.get("only")
+    if only is not None:  # the experiments this profile runs; the rest are left out
+        if not isinstance(only, list) or not all(isinstance(x, str) for x in only):
+            raise SpecError(f"{where}.only: expected a list of experiment names")
+        for name in only:
+            if name not in names:
+                line = lines.get(f"{here}.only", lines.get(here, 1))
+                raise SpecError(f"{path}:{line}: {here}.only: no experiment named '{name}' in "
+                                "the spec")
+        experiments = [e for e, n in zip(experiments, names, strict=True) if n in only]
     doc["experiments"] = experiments
     return doc
