@@ -43,7 +43,7 @@ from socketlab.runkinds import run_point as run_kind
 from socketlab.safepath import inside
 from socketlab.spec.command import dump_dir
 from socketlab.spec.points import RunPoint
-from socketlab.store import COMPLETE, INTERRUPTED, RunRecord, Store
+from socketlab.store import COMPLETE, INTERRUPTED, UNAVAILABLE, RunRecord, Store
 
 
 class _LostAfterStore(HostUnreachable):
@@ -81,7 +81,9 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not self.host_errors and all(s == COMPLETE for s in self.statuses.elements())
+        # a run the host can't do ("not available on this host") is not a failure
+        return not self.host_errors and all(s in (COMPLETE, UNAVAILABLE)
+                                            for s in self.statuses.elements())  # fmt: skip
 
 
 class Runner:
