@@ -162,7 +162,7 @@ def test_full_plan_on_c8i_uses_the_published_placement():
 
 def test_profile_errors_are_one_line(tmp_path):
     with pytest.raises(SpecError, match=r"campaign-oct.yaml:\d+: profiles: no profile 'fast' "
-                                        r"\(this spec has: quick\)"):
+                                        r"\(this spec has: per-core, quick\)"):
         load_spec(CAMPAIGN, profile="fast")
     bad = tmp_path / "bad.yaml"
     bad.write_text(CAMPAIGN.read_text().replace("      ladder-amx:\n", "      ladder-amd:\n", 1))

@@ -321,8 +321,8 @@ def test_reports_show_the_per_core_column_and_count_per_core_verdicts(guest, tmp
     assert "**core class on gnr-kvm**: core class of Intel Xeon 6975P-C: matched on vendor " \
            "GenuineIntel, family 6, L1d 48 KiB, L2 2 MiB" in md
     assert "### Disputed published figures" in md and "A correct figure: 82-109 GFLOP/s" in md
-    # tables without per-core cells keep their columns
-    assert "| row | published | measured median (min–max, n) | ratio | verdict |" in md
+    # cells of a socket-level table are listed under their one reason, with what was measured
+    assert "- not comparable: needs 96 cores (host has 2) (" in md
     assert html.count('<tr class="reproduced-per-core">') == counts[REPRODUCED_PER_CORE]
     assert html.count('<tr class="deviates-per-core">') == counts[DEVIATES_PER_CORE]
     assert html.count('<tr class="published-figure-disputed">') == 1

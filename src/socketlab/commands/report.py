@@ -41,7 +41,9 @@ def run(args: argparse.Namespace) -> int:
     # published vs measured, when experiments/published/ has values for this campaign
     from socketlab.report.build import build_report, write_report
 
-    comparison = build_report(args.campaign, results=path.parent.parent, extra_markdown=text)
+    # the plain tables go to measured.md beside the comparison (a layer campaign's run a
+    # thousand metric rows: they would bury the verdicts)
+    comparison = build_report(args.campaign, results=path.parent.parent, measured_markdown=text)
     if comparison is not None:
         try:
             written = write_report(comparison, path.parent)

@@ -180,6 +180,7 @@ def build_report(
     published_dir: Path = PUBLISHED_DIR,
     spec_path: Path | None = None,
     extra_markdown: str = "",
+    measured_markdown: str = "",
 ) -> Report | None:
     """The comparison report of a campaign, or None when no published file names it."""
     published = published_for_campaign(campaign, published_dir)
@@ -235,13 +236,15 @@ def build_report(
         campaign=campaign, published=published, rows=rows, hosts=hosts, provenance=provenance,
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         extra_markdown="\n".join(x for x in (extra_markdown.strip(), planned) if x),
+        measured_markdown=measured_markdown,
     )
 
 
 def write_report(report: Report, out_dir: Path, formats: tuple[str, ...] = ("md", "html")
                  ) -> dict[str, Path]:
-    """Write report.md / report.html into ``out_dir``; return format -> path."""
-    from socketlab.report.render import render
+    """Write report.md / report.html into ``out_dir``, and the plain measured tables, when the
+    report has them, as measured.md beside (report.md names it); return format -> path."""
+    from socketlab.report.render import MEASURED_FILE, render
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -249,4 +252,7 @@ def write_report(report: Report, out_dir: Path, formats: tuple[str, ...] = ("md"
         p = out_dir / f"report.{f}"
         p.write_text(render(report, f))
         written[f] = p
+    if report.measured_markdown:
+        written["measured"] = out_dir / MEASURED_FILE
+        written["measured"].write_text(report.measured_markdown)
     return written

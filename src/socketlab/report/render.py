@@ -1,14 +1,16 @@
 """Render the published-vs-measured comparison: markdown, and a standalone HTML with PNG plots.
 
 Input is a ``Report`` (what ``socketlab.report.build`` gathers from the store: comparison rows,
-host facts, provenance). Plots are drawn with matplotlib's Agg backend and embedded as base64
-PNGs, so the HTML file is one self-contained file a person can mail or open anywhere.
+host facts, provenance); ``socketlab.report.view`` arranges it (judged cells as rows, the rest
+one line per reason, counts per section) and the Jinja templates in ``templates/`` write it.
+Plots are drawn with matplotlib's Agg backend and embedded as base64 PNGs, so the HTML file is
+one self-contained file a person can mail or open anywhere; on a host with the published core a
+table with per-core cells is drawn per core.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -33,6 +35,7 @@ from socketlab.report.compare import (
 )
 from socketlab.report.coreclass import core_class
 from socketlab.report.published import Published, Table
+from socketlab.report.view import file_views
 
 
 @dataclass
@@ -43,22 +46,12 @@ class Report:
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)  #: name -> facts entry
     provenance: dict[str, Any] = field(default_factory=dict)  #: spec, profile, builds, isolation
     generated: str = ""  #: UTC timestamp text
-    extra_markdown: str = ""  #: plain measured tables (socketlab.report.tables), appended
+    extra_markdown: str = ""  #: more markdown for the end (the planner's section)
+    #: the plain measured tables (socketlab.report.tables), written beside as measured.md
+    measured_markdown: str = ""
 
     def rows_of(self, table: Table) -> list[Row]:
         return [r for r in self.rows if r.cell.table == table.id]
-
-
-def _ratio(r: Row) -> str:
-    return "—" if r.ratio is None else f"{r.ratio:.2f}x"
-
-
-def _measured(r: Row) -> str:
-    return r.measured.text() if r.measured else "—"
-
-
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 #: how the summary names each measured kind (the host's own measurements)
@@ -97,14 +90,6 @@ def _headline(report: Report) -> list[str]:
     return lines
 
 
-def _has_per_core(table: Table) -> bool:
-    return any(c.per_core is not None for c in table.cells)
-
-
-#: the per-core column's title: published per-core figure (how it was derived) -> measured
-PER_CORE_TITLE = "per core: published → measured"
-
-
 def _core_class_items(report: Report) -> list[tuple[str, str]]:
     """On what basis each host's cores match (or not) each published host's core class."""
     items = []
@@ -115,17 +100,6 @@ def _core_class_items(report: Report) -> list[tuple[str, str]]:
         for pub in report.published:
             items.append((f"core class on {name}", core_class(pub.host, topo).detail))
     return items
-
-
-def _disputed_lines(rows: list[Row]) -> list[tuple[str, str, str, str]]:
-    """(label, reason, evidence, correct figure) of each disputed cell, once per cell."""
-    seen: dict[str, tuple[str, str, str, str]] = {}
-    for r in rows:
-        d = r.cell.disputed
-        if d is not None and r.cell.id not in seen:
-            seen[r.cell.id] = (f"{r.cell.label} ({r.published_text} {r.cell.unit})", d.reason,
-                               d.evidence, d.correct)
-    return list(seen.values())
 
 
 def _host_lines(report: Report) -> list[tuple[str, str]]:
@@ -171,60 +145,7 @@ def _provenance_items(report: Report) -> list[tuple[str, str]]:
                                          if v not in (None, ""))))
     if report.generated:
         items.append(("generated", report.generated))
-    return items
-
-
-# -- markdown ---------------------------------------------------------------------------------
-
-
-def _md_table(table: Table, rows: list[Row]) -> list[str]:
-    multi_col = len(table.columns) > 1
-    multi_host = len({r.host for r in rows}) > 1
-    head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
-    head += ["published", "measured median (min–max, n)"]
-    per_core = _has_per_core(table)
-    head += ([PER_CORE_TITLE] if per_core else []) + ["ratio", "verdict"]
-    titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [r.cell.label]
-        if multi_col:
-            cells.append(titles[r.cell.column])
-        if multi_host:
-            cells.append(r.host or "—")
-        cells += [r.published_text, _measured(r)] + ([r.per_core_text] if per_core else [])
-        cells += [_ratio(r), r.verdict]
-        lines.append("| " + " | ".join(_md_escape(c) for c in cells) + " |")
-    return lines
-
-
-def render_markdown(report: Report) -> str:
-    out = [f"# {report.campaign}: published vs measured", ""]
-    out += [f"- {line}" for line in _headline(report)] + [""]
-    out += ["## Provenance", ""]
-    out += [f"- **{k}**: {_md_escape(v)}" for k, v in _provenance_items(report)]
-    for pub in report.published:
-        out += ["", f"## {pub.title}", "",
-                f"Published host: {pub.host['model']} ({pub.host['cores']} cores"
-                + (f", {pub.host['instance']}" if pub.host.get("instance") else "") + ")."]
-        for table in pub.tables:
-            unit = table.columns[0].unit if len(table.columns) == 1 else ""
-            out += ["", f"### {table.title}" + (f" [{unit}]" if unit else ""), ""]
-            if table.section:
-                out.append(f"Section {table.section}. " + (table.note or ""))
-                out.append("")
-            out += _md_table(table, report.rows_of(table))
-        disputed = _disputed_lines([r for r in report.rows if r.cell.table in
-                                    {t.id for t in pub.tables}])
-        if disputed:
-            out += ["", "### Disputed published figures", ""]
-            for label, reason, evidence, correct in disputed:
-                out += [f"- **{_md_escape(label)}**: {_md_escape(reason)}.",
-                        f"  Evidence: {_md_escape(evidence)}",
-                        f"  A correct figure: {_md_escape(correct)}."]
-    if report.extra_markdown:
-        out += ["", "## Measured tables", "", report.extra_markdown.strip()]
-    return "\n".join(out) + "\n"
+    return list(dict.fromkeys(items))  # two published files of one host class: said once
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -251,10 +172,23 @@ def _x(value: Any, default: float) -> float:
         return default
 
 
-def plot_table(table: Table, rows: list[Row]) -> bytes | None:
-    """PNG of a table's plot spec: published points, measured medians (with min–max) on top."""
+def _per_core_view(rows: list[Row]) -> list[Row]:
+    """The rows a per-core plot draws: per-core cells with a measured per-core figure."""
+    return [r for r in rows if r.cell.per_core_reference is not None
+            and r.per_core_measured is not None]
+
+
+def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes | None:
+    """PNG of a table's plot spec: published points, measured medians (with min–max) on top.
+    ``per_core``: the measuring host has the published core on fewer cores, so the table's
+    per-core cells are drawn per core (published value or total / workers, and the measured
+    per-core figure) instead of a 90-worker total against one core's."""
     if not table.plot:
         return None
+    if per_core and _per_core_view(rows):
+        rows = _per_core_view(rows)
+    else:
+        per_core = False
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,11 +206,16 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
         color = colors[i % len(colors)]
         pub = sorted(((float(r.cell.conditions[xkey]), r) for r in grp), key=lambda t: t[0])
         xs = [x for x, _ in pub]
-        ys = [r.cell.reference for _, r in pub]
-        lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
-        hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
+        if per_core:
+            ys = [r.cell.per_core_reference for _, r in pub]
+            lo = hi = [0.0] * len(pub)
+        else:
+            ys = [r.cell.reference for _, r in pub]
+            lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
+            hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
         suffix = "" if name == "published" else f": {name}"
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=color, label=f"published{suffix}",
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=color,
+                    label=f"published{' per core' if per_core else ''}{suffix}",
                     capsize=3, markersize=5)
         # measured at the x it really ran at when the run reports it (participants=2 on a
         # 2-core host), else at the published x
@@ -284,9 +223,10 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
                        if r.measured is not None), key=lambda t: t[0])
         if meas:
             mx = [x for x, _ in meas]
-            my = [r.measured.median for _, r in meas]
-            ylo = [r.measured.median - r.measured.minimum for _, r in meas]
-            yhi = [r.measured.maximum - r.measured.median for _, r in meas]
+            ms = [r.per_core_measured if per_core else r.measured for _, r in meas]
+            my = [m.median for m in ms]
+            ylo = [m.median - m.minimum for m in ms]
+            yhi = [m.maximum - m.median for m in ms]
             hosts = sorted({r.host or "" for _, r in meas})
             scale = _scale([r for _, r in meas], xkey)
             where = ", ".join(hosts) + (f", {scale}" if scale else "")
@@ -298,8 +238,13 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
         ax.set_yscale("log")
     unit = next((c.unit for c in table.columns if c.key == column), "")
     ax.set_xlabel(spec.get("xlabel", xkey))
-    ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
-    ax.set_title(spec.get("title", table.title), fontsize=10)
+    if per_core:
+        ax.set_ylabel(f"{unit} per core")
+        ax.set_title(spec.get("title", table.title) + ", per core (the per-core cells)",
+                     fontsize=10)
+    else:
+        ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
+        ax.set_title(spec.get("title", table.title), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     entries = len(ax.get_legend_handles_labels()[1])
     if entries > 6:  # a legend this long would hide the lines: put it under the axes
@@ -320,13 +265,17 @@ def plot_table(table: Table, rows: list[Row]) -> bytes | None:
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1340px}
-h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}h3{font-size:15px;margin-top:22px}
+h1{font-size:22px}h2{font-size:18px;margin-top:28px;border-bottom:1px solid #ddd}
+details{margin:8px 0}details>summary{cursor:pointer;font-size:14px}span.counts{font-size:12px;color:#555;margin-left:8px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.reproduced td.v{background:#dff3df}tr.deviates td.v{background:#fbe0d0}
-tr.not-comparable td.v{background:#eef}tr.reproduced-per-core td.v{background:#e6f5e0}
-tr.deviates-per-core td.v{background:#fbe9dc}tr.published-figure-disputed td.v{background:#fff4c2}tr.not-run td.v{background:#f4f4f4;color:#666}
+tr.reproduced-per-core td.v{background:#e6f5e0}tr.deviates-per-core td.v{background:#fbe9dc}
+tr.inconclusive td.v{background:#fdf6e3}tr.recomputed-matches td.v,tr.recomputed-differs td.v{background:#eef3f8}
+tr.published-figure-disputed td.v{background:#fff4c2}
+details.group{margin:2px 0 2px 12px;font-size:12px}details.group>summary{font-size:12px;color:#444}
+details.group ul{margin:2px 0 6px;columns:2;font-size:11px;color:#555}
 dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:12px}
 dl.prov dt{font-weight:600}dl.prov dd{margin:0}
 .summary{font-size:14px;padding:8px;background:#fafafa;border:1px solid #eee}
@@ -335,82 +284,56 @@ dl.prov dt{font-weight:600}dl.prov dd{margin:0}
 """
 
 
-def _h(text: Any) -> str:
-    return html.escape(str(text))
+MEASURED_FILE = "measured.md"
 
 
-def _html_table(table: Table, rows: list[Row]) -> str:
-    multi_col = len(table.columns) > 1
-    multi_host = len({r.host for r in rows}) > 1
-    titles = {c.key: f"{c.title} [{c.unit}]" for c in table.columns}
-    head = ["row"] + (["column"] if multi_col else []) + (["host"] if multi_host else [])
-    head += ["published", "measured median (min–max, n)"]
-    per_core = _has_per_core(table)
-    head += ([PER_CORE_TITLE] if per_core else []) + ["ratio", "verdict"]
-    out = ["<table><tr>" + "".join(f"<th>{_h(h)}</th>" for h in head) + "</tr>"]
-    for r in rows:
-        cls = r.kind.replace(" ", "-")
-        tds = [f"<td>{_h(r.cell.label)}</td>"]
-        if multi_col:
-            tds.append(f"<td>{_h(titles[r.cell.column])}</td>")
-        if multi_host:
-            tds.append(f"<td>{_h(r.host or '—')}</td>")
-        tds += [f'<td class="num" title="{_h(r.cell.source)}">{_h(r.published_text)}</td>',
-                f'<td class="num">{_h(_measured(r))}</td>']
-        if per_core:
-            tds.append(f'<td class="num">{_h(r.per_core_text)}</td>')
-        tds += [f'<td class="num">{_h(_ratio(r))}</td>', f'<td class="v">{_h(r.verdict)}</td>']
-        out.append(f'<tr class="{cls}">' + "".join(tds) + "</tr>")
-    out.append("</table>")
-    return "\n".join(out)
+def _env(html: bool):
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("socketlab.report", "templates"),
+        autoescape=html, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )  # fmt: skip
+    env.filters["md"] = lambda text: str(text).replace("|", "\\|")
+    return env
+
+
+def _context(report: Report) -> dict[str, Any]:
+    return {"campaign": report.campaign, "headline": _headline(report),
+            "provenance": _provenance_items(report),
+            "files": file_views(report.published, report.rows),
+            "extra": report.extra_markdown.strip(),
+            "measured_file": MEASURED_FILE if report.measured_markdown else ""}
+
+
+def render_markdown(report: Report) -> str:
+    return _env(html=False).get_template("report.md.j2").render(_context(report))
+
+
+def _per_core_hosts(report: Report) -> set[str]:
+    """Hosts with a published core on fewer cores than the published socket."""
+    out = set()
+    for name, entry in report.hosts.items():
+        topo = (entry or {}).get("topology") or {}
+        if topo and any(core_class(p.host, topo).matches and topo.get("cores") != p.host["cores"]
+                        for p in report.published):
+            out.add(name)
+    return out
 
 
 def render_html(report: Report) -> str:
-    parts = [
-        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>{_h(report.campaign)}: published vs measured</title>",
-        f"<style>{_CSS}</style></head><body>",
-        f"<h1>{_h(report.campaign)}: published vs measured</h1>",
-        "<p class='summary'>" + "<br>".join(_h(x) for x in _headline(report)) + "</p>",
-        "<h2>Provenance</h2><dl class='prov'>",
-    ]
-    parts += [f"<dt>{_h(k)}</dt><dd>{_h(v)}</dd>" for k, v in _provenance_items(report)]
-    parts.append("</dl>")
     plots = []
+    small = _per_core_hosts(report)
     for pub in report.published:
-        for table in pub.tables:
-            png = plot_table(table, report.rows_of(table))
-            if png:
-                data = base64.b64encode(png).decode()
-                plots.append(f"<a href='#{_h(table.id)}'><img class='plot' alt='"
-                             f"{_h(table.plot.get('title', table.title))}' "
-                             f"src='data:image/png;base64,{data}'></a>")
-    if plots:
-        parts.append("<h2>Plots</h2><p class='note'>Published points (filled) and measured "
-                     "medians with min–max (hollow, dashed). Click a plot for its table.</p>")
-        parts.append("<div class='plots'>" + "".join(plots) + "</div>")
-    for pub in report.published:
-        parts.append(f"<h2>{_h(pub.title)}</h2>")
-        parts.append(f"<p class='note'>Published host: {_h(pub.host['model'])} "
-                     f"({_h(pub.host['cores'])} cores). Hover a published value for its source.</p>")
         for table in pub.tables:
             rows = report.rows_of(table)
-            parts.append(f"<h3 id='{_h(table.id)}'>{_h(table.title)}</h3>")
-            if table.note or table.section:
-                parts.append(f"<p class='note'>Section {_h(table.section)}. {_h(table.note)}</p>")
-            parts.append(_html_table(table, rows))
-        disputed = _disputed_lines([r for r in report.rows if r.cell.table in
-                                    {t.id for t in pub.tables}])
-        if disputed:
-            parts.append("<h3>Disputed published figures</h3><ul>")
-            parts += [f"<li><b>{_h(label)}</b>: {_h(reason)}.<br>Evidence: {_h(evidence)}"
-                      f"<br>A correct figure: {_h(correct)}.</li>"
-                      for label, reason, evidence, correct in disputed]
-            parts.append("</ul>")
-    if report.extra_markdown:
-        parts.append("<h2>Measured tables</h2><pre>" + _h(report.extra_markdown) + "</pre>")
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+            png = plot_table(table, rows, per_core=any(r.host in small for r in rows))
+            if png:
+                plots.append((table.id, table.plot.get("title", table.title),
+                              base64.b64encode(png).decode()))
+    return _env(html=True).get_template("report.html.j2").render(
+        {**_context(report), "plots": plots, "css": _CSS})
 
 
 def render(report: Report, fmt_name: str = "md") -> str:
@@ -419,4 +342,5 @@ def render(report: Report, fmt_name: str = "md") -> str:
     return render_markdown(report)
 
 
-__all__ = ["Report", "fmt", "plot_table", "render", "render_html", "render_markdown"]
+__all__ = ["MEASURED_FILE", "Report", "fmt", "plot_table", "render", "render_html",
+           "render_markdown"]

@@ -1,1 +1,0 @@
-../../collectors/_cpulist.py

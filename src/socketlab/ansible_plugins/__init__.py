@@ -1,1 +1,0 @@
-"""Ansible plugins' code; playbooks/*_plugins/ hold thin shims that import from here."""
