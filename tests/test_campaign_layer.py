@@ -77,7 +77,7 @@ def _opt(argv, name: str) -> str:
     raise AssertionError(f"{name} not in {argv}")
 
 
-@pytest.mark.parametrize("host", ["this-machine", "c8i-metal-48xl", "gnr-kvm"])
+@pytest.mark.parametrize("host", ["this-machine", "c8i-metal-48xl", "gnr-kvm", "zen4-kvm-2vcpu"])
 def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
     """Every layer point runs the stage binary itself (no Python on the host) on a dump the
     controller ships: the point names a real shape file and the dump's key, and the stage gets
@@ -85,7 +85,8 @@ def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
     AVX-512 BF16, avx512 with it; AMX only where the facts have AMX (the others skip with the
     reason)."""
     spec = load_spec(CAMPAIGN, profile="quick")
-    entry = _gnr_entry(spec) if host == "gnr-kvm" else _entry(host, spec)
+    entry = _gnr_entry(spec) if host == "gnr-kvm" else \
+        hostclass.entry(host, spec) if host == "zen4-kvm-2vcpu" else _entry(host, spec)
     entry["python"] = "/opt/py/bin/python3"
     plan = expand_points(spec, {host: entry})
     flags = set(entry["topology"]["flags"])
