@@ -58,9 +58,11 @@ quickstart: setup
 	$(VENV)/bin/orchestrate report quickstart
 	@echo "results: $(CURDIR)/results/quickstart/ (store.sqlite, runs/<run key>/); report: $(CURDIR)/results/quickstart/report.md"
 
+COLLECTION := ansible_collections/socketlab/lab
+
 lint: setup
-	$(VENV)/bin/ruff check src tests bench collectors playbooks
-	$(VENV)/bin/ansible-lint --profile production playbooks roles
+	$(VENV)/bin/ruff check src tests bench collectors playbooks ansible_collections
+	$(VENV)/bin/ansible-lint --profile production $(COLLECTION) playbooks roles isolate.yml verify.yml restore.yml
 
 test: setup guidellm-venv checkpatch-tool
 	$(MAKE) lint

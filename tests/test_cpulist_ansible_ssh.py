@@ -1,6 +1,6 @@
-"""playbooks/module_utils/socketlab_cpulist.py is a symlink to collectors/_cpulist.py: a real
+"""The collection's plugins/module_utils/cpulist.py is a symlink to collectors/_cpulist.py: a real
 ansible-playbook run over SSH (a network-namespace sshd host) packs it into a module that uses
-it through socketlab_isolation (socketlab_knob comparing CPU-list knobs), and it parses there
+it through module_utils/isolation.py (socketlab.lab.knob comparing CPU-list knobs), and it parses there
 as the package does."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def test_the_symlinked_cpulist_reaches_a_module_over_ssh(ssh_pool, tmp_path):
     out = tmp_path / "results.json"
     args = {"path": str(knob), "state_file": str(tmp_path / "state.json")}
     steps = {"same": "1,0", "other": "0 2", "stride": "0-3:2/4"}
-    tasks = [{"name": name, "socketlab_knob": {**args, "value": value}, "check_mode": True,
+    tasks = [{"name": name, "socketlab.lab.knob": {**args, "value": value}, "check_mode": True,
               "register": name, "ignore_errors": True} for name, value in steps.items()]
     tasks.append({"name": "save", "ansible.builtin.copy": {
         "content": "{{ [same, other, stride] | to_json }}", "dest": str(out)},

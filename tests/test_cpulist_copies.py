@@ -1,7 +1,7 @@
 """The CPU-list parser has one definition for the controller (socketlab.cpulist) and one
 stdlib file shipped to hosts (collectors/_cpulist.py: imported by collectors/_collector.py,
-and by playbooks/module_utils/socketlab_isolation.py through its symlink
-module_utils/socketlab_cpulist.py). One corpus runs through the package and every way a host
+and by the collection's plugins/module_utils/isolation.py through its symlink
+plugins/module_utils/cpulist.py). One corpus runs through the package and every way a host
 gets the file: results and error messages must be identical."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from socketlab import cpulist
 
 REPO = Path(__file__).resolve().parents[1]
 HOST_FILE = REPO / "collectors" / "_cpulist.py"
-LINK = REPO / "playbooks" / "module_utils" / "socketlab_cpulist.py"
+MODULE_UTILS = REPO / "ansible_collections" / "socketlab" / "lab" / "plugins" / "module_utils"
+LINK = MODULE_UTILS / "cpulist.py"
 COPIES = {
     "host_file": HOST_FILE,
     "collector": REPO / "collectors" / "_collector.py",
-    "module_utils": REPO / "playbooks" / "module_utils" / "socketlab_isolation.py",
 }
 
 
@@ -36,7 +36,14 @@ def _load(name: str, path: Path):
     return module
 
 
-IMPLEMENTATIONS = {"package": cpulist, **{k: _load(k, p) for k, p in COPIES.items()}}
+IMPLEMENTATIONS = {
+    "package": cpulist,
+    **{k: _load(k, p) for k, p in COPIES.items()},
+    # as Ansible's collection loader names it (the checkout's root is on sys.path here)
+    "module_utils": importlib.import_module(
+        "ansible_collections.socketlab.lab.plugins.module_utils.isolation"),
+}
+COPIES["module_utils"] = MODULE_UTILS / "isolation.py"
 
 VALID = [
     "", "   ", "0", "7\n", "0-3,8,10-11", "3,3,1-3", " 5,1-2 \n",
@@ -81,8 +88,8 @@ def test_every_copy_formats_like_the_package(cpus):
 
 def test_one_file_reaches_the_hosts():
     # one physical file: the module_utils name is a symlink to the collectors' file, and
-    # neither _collector.py nor socketlab_isolation.py carries a parser of its own
-    assert LINK.is_symlink() and os.readlink(LINK) == "../../collectors/_cpulist.py"
+    # neither _collector.py nor module_utils/isolation.py carries a parser of its own
+    assert LINK.is_symlink() and os.readlink(LINK) == "../../../../../collectors/_cpulist.py"
     assert LINK.resolve() == HOST_FILE.resolve()
     for name in ("collector", "module_utils"):
         text = COPIES[name].read_text()

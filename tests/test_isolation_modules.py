@@ -1,4 +1,4 @@
-"""The isolation modules (playbooks/library) run by real Ansible against knob files in a temp tree.
+"""The isolation modules (socketlab.lab.*, the collection's plugins/modules) run by real Ansible against knob files in a temp tree.
 
 The kernel's own knobs are exercised in test_isolation_playbooks.py; here the knobs are plain
 files, so every rule (record before write, record once, restore exactly, check mode writes
@@ -27,15 +27,9 @@ PLAYBOOK = REPO / ".venv" / "bin" / "ansible-playbook"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _utils():
-    path = REPO / "playbooks" / "module_utils" / "socketlab_isolation.py"
-    spec = importlib.util.spec_from_file_location("socketlab_isolation", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-utils = _utils()
+# the collection's module_utils, imported as Ansible's collection loader would name it (the
+# checkout's root holds ansible_collections/ and is on sys.path for the tests)
+utils = importlib.import_module("ansible_collections.socketlab.lab.plugins.module_utils.isolation")
 
 
 def run_steps(tmp_path: Path, *steps: tuple) -> list[dict]:
@@ -120,14 +114,14 @@ def test_record_once_write_check_mode_and_restore(tmp_path, tree):
     knob = {"path": numa, "value": "0", "state_file": state}
     (refused, first, check, wrote, again, thp_same, second, missing) = run_steps(
         tmp_path,
-        ("socketlab_knob", knob),
-        ("socketlab_isolation_state", snap),
-        ("socketlab_knob", knob, {"check_mode": True, "diff": True}),
-        ("socketlab_knob", knob),
-        ("socketlab_knob", knob),
-        ("socketlab_knob", {"path": thp, "value": "madvise", "state_file": state}),
-        ("socketlab_isolation_state", snap),
-        ("socketlab_knob", {"path": wq + ".missing", "value": "1", "state_file": state}),
+        ("socketlab.lab.knob", knob),
+        ("socketlab.lab.isolation_state", snap),
+        ("socketlab.lab.knob", knob, {"check_mode": True, "diff": True}),
+        ("socketlab.lab.knob", knob),
+        ("socketlab.lab.knob", knob),
+        ("socketlab.lab.knob", {"path": thp, "value": "madvise", "state_file": state}),
+        ("socketlab.lab.isolation_state", snap),
+        ("socketlab.lab.knob", {"path": wq + ".missing", "value": "1", "state_file": state}),
     )
     # Nothing is written without a record to restore.
     assert refused["failed"] and "no isolation state file" in refused["msg"]
@@ -147,9 +141,9 @@ def test_record_once_write_check_mode_and_restore(tmp_path, tree):
 
     check_restore, restored, nothing = run_steps(
         tmp_path,
-        ("socketlab_isolation_state", {"path": state, "state": "absent"}, {"check_mode": True}),
-        ("socketlab_isolation_state", {"path": state, "state": "absent"}, {"diff": True}),
-        ("socketlab_isolation_state", {"path": state, "state": "absent"}),
+        ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}, {"check_mode": True}),
+        ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}, {"diff": True}),
+        ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}),
     )
     assert check_restore["restored"] == [numa]
     assert restored["restored"] == [numa] and restored["diff"]["after"] == f"{numa} = 1\n"
@@ -170,11 +164,11 @@ def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
     globs = [irq_dir + "/*/smp_affinity_list", irq_dir + "/default_smp_affinity"]
     _, check, moved, again, ok = run_steps(
         tmp_path,
-        ("socketlab_isolation_state", {"path": state, "globs": globs}),
-        ("socketlab_irq_affinity", irqs, {"check_mode": True}),
-        ("socketlab_irq_affinity", irqs),
-        ("socketlab_irq_affinity", irqs),
-        ("socketlab_isolation_check", check_args),
+        ("socketlab.lab.isolation_state", {"path": state, "globs": globs}),
+        ("socketlab.lab.irq_affinity", irqs, {"check_mode": True}),
+        ("socketlab.lab.irq_affinity", irqs),
+        ("socketlab.lab.irq_affinity", irqs),
+        ("socketlab.lab.isolation_check", check_args),
     )
     assert check["changed"] and check["moved"] == ["1: 0-3 -> 0,2", "2: 3 -> 0,2"]
     # An IRQ keeps the housekeeping CPUs it already had (locality); others get all of them.
@@ -189,8 +183,8 @@ def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
     tree["numa"].write_text("0\n")
     bad, _ = run_steps(
         tmp_path,
-        ("socketlab_isolation_check", check_args),
-        ("socketlab_isolation_state", {"path": state, "state": "absent"}),
+        ("socketlab.lab.isolation_check", check_args),
+        ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}),
     )
     assert bad["failed"]
     assert bad["drifted"] == [
@@ -205,8 +199,8 @@ def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
 def test_preflight_and_service_confinement_say_why(tmp_path, tree):
     preflight, cpuset = run_steps(
         tmp_path,
-        ("socketlab_isolation_preflight", {"irq_dir": str(tmp_path / "irq")}),
-        ("socketlab_systemd_cpuset", {"cpus": "0", "state_file": str(tree["state"])}),
+        ("socketlab.lab.isolation_preflight", {"irq_dir": str(tmp_path / "irq")}),
+        ("socketlab.lab.systemd_cpuset", {"cpus": "0", "state_file": str(tree["state"])}),
     )
     assert preflight["failed"]
     assert preflight["msg"] == (
@@ -241,11 +235,11 @@ def test_irqbalance_is_stopped_by_pid_and_restarted_by_restore(tmp_path, tree):
     try:
         snap, stop, check, _ = run_steps(
             tmp_path,
-            ("socketlab_isolation_state", {"path": state, "processes": ["irqbalance"]}),
-            ("socketlab_irqbalance", {"state_file": state}),
-            ("socketlab_isolation_check", {"state_file": state, "cpus": "0",
+            ("socketlab.lab.isolation_state", {"path": state, "processes": ["irqbalance"]}),
+            ("socketlab.lab.irqbalance", {"state_file": state}),
+            ("socketlab.lab.isolation_check", {"state_file": state, "cpus": "0",
                                            "irq_dir": str(tmp_path / "none")}),
-            ("socketlab_isolation_state", {"path": state, "state": "absent"}),
+            ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}),
         )  # fmt: skip
         assert snap["state"]["processes"]["irqbalance"]["pids"] == [stand_in.pid]
         assert stop.get("stopped") == [stand_in.pid], stop

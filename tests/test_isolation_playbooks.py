@@ -327,7 +327,7 @@ def test_restore_after_apply_killed_half_way(runner, flipped_vm_knobs):
     try:
         for line in proc.stdout:
             seen.append(line)
-            if line.startswith("TASK [hugepages : Reserve 2 MiB huge pages per NUMA node]"):
+            if line.startswith("TASK [socketlab.lab.isolation_hugepages : Reserve 2 MiB huge pages per NUMA node]"):
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
                 break

@@ -225,7 +225,7 @@ def test_multi_range_allowed_cpus_round_trip(tmp_path):
     args = json.dumps({"cpus": "0-1,96-97", "units": ["system.slice"], "state_file": str(state),
                        "service_manager": "systemd"})  # fmt: skip
     adhoc = [str(ANSIBLE_PLAYBOOK.with_name("ansible")), "localhost", "-m",
-             "socketlab_systemd_cpuset", "-a", args]  # fmt: skip
+             "socketlab.lab.systemd_cpuset", "-a", args]  # fmt: skip
     first = subprocess.run(adhoc, capture_output=True, text=True, env=emu.env, timeout=300)
     assert "localhost | CHANGED" in first.stdout, first.stdout + first.stderr
     assert emu.units()["system.slice"]["AllowedCPUs"] == "0-1 96-97"

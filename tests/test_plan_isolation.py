@@ -4,6 +4,7 @@ filters that expose it to the playbooks."""
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import subprocess
 import sys
@@ -12,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from socketlab import paths
-from socketlab.ansible_plugins import filters
 from socketlab.cpulist import parse_cpulist, parse_cpumask
 from socketlab.errors import PlanError
 from socketlab.plan import plan_isolation
 from socketlab.topology import topology_from_snapshot
 from tests.fixtures.topology import FIXTURES, NAMES, snapshot, topo
+
+#: the collection's filter plugin, as Ansible's loader names it (the checkout's root is on sys.path)
+filters = importlib.import_module("ansible_collections.socketlab.lab.plugins.filter.isolation")
 
 
 def test_c8i_default_plan_is_exactly_the_campaigns():
@@ -166,33 +169,31 @@ def test_memory_only_nodes_are_skipped():
 
 def test_filter_functions():
     snap = snapshot("c8i-metal-48xl")
-    plan = filters.socketlab_isolation_plan(snap)
+    plan = filters.isolation_plan(snap)
     assert plan == plan_isolation(topology_from_snapshot(snap)).facts()
     # the snapshot may come as JSON text (a registered stdout), and numbers as strings (-e)
-    same = filters.socketlab_isolation_plan(json.dumps(snap), "2", "false")
+    same = filters.isolation_plan(json.dumps(snap), "2", "false")
     assert same == plan
-    assert filters.socketlab_isolation_plan(snap, 2, "yes")["chosen_by"]["0"] == "device IRQs"
-    assert filters.socketlab_cpulist([5, 0, 1, 2]) == "0-2,5"
-    assert filters.socketlab_cpulist("2-3,1") == "1-3"
-    assert filters.socketlab_parse_cpulist("0-2,5") == [0, 1, 2, 5]
-    assert filters.socketlab_cpumask([0, 1], 40) == "00,00000003"
-    assert filters.socketlab_parse_cpumask("00000003,00000001") == [0, 32, 33]
-    assert filters.socketlab_topology(snap)["cores"] == 96
-    assert set(filters.FilterModule().filters()) >= {
-        "socketlab_isolation_plan", "socketlab_cpulist", "socketlab_cpumask",
-    }  # fmt: skip
+    assert filters.isolation_plan(snap, 2, "yes")["chosen_by"]["0"] == "device IRQs"
+    assert filters.cpulist([5, 0, 1, 2]) == "0-2,5"
+    assert filters.cpulist("2-3,1") == "1-3"
+    assert filters.parse_cpulist("0-2,5") == [0, 1, 2, 5]
+    assert filters.cpumask([0, 1], 40) == "00,00000003"
+    assert filters.parse_cpumask("00000003,00000001") == [0, 32, 33]
+    assert filters.topology(snap)["cores"] == 96
+    assert set(filters.FilterModule().filters()) >= {"isolation_plan", "cpulist", "cpumask"}
 
 
 def test_filter_can_return_the_planners_message_instead_of_raising():
     # The isolation_plan role fails with this message alone (no Ansible templating preamble).
-    got = filters.socketlab_isolation_plan(snapshot("this-machine"), 2, False, on_error="return")
+    got = filters.isolation_plan(snapshot("this-machine"), 2, False, on_error="return")
     assert got == {
         "error": "this-machine: housekeeping_per_node=2 leaves no worker cores on NUMA node 0, which has "
         "2 physical cores; expected at most 1"
     }
-    bad_h = filters.socketlab_isolation_plan(snapshot("c8i-metal-48xl"), "x", on_error="return")
-    assert bad_h == {"error": "socketlab: housekeeping_per_node: expected a whole number, got 'x'"}
-    ok = filters.socketlab_isolation_plan(snapshot("this-machine"), 1, on_error="return")
+    bad_h = filters.isolation_plan(snapshot("c8i-metal-48xl"), "x", on_error="return")
+    assert bad_h == {"error": "socketlab.lab: housekeeping_per_node: expected a whole number, got 'x'"}
+    ok = filters.isolation_plan(snapshot("this-machine"), 1, on_error="return")
     assert "error" not in ok and ok["workers"] == [1]
 
 
@@ -200,17 +201,17 @@ def test_filter_errors_are_ansible_filter_errors():
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError, match="expected at most 1"):
-        filters.socketlab_isolation_plan(snapshot("this-machine"))
+        filters.isolation_plan(snapshot("this-machine"))
     with pytest.raises(AnsibleFilterError, match="housekeeping_per_node: expected a whole number"):
-        filters.socketlab_isolation_plan(snapshot("c8i-metal-48xl"), "two")
+        filters.isolation_plan(snapshot("c8i-metal-48xl"), "two")
     with pytest.raises(AnsibleFilterError, match="not JSON"):
-        filters.socketlab_isolation_plan("{nope")
+        filters.isolation_plan("{nope")
     with pytest.raises(AnsibleFilterError):
-        filters.socketlab_cpumask([64], 64)
+        filters.cpumask([64], 64)
 
 
 def test_filters_in_a_real_playbook(tmp_path):
-    # ansible-playbook loads the shim from playbooks/filter_plugins through ansible.cfg.
+    # ansible-playbook finds the checkout's collection through ansible_env()'s collections path.
     playbook = tmp_path / "plan.yml"
     out = tmp_path / "plan.json"
     playbook.write_text(
@@ -223,12 +224,12 @@ def test_filters_in_a_real_playbook(tmp_path):
       ansible.builtin.copy:
         dest: {out}
         content: "{{{{ lookup('file', '{FIXTURES / "c8i-metal-48xl.json"}') | from_json
-                    | socketlab_isolation_plan(housekeeping_per_node=2) | to_json }}}}"
+                    | socketlab.lab.isolation_plan(housekeeping_per_node=2) | to_json }}}}"
         mode: "0644"
     - name: Bad H fails with the planner's message
       ansible.builtin.debug:
         msg: "{{{{ lookup('file', '{FIXTURES / "c8i-metal-48xl.json"}') | from_json
-                 | socketlab_isolation_plan(housekeeping_per_node=40) }}}}"
+                 | socketlab.lab.isolation_plan(housekeeping_per_node=40) }}}}"
       register: bad
       ignore_errors: true
     - name: Check
@@ -236,8 +237,8 @@ def test_filters_in_a_real_playbook(tmp_path):
         that:
           - bad is failed
           - "'expected at most 31' in bad.msg"
-          - "([0, 1, 32, 33] | socketlab_cpumask(64)) == '00000003,00000003'"
-          - "([0, 1, 2, 7] | socketlab_cpulist) == '0-2,7'"
+          - "([0, 1, 32, 33] | socketlab.lab.cpumask(64)) == '00000003,00000003'"
+          - "([0, 1, 2, 7] | socketlab.lab.cpulist) == '0-2,7'"
 """
     )
     bindir = Path(sys.executable).parent
@@ -253,10 +254,10 @@ def test_filters_in_a_real_playbook(tmp_path):
 
 # ---------------------------------------------------------------- knob targets per role
 def _targets(snap: dict, **over):
-    plan = filters.socketlab_isolation_plan(snap)
+    plan = filters.isolation_plan(snap)
     args = {"sys_root": "/sys", "proc_root": "/proc", "thp_mode": "madvise",
             "numa_balancing": "0", "hugepages_per_node": "4", "governor": "performance", **over}
-    return plan, filters.socketlab_isolation_targets(json.dumps(snap), plan, **args)
+    return plan, filters.isolation_targets(json.dumps(snap), plan, **args)
 
 
 def test_targets_give_each_role_its_knobs_on_c8i():
@@ -307,7 +308,7 @@ def test_targets_refuse_bad_settings_in_one_line(over, message):
 
 def test_no_jinja_loop_builds_knob_lists():
     """isolate.yml is the sequence of roles: the knob lists come from the filter above."""
-    text = (paths.REPO / "playbooks/isolate.yml").read_text()
+    text = (paths.COLLECTION / "playbooks/isolate.yml").read_text()
     assert "{%" not in text and "selectattr" not in text and "search" not in text
     for role in ("workqueue_mask", "vm_tuning", "hugepages", "cpufreq_governor"):
-        assert f"{role}_knobs: \"{{{{ socketlab_iso_targets.{role} }}}}\"" in text
+        assert f"isolation_{role}_knobs: \"{{{{ socketlab_iso_targets.{role} }}}}\"" in text

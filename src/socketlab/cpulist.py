@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from socketlab.errors import PlanError
-from socketlab.limits import limit, over
+# Relative imports of stdlib-only siblings: the socketlab.lab collection links this file into
+# plugins/plugin_utils/planner/, where the socketlab package is not installed.
+from .errors import PlanError
+from .limits import limit, over
 
 
 class CpuListError(PlanError, ValueError):

@@ -43,7 +43,7 @@ def limit(name: str) -> int:
     except ValueError:
         value = -1
     if value < 1:
-        from socketlab.errors import SocketlabError
+        from .errors import SocketlabError
 
         raise SocketlabError(f"SOCKETLAB_LIMIT_{name}={raw!r}: expected a positive integer")
     return value

@@ -12,6 +12,9 @@ from pathlib import Path
 REPO = Path(os.environ.get("SOCKETLAB_REPO", Path(__file__).resolve().parents[2]))
 PLAYBOOKS = REPO / "playbooks"
 ROLES = REPO / "roles"
+#: The folder holding ansible_collections/socketlab/lab (the socketlab.lab collection).
+COLLECTIONS = REPO
+COLLECTION = COLLECTIONS / "ansible_collections" / "socketlab" / "lab"
 INVENTORY = REPO / "inventory"
 DEFAULT_INVENTORY = INVENTORY / "localhost.yml"
 COLLECTORS = REPO / "collectors"
@@ -37,10 +40,11 @@ def ansible_env() -> dict[str, str]:
     env.update(
         ANSIBLE_CONFIG=str(ANSIBLE_CFG),
         ANSIBLE_ROLES_PATH=str(ROLES),
-        ANSIBLE_FILTER_PLUGINS=str(PLAYBOOKS / "filter_plugins"),
         ANSIBLE_ACTION_PLUGINS=str(PLAYBOOKS / "action_plugins"),
-        ANSIBLE_LIBRARY=str(PLAYBOOKS / "library"),
-        ANSIBLE_MODULE_UTILS=str(PLAYBOOKS / "module_utils"),
+        # ours first, then the user's own (theirs may hold other collections)
+        ANSIBLE_COLLECTIONS_PATH=os.pathsep.join(
+            [str(COLLECTIONS), os.path.expanduser("~/.ansible/collections"),
+             "/usr/share/ansible/collections"]),  # fmt: skip
     )
     # An exported ANSIBLE_PYTHON_INTERPRETER=auto* would override ansible.cfg and pick a broken shim.
     if env.get("ANSIBLE_PYTHON_INTERPRETER", "").startswith("auto"):

@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from socketlab.cpulist import cpumask, format_cpulist
-from socketlab.errors import PlanError
-from socketlab.topology.model import Core, Topology
+# Relative imports of stdlib-only siblings: the socketlab.lab collection links this file into
+# plugins/plugin_utils/planner/, where the socketlab package is not installed.
+from ..cpulist import cpumask, format_cpulist
+from ..errors import PlanError
+from ..topology.model import Core, Topology
 
 LOWEST = "lowest core ids"
 IRQS = "device IRQs"

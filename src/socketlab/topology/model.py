@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from socketlab.cpulist import CpuListError, CpuListLimit, format_cpulist, parse_cpulist
-from socketlab.errors import HostError
+# Relative imports of stdlib-only siblings: the socketlab.lab collection links this file into
+# plugins/plugin_utils/planner/, where the socketlab package is not installed.
+from ..cpulist import CpuListError, CpuListLimit, format_cpulist, parse_cpulist
+from ..errors import HostError
 
 SNAPSHOT_FORMAT = "socketlab-host-facts/1"
 

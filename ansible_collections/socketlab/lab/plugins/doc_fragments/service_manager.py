@@ -1,6 +1,6 @@
 # Apache-2.0 (see the socketlab repository)
 """The ``service_manager`` option, documented once for every module that takes it
-(argument spec: ``service_manager_option()`` in module_utils/socketlab_isolation.py)."""
+(argument spec: ``service_manager_option()`` in module_utils/isolation.py)."""
 
 from __future__ import annotations
 

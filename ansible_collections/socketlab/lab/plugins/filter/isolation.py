@@ -1,12 +1,13 @@
+# Apache-2.0 (see the socketlab repository)
 """Jinja filters for the playbooks, so roles use the same planner and CPU-list code as the CLI.
 
-    {{ snapshot | socketlab_isolation_plan(housekeeping_per_node=2) }}  -> IsolationPlan.facts()
-    {{ snapshot | socketlab_topology }}                                 -> Topology.facts()
-    {{ snapshot | socketlab_isolation_targets(plan, sys_root=..., ...) }} -> each role's knobs
-    {{ [0, 1, 2, 5] | socketlab_cpulist }}                              -> "0-2,5"
-    {{ "0-2,5" | socketlab_parse_cpulist }}                             -> [0, 1, 2, 5]
-    {{ [0, 1] | socketlab_cpumask(192) }}                               -> "00000000,...,00000003"
-    {{ "00000003,00000001" | socketlab_parse_cpumask }}                 -> [0, 32, 33]
+    {{ snapshot | socketlab.lab.isolation_plan(housekeeping_per_node=2) }}  -> IsolationPlan.facts()
+    {{ snapshot | socketlab.lab.topology }}                                 -> Topology.facts()
+    {{ snapshot | socketlab.lab.isolation_targets(plan, sys_root=...) }}    -> each role's knobs
+    {{ [0, 1, 2, 5] | socketlab.lab.cpulist }}                              -> "0-2,5"
+    {{ "0-2,5" | socketlab.lab.parse_cpulist }}                             -> [0, 1, 2, 5]
+    {{ [0, 1] | socketlab.lab.cpumask(192) }}                               -> "00000000,...,00000003"
+    {{ "00000003,00000001" | socketlab.lab.parse_cpumask }}                 -> [0, 32, 33]
 
 ``snapshot`` is the JSON object collectors/host_facts.py prints (a dict or its JSON text).
 Planning errors become AnsibleFilterError with the planner's one-line message.
@@ -17,17 +18,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from socketlab.cpulist import cpumask, format_cpulist, parse_cpulist, parse_cpumask
-from socketlab.errors import SocketlabError
-from socketlab.plan.isolation import isolation_targets, plan_isolation
-from socketlab.topology.model import topology_from_snapshot
+from ansible.errors import AnsibleFilterError
 
-try:  # the module is importable without Ansible (tests, the CLI)
-    from ansible.errors import AnsibleFilterError
-except ImportError:  # pragma: no cover - Ansible is a dependency; keep the module importable
-
-    class AnsibleFilterError(Exception):  # type: ignore[no-redef]
-        pass
+# The planner is socketlab's own code, linked into plugin_utils (see its __init__.py): the
+# collection does not need the socketlab package installed.
+from ansible_collections.socketlab.lab.plugins.plugin_utils.planner import cpulist as _cpulist
+from ansible_collections.socketlab.lab.plugins.plugin_utils.planner.errors import SocketlabError
+from ansible_collections.socketlab.lab.plugins.plugin_utils.planner.plan import (
+    isolation as _isolation,
+)
+from ansible_collections.socketlab.lab.plugins.plugin_utils.planner.topology import (
+    model as _model,
+)
 
 
 def _snapshot(value: Any) -> dict:
@@ -35,10 +37,11 @@ def _snapshot(value: Any) -> dict:
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise AnsibleFilterError(f"socketlab: host facts are not JSON: {exc}") from None
+            raise AnsibleFilterError(f"socketlab.lab: host facts are not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise AnsibleFilterError(
-            f"socketlab: expected the host_facts.py snapshot (a dict), got {type(value).__name__}"
+            "socketlab.lab: expected the host_facts.py snapshot (a dict), got "
+            f"{type(value).__name__}"
         )
     return value
 
@@ -50,7 +53,7 @@ def _as_int(value: Any, name: str) -> int:
         return int(str(value).strip())
     except ValueError:
         raise AnsibleFilterError(
-            f"socketlab: {name}: expected a whole number, got {value!r}"
+            f"socketlab.lab: {name}: expected a whole number, got {value!r}"
         ) from None
 
 
@@ -62,18 +65,18 @@ def _as_bool(value: Any) -> bool:
 
 def _cpus(value: Any) -> list[int]:
     if isinstance(value, str):
-        return parse_cpulist(value)
+        return _cpulist.parse_cpulist(value)
     return [int(c) for c in value]
 
 
-def socketlab_topology(snapshot: Any) -> dict:
+def topology(snapshot: Any) -> dict:
     try:
-        return topology_from_snapshot(_snapshot(snapshot)).facts()
+        return _model.topology_from_snapshot(_snapshot(snapshot)).facts()
     except SocketlabError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
-def socketlab_isolation_plan(
+def isolation_plan(
     snapshot: Any,
     housekeeping_per_node: Any = 2,
     prefer_irq_cores: Any = False,
@@ -84,9 +87,9 @@ def socketlab_isolation_plan(
     Ansible print its templating preamble first)."""
     try:
         h = _as_int(housekeeping_per_node, "housekeeping_per_node")
-        topology = topology_from_snapshot(_snapshot(snapshot))
-        plan = plan_isolation(
-            topology, housekeeping_per_node=h, prefer_irq_cores=_as_bool(prefer_irq_cores)
+        host = _model.topology_from_snapshot(_snapshot(snapshot))
+        plan = _isolation.plan_isolation(
+            host, housekeeping_per_node=h, prefer_irq_cores=_as_bool(prefer_irq_cores)
         )
     except (SocketlabError, AnsibleFilterError) as exc:
         if on_error == "return":
@@ -95,44 +98,44 @@ def socketlab_isolation_plan(
     return plan.facts()
 
 
-def socketlab_isolation_targets(snapshot: Any, plan: dict, sys_root: str, proc_root: str,
-                                thp_mode: str, numa_balancing: Any, hugepages_per_node: Any,
-                                governor: str) -> dict:
+def isolation_targets(snapshot: Any, plan: dict, sys_root: str, proc_root: str,
+                      thp_mode: str, numa_balancing: Any, hugepages_per_node: Any,
+                      governor: str) -> dict:  # fmt: skip
     """isolation_targets() of the plan's facts: each role's knob list, ``knobs`` and ``summary``."""
     try:
-        return isolation_targets(
+        return _isolation.isolation_targets(
             plan, _snapshot(snapshot), roots={"sys": sys_root, "proc": proc_root},
             thp_mode=thp_mode, governor=governor,
             numa_balancing=_as_int(numa_balancing, "numa_balancing"),
-            hugepages_per_node=_as_int(hugepages_per_node, "hugepages_per_node"))
+            hugepages_per_node=_as_int(hugepages_per_node, "hugepages_per_node"))  # fmt: skip
     except SocketlabError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
-def socketlab_cpulist(cpus: Any) -> str:
+def cpulist(cpus: Any) -> str:
     try:
-        return format_cpulist(_cpus(cpus))
+        return _cpulist.format_cpulist(_cpus(cpus))
     except (SocketlabError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"socketlab_cpulist: {exc}") from None
+        raise AnsibleFilterError(f"socketlab.lab.cpulist: {exc}") from None
 
 
-def socketlab_parse_cpulist(text: Any) -> list[int]:
+def parse_cpulist(text: Any) -> list[int]:
     try:
-        return parse_cpulist(str(text))
+        return _cpulist.parse_cpulist(str(text))
     except SocketlabError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
 
-def socketlab_cpumask(cpus: Any, ncpus: Any) -> str:
+def cpumask(cpus: Any, ncpus: Any) -> str:
     try:
-        return cpumask(_cpus(cpus), _as_int(ncpus, "ncpus"))
+        return _cpulist.cpumask(_cpus(cpus), _as_int(ncpus, "ncpus"))
     except (SocketlabError, TypeError, ValueError) as exc:
-        raise AnsibleFilterError(f"socketlab_cpumask: {exc}") from None
+        raise AnsibleFilterError(f"socketlab.lab.cpumask: {exc}") from None
 
 
-def socketlab_parse_cpumask(text: Any) -> list[int]:
+def parse_cpumask(text: Any) -> list[int]:
     try:
-        return parse_cpumask(str(text))
+        return _cpulist.parse_cpumask(str(text))
     except SocketlabError as exc:
         raise AnsibleFilterError(str(exc)) from None
 
@@ -140,11 +143,11 @@ def socketlab_parse_cpumask(text: Any) -> list[int]:
 class FilterModule:
     def filters(self) -> dict:
         return {
-            "socketlab_topology": socketlab_topology,
-            "socketlab_isolation_plan": socketlab_isolation_plan,
-            "socketlab_isolation_targets": socketlab_isolation_targets,
-            "socketlab_cpulist": socketlab_cpulist,
-            "socketlab_parse_cpulist": socketlab_parse_cpulist,
-            "socketlab_cpumask": socketlab_cpumask,
-            "socketlab_parse_cpumask": socketlab_parse_cpumask,
+            "topology": topology,
+            "isolation_plan": isolation_plan,
+            "isolation_targets": isolation_targets,
+            "cpulist": cpulist,
+            "parse_cpulist": parse_cpulist,
+            "cpumask": cpumask,
+            "parse_cpumask": parse_cpumask,
         }

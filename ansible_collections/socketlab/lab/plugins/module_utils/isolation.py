@@ -1,4 +1,4 @@
-# Shared by the socketlab_* isolation modules. Runs on the target host: stdlib only.
+# Shared by the isolation modules (socketlab.lab.*). Runs on the target host: stdlib only.
 """Kernel knobs as files, the isolation state file, and the rules for comparing values.
 
 Every knob the isolation roles change is a file under /proc or /sys. Its *kind* says how to
@@ -18,6 +18,14 @@ import json
 import os
 import tempfile
 import time
+
+# CPU lists: cpulist.py beside this file is a symlink to collectors/_cpulist.py (one file for the
+# collectors and the modules; the collection build copies it in); Ansible packs it into every
+# module that imports this one.
+from ansible_collections.socketlab.lab.plugins.module_utils.cpulist import (
+    format_cpulist,
+    parse_cpulist,
+)
 
 STATE_VERSION = 1
 # Write errors the kernel gives for IRQs it won't move (managed, per-CPU): EIO before 6.12,
@@ -41,20 +49,6 @@ def kind_for(path):
     if name in ("numa_balancing", "nr_hugepages"):
         return "int"
     return "text"
-
-
-# CPU lists: socketlab_cpulist.py, a symlink to collectors/_cpulist.py (one file for the
-# collectors and the modules); Ansible packs it into every module that imports this one.
-try:
-    from ansible.module_utils.socketlab_cpulist import format_cpulist, parse_cpulist
-except ImportError:  # loaded by path outside Ansible (the tests): the file beside this one
-    import importlib.util as _util
-
-    _spec = _util.spec_from_file_location(
-        "socketlab_cpulist", os.path.join(os.path.dirname(__file__), "socketlab_cpulist.py"))
-    _cpulist = _util.module_from_spec(_spec)
-    _spec.loader.exec_module(_cpulist)
-    format_cpulist, parse_cpulist = _cpulist.format_cpulist, _cpulist.parse_cpulist
 
 
 def normalize(kind, text):

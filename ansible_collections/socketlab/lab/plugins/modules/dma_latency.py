@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_dma_latency
+module: dma_latency
 short_description: Start or stop the PM QoS latency holder
 description:
   - The kernel honours a /dev/cpu_dma_latency request only while the fd stays open, so a
@@ -50,13 +50,13 @@ options:
     type: path
     required: true
 extends_documentation_fragment:
-  - socketlab_service_manager
+  - socketlab.lab.service_manager
 author: socketlab
 """
 
 EXAMPLES = r"""
 - name: Hold CPU latency at 0
-  socketlab_dma_latency:
+  socketlab.lab.dma_latency:
     script: /var/lib/socketlab/bin/dma_latency_hold.py
     pidfile: /var/lib/socketlab/dma-latency-host1.pid
     state_file: /var/lib/socketlab/isolation-host1.json
@@ -78,7 +78,8 @@ import os  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     load_state,
     service_manager,
     service_manager_option,

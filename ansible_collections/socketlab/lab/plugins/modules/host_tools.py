@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_host_tools
+module: host_tools
 short_description: Check the tools a socketlab campaign needs on a host
 description:
   - Looks for each tool (gcc, make, perf, turbostat, tar, find, the kernel's headers, a Python of
@@ -55,7 +55,7 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: Check the tools
-  socketlab_host_tools:
+  socketlab.lab.host_tools:
     os_family: "{{ ansible_facts.os_family }}"
     distribution: "{{ ansible_facts.distribution }}"
     record_file: /var/lib/socketlab/host_packages.json

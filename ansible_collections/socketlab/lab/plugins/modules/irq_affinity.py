@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_irq_affinity
+module: irq_affinity
 short_description: Move every movable IRQ onto given CPUs, recording refused ones
 description:
   - For each IRQ under O(irq_dir), the new affinity is its current affinity intersected with
@@ -34,7 +34,7 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: IRQs to housekeeping CPUs
-  socketlab_irq_affinity:
+  socketlab.lab.irq_affinity:
     cpus: "0-1,96-97"
     state_file: /var/lib/socketlab/isolation-host1.json
 """
@@ -57,7 +57,8 @@ total:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     REFUSED_ERRNOS,
     KnobError,
     format_cpulist,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_irqbalance
+module: irqbalance
 short_description: Stop irqbalance if it runs, after its state was recorded
 description:
   - Finds irqbalance processes by their command name, then stops them through the service
@@ -24,13 +24,13 @@ options:
     type: str
     default: irqbalance
 extends_documentation_fragment:
-  - socketlab_service_manager
+  - socketlab.lab.service_manager
 author: socketlab
 """
 
 EXAMPLES = r"""
 - name: Stop irqbalance
-  socketlab_irqbalance:
+  socketlab.lab.irqbalance:
     state_file: /var/lib/socketlab/isolation-host1.json
 """
 
@@ -46,7 +46,8 @@ import signal  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     find_processes,
     load_state,
     service_manager,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_isolation_check
+module: isolation_check
 short_description: Fail naming each knob that drifted from the isolation plan
 description:
   - Reads every expected knob file, every IRQ's affinity (IRQs recorded as refused by the
@@ -54,7 +54,7 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: Check the knobs
-  socketlab_isolation_check:
+  socketlab.lab.isolation_check:
     state_file: /var/lib/socketlab/isolation-host1.json
     cpus: "0"
     knobs:
@@ -79,7 +79,8 @@ unavailable:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     find_processes,
     format_cpulist,
     kind_for,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_isolation_preflight
+module: isolation_preflight
 short_description: Refuse early, with one line, when a host can't be isolated
 description:
   - Fails when the play does not run as root on the host, or when the host has no IRQ folder.
@@ -30,7 +30,7 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: Preflight
-  socketlab_isolation_preflight:
+  socketlab.lab.isolation_preflight:
     irq_dir: /proc/irq
 """
 
@@ -53,7 +53,8 @@ import os  # noqa: E402
 import pwd  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import pid1_manager  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import pid1_manager  # noqa: E402
 
 
 def main():

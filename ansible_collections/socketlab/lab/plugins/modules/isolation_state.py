@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_isolation_state
+module: isolation_state
 short_description: Record every value isolation will change, or put them all back
 description:
   - With O(state=present), records the current value of every listed knob file, whether the
@@ -86,7 +86,7 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: Record every knob before any change
-  socketlab_isolation_state:
+  socketlab.lab.isolation_state:
     path: /var/lib/socketlab/isolation-host1.json
     host: host1
     knobs: [/sys/kernel/mm/transparent_hugepage/enabled, /proc/sys/kernel/numa_balancing]
@@ -94,7 +94,7 @@ EXAMPLES = r"""
     processes: [irqbalance]
 
 - name: Put everything back
-  socketlab_isolation_state:
+  socketlab.lab.isolation_state:
     path: /var/lib/socketlab/isolation-host1.json
     state: absent
 """
@@ -133,7 +133,8 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     REFUSED_ERRNOS,
     KnobError,
     find_processes,

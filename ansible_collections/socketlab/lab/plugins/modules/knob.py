@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_knob
+module: knob
 short_description: Set a kernel knob file, recorded first, with check and diff mode
 description:
   - Reads the knob, compares it with O(value) by the knob's kind (a THP file's bracketed choice,
@@ -25,7 +25,7 @@ options:
     elements: path
   knobs:
     description: Knobs each with C(path), C(value), optional C(kind) and C(name), as the
-      socketlab_isolation_targets filter gives them for a role.
+      socketlab.lab.isolation_targets filter gives them for a role.
     type: list
     elements: dict
   value:
@@ -47,13 +47,13 @@ author: socketlab
 
 EXAMPLES = r"""
 - name: THP to madvise
-  socketlab_knob:
+  socketlab.lab.knob:
     path: /sys/kernel/mm/transparent_hugepage/enabled
     value: madvise
     state_file: /var/lib/socketlab/isolation-host1.json
 
 - name: A role's knobs
-  socketlab_knob:
+  socketlab.lab.knob:
     knobs:
       - {name: kernel.numa_balancing, path: /proc/sys/kernel/numa_balancing, value: "0", kind: int}
     label: NUMA balancing
@@ -78,7 +78,8 @@ available:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     KnobError,
     kind_for,
     read_knob,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: socketlab_systemd_cpuset
+module: systemd_cpuset
 short_description: Set AllowedCPUs on systemd units at runtime, where PID 1 is systemd
 description:
   - Where PID 1 is systemd, runs C(systemctl set-property --runtime UNIT AllowedCPUs=CPUS) for
@@ -29,13 +29,13 @@ options:
     type: path
     required: true
 extends_documentation_fragment:
-  - socketlab_service_manager
+  - socketlab.lab.service_manager
 author: socketlab
 """
 
 EXAMPLES = r"""
 - name: Confine services
-  socketlab_systemd_cpuset:
+  socketlab.lab.systemd_cpuset:
     cpus: "0-1,96-97"
     state_file: /var/lib/socketlab/isolation-host1.json
 """
@@ -52,7 +52,8 @@ confined:
 """
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.socketlab_isolation import (  # noqa: E402
+
+from ansible_collections.socketlab.lab.plugins.module_utils.isolation import (  # noqa: E402
     format_cpulist,
     load_state,
     parse_cpulist,

@@ -1,0 +1,1 @@
+"""socketlab.plan.isolation, linked (see ../__init__.py)."""

@@ -1,0 +1,1 @@
+../../../../../../../src/socketlab/plan/isolation.py

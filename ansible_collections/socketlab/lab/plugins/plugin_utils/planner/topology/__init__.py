@@ -1,0 +1,1 @@
+"""socketlab.topology.model, linked (see ../__init__.py)."""

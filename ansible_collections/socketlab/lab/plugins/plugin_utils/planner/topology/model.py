@@ -1,0 +1,1 @@
+../../../../../../../src/socketlab/topology/model.py

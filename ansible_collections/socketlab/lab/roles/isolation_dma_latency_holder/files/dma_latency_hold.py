@@ -1,0 +1,1 @@
+../../../../../../collectors/dma_latency_hold.py

@@ -1,0 +1,1 @@
+../../../../../../collectors/host_facts.py

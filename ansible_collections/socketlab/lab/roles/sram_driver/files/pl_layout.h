@@ -1,0 +1,1 @@
+../../../../../../native/driver/pseudo_lock_sram/pl_layout.h
