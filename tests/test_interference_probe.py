@@ -229,3 +229,59 @@ def test_per_core_profile_plans_every_per_core_cell_interleaved():
     print(f"per-core profile on the GNR guest: {len(points)} runs, {seconds:.0f} s of timed "
           "ladder loops")
     assert len(points) == 69 and seconds < 600
+
+
+def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
+    """Host-dependent, every branch (tests/support/hostclass.py): one point of campaign-oct's
+    per-core profile (the L2 read at 1.0 MiB THP, 2 s x 1 rep per run, 3 runs, probed) really
+    run here, then judged under each host class: the three runs count as the published 3 reps
+    of 2 s (no "profile" condition), so on the published core the verdict is per core, whatever
+    the noise makes it; on another core "core class differs"."""
+    import yaml
+
+    from socketlab.report.build import build_report
+    from socketlab.report.compare import (
+        DEVIATES_PER_CORE,
+        INCONCLUSIVE,
+        NOT_COMPARABLE,
+        NOT_RUN,
+        REPRODUCED_PER_CORE,
+    )
+
+    if "avx512f" not in cpu_flags():
+        pytest.skip("branch: this CPU lacks AVX-512: the ladder experiment is not planned here")
+    doc = yaml.safe_load(CAMPAIGN.read_text())
+    doc["experiments"] = [e for e in doc["experiments"] if e["name"] == "ladder"]
+    per_core = doc["profiles"]["per-core"]
+    per_core["only"] = ["ladder"]
+    per_core["experiments"] = {"ladder": {**per_core["experiments"]["ladder"], "sweep": {
+        "matrix": {"kernel": ["avx512-read"], "pages": ["thp"], "mib_per_core": [1.0]},
+        "exclude": []}}}
+    doc["profiles"] = {"per-core": per_core}
+    spec_path = tmp_path / "campaign-oct.yaml"
+    spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    results = tmp_path / "r"
+    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec_path), "--profile", "per-core",
+                           "--plain", "--results", str(results)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    spec = load_spec(spec_path, profile="per-core")
+    for host in hostclass.HOSTS:
+        judged = hostclass.judged_as(results, "campaign-oct", host, spec, tmp_path / host)
+        rep = build_report("campaign-oct", results=judged, spec_path=spec_path)
+        r = next(x for x in rep.rows if x.cell.id == "ladder/l2-1.0-thp-read/bw_total")
+        topo = hostclass.host_topology(judged, "campaign-oct")
+        klass = hostclass.classify(topo, rep.published[0].host)
+        print(f"branch: facts of {host}: {klass}: {r.verdict}")
+        assert r.measured is not None and r.measured.n == 3
+        assert "profile" not in r.verdict and "reps" not in r.verdict.split(";")[0]
+        if klass == hostclass.PUBLISHED_CORE:
+            assert r.kind in (REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE)
+            assert "per core" in r.verdict and "core class: " in r.verdict
+            if r.kind == INCONCLUSIVE:  # says why, with the numbers
+                assert "; spread: " in r.verdict or "; disturbed: " in r.verdict
+        elif klass == hostclass.OTHER_CORE:
+            assert r.kind == NOT_COMPARABLE and "core class differs" in r.verdict
+        else:  # the published host: a 90-worker total against one core's
+            assert r.kind == NOT_COMPARABLE and "workers 1 vs 90" in r.verdict
+        assert r.kind != NOT_RUN
