@@ -273,6 +273,9 @@ def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
         topo = hostclass.host_topology(judged, "campaign-oct")
         klass = hostclass.classify(topo, rep.published[0].host)
         print(f"branch: facts of {host}: {klass}: {r.verdict}")
+        probe_line = rep.provenance["interference"]["localhost"]
+        assert probe_line.startswith("quiet reference (the campaign's best) ")
+        assert "; 3 of 3 runs probed, " in probe_line, probe_line
         assert r.measured is not None and r.measured.n == 3
         assert "profile" not in r.verdict and "reps" not in r.verdict.split(";")[0]
         if klass == hostclass.PUBLISHED_CORE:

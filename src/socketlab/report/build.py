@@ -18,6 +18,7 @@ from typing import Any
 from socketlab import paths
 from socketlab.errors import SocketlabError
 from socketlab.report.compare import _equal, compare
+from socketlab.report.interference import summary_text as interference_summary
 from socketlab.report.isolation import isolation_text
 from socketlab.report.published import PUBLISHED_DIR, Cell, published_for_campaign
 from socketlab.report.render import Report
@@ -226,6 +227,8 @@ def build_report(
         "runs": dict(Counter(r.status for r in runs)),
         "builds": list(builds.values()),
         "isolation": isolation,
+        # each host's probe reference and how many runs it marked (socketlab.report.interference)
+        "interference": interference_summary(stored),
     }
     # the planner's predictions of the stages each host measured (socketlab.report.planner)
     from socketlab.report.planner import planner_markdown

@@ -119,3 +119,25 @@ def run_states(runs: Iterable[Mapping[str, Any]]) -> dict[str, RunState]:
 def is_guest(topology: Mapping[str, Any]) -> bool:
     """A virtual machine (the CPUID hypervisor bit): its cores may be shared with neighbours."""
     return "hypervisor" in set(topology.get("flags") or ())
+
+
+def summary_text(runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """host -> one line for the report's provenance: the quiet reference per unit, how many runs
+    were probed and how many of those were disturbed."""
+    runs = list(runs)
+    refs = references(runs)
+    states = run_states(runs)
+    out = {}
+    for host in sorted({str(r.get("host")) for r in runs}):
+        mine = [r for r in runs if str(r.get("host")) == host and r.get("run_key")]
+        probed = [r for r in mine if states[str(r["run_key"])].probed]
+        if not probed:
+            out[host] = f"no run probed (0 of {len(mine)})"
+            continue
+        bad = [r for r in probed if states[str(r["run_key"])].disturbed]
+        below = {float((r.get("probe") or {}).get("below") or DEFAULT_BELOW) for r in probed}
+        ref = ", ".join(f"{unit} {value:.4g}" for unit, value in sorted(refs[host].items()))
+        out[host] = (f"quiet reference (the campaign's best) {ref} GB/s; {len(probed)} of "
+                     f"{len(mine)} runs probed, {len(bad)} disturbed (below "
+                     f"{'/'.join(f'{b:g}' for b in sorted(below))}x or steal)")
+    return out

@@ -140,6 +140,8 @@ def _provenance_items(report: Report) -> list[tuple[str, str]]:
     items += _core_class_items(report)
     for host, iso in sorted((p.get("isolation") or {}).items()):
         items.append((f"isolation on {host}", str(iso)))
+    for host, text in sorted((p.get("interference") or {}).items()):
+        items.append((f"interference probe on {host}", text))
     for build in p.get("builds") or []:
         items.append(("build", ", ".join(f"{k} {v}" for k, v in build.items()
                                          if v not in (None, ""))))
