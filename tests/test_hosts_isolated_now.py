@@ -1,7 +1,7 @@
 """`orchestrate hosts`' "isolated now" row, from the facts it gathers (pure: no knob changes).
 
 The real flow (isolate.yml, verify.yml, then `orchestrate hosts` says isolated and verified; not
-isolated before) runs in tests/test_site_isolate_e2e.py; this covers the other branches."""
+isolated before) runs in tests/test_site_pristine_e2e.py; this covers the other branches."""
 
 from __future__ import annotations
 

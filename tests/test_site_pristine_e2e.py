@@ -10,6 +10,12 @@ report, restore on the hosts, teardown. The report has a verdict per kind and no
 missing-file error; after restore the hosts' filesystems differ from the fresh image only by the
 state folder and what prep installed (the overlay's upper layer, compared with right after boot).
 
+Also (what tests/test_site_isolate_e2e.py checked on hosts that shared this machine's files):
+the steps in order with the estimate first, prep's per-tool line, `orchestrate hosts` saying
+"not isolated" at the facts step and "isolated ...; verified ..." after verify, the campaign's
+progress lines while it runs, and `pull` into a fresh folder giving the same report, whose
+provenance says each host was isolated and verified.
+
 The kernel is this machine's, so isolate changes its knobs: the test holds the knob lock,
 snapshots the knobs first and checks restore.yml (run against the hosts, where the records are)
 put them back.
@@ -96,6 +102,8 @@ ONE_POINT = {
 def trimmed_spec(path: Path) -> Path:
     doc = yaml.safe_load((REPO / "experiments" / "campaign-oct.yaml").read_text())
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] in ONE_POINT]
+    # the quick profile alone: the others name experiments this trimmed spec leaves out
+    doc["profiles"] = {"quick": doc["profiles"]["quick"]}
     doc["profiles"]["quick"]["experiments"] = {k: v for k, v in ONE_POINT.items() if v}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -190,10 +198,49 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
         assert "keep_instances=true" in out and live(ec2, CAMPAIGN) == []
         assert len(ever(ec2, CAMPAIGN)) == 2
 
+        # the steps in order, the estimate before paying; prep's per-tool line from the hosts
+        assert "estimated time: at most" in out
+        order = ["Check the spec and estimate", "Provision the instances", "Install and check the",
+                 "Gather host facts", "Isolate the sockets", "Verify the isolation",
+                 "Show each host's isolation now", "Follow the campaign", "Push the results"]
+        at = [out.index(x) for x in order]
+        assert at == sorted(at), at
+        assert "gcc: /usr/bin/gcc" in out
+        names = sorted(f"socketlab-{CAMPAIGN}-{i}" for i in range(2))
+        facts = json.loads((work / "results" / CAMPAIGN / "cloud-hosts.json").read_text())
+        assert [h["isolated_now"]["text"] for h in facts["hosts"]] == ["not isolated"] * 2, facts
+        shown = out[out.index("Show each host's isolation now"):out.index("Build the native")]
+        shown = " ".join(shown.split()).replace("''", "'")  # the YAML callback wraps and quotes
+        for name in names:
+            assert re.search(rf"{name}: isolated: isolate\.yml's plan \(housekeeping 0, workers "
+                             r"1\); verified \d{4}-\d\d-\d\dT[\d:]+Z: 0 drifted knobs", shown), shown
+        # progress lines went by while the campaign ran, and its end was seen
+        follow = out[out.index("Follow the campaign"):out.index("Collect the campaign")]
+        assert re.search(r"\[\d+/16\] socketlab-campaign-oct-\d: ", follow), follow
+        assert "campaign finished: exit 0" in follow
+
         # the report: one verdict per kind
         rep = orchestrate(work, env, moto, "report", CAMPAIGN)
         assert rep.returncode in (0, 1), rep.stdout[-2000:] + rep.stderr[-2000:]
         text = (work / "results" / CAMPAIGN / "report.md").read_text()
+        for name in names:  # each host's provenance: isolated with the plan, and verified
+            assert re.search(rf"{name}.*applied; plan: housekeeping 0, workers 1; verified ",
+                             text), text[:3000]  # fmt: skip
+        # pulled from S3 into a fresh folder: the same report
+        fresh = work / "pulled"
+        pulled = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "pull",
+                             f"s3://{BUCKET}/fleet", "--json")  # fmt: skip
+        assert pulled.returncode == 0, pulled.stderr
+        assert json.loads(pulled.stdout)["added_runs"] == 16
+        again = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "report",
+                            CAMPAIGN)
+        assert again.returncode == rep.returncode, again.stderr[-2000:]
+
+        def comparable(results: Path) -> str:
+            body = (results / CAMPAIGN / "report.md").read_text().replace(str(results), "<R>")
+            return re.sub(r"(?im)^.*generated.*$", "<generated>", body)
+
+        assert comparable(fresh) == comparable(work / "results")
         from socketlab.report.build import build_report
 
         report = build_report(CAMPAIGN, results=work / "results", spec_path=spec)
