@@ -75,7 +75,8 @@ def main():
     if p["need_root"] and euid != 0:
         module.fail_json(
             msg=f"isolation needs root on this host, but the play runs as uid {euid} ({user}): "
-            "connect as root or become root (socketlab_become: true); nothing was changed",
+            "connect as root or become root (-b, become: true or ansible_become in the "
+            "inventory); nothing was changed",
             euid=euid,
             user=user,
         )
