@@ -1,5 +1,6 @@
 """Gathering host facts, the one place it is done: run collectors/host_facts.py on each host
-(locally, or piped over ssh so nothing is copied) and build its topology. The host's
+(locally, or piped over SSH so nothing is copied, on the connection the executor makes:
+socketlab.execute.sshconfig) and build its topology. The host's
 ``socketlab_state_dir`` (inventory var, as the playbooks use it) is passed as --state-dir, so
 verify.yml's records are found where the playbooks wrote them."""
 
@@ -11,32 +12,21 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import paramiko
+
 from socketlab import paths
 from socketlab.errors import HostError, SocketlabError
-from socketlab.execute import BECOME_REFUSED, become_preflight, become_refused, become_requested
+from socketlab.execute import (
+    BECOME_REFUSED,
+    become_preflight,
+    become_refused,
+    become_requested,
+    sshconfig,
+)
 from socketlab.inventory import InventoryHost
 from socketlab.topology import topology_from_snapshot
 
 SCRIPT = paths.COLLECTORS / "host_facts.py"
-
-
-def ssh_argv(host: InventoryHost, *command: str, connect_timeout: int = 10) -> list[str]:
-    """The ssh command line for an inventory host, with its key, port and extra options."""
-    argv = [
-        "ssh",
-        "-p",
-        str(host.port),
-        "-o",
-        "BatchMode=yes",
-        "-o",
-        f"ConnectTimeout={connect_timeout}",
-    ]
-    if host.key_file:
-        argv += ["-i", str(host.key_file)]
-    if host.user:
-        argv += ["-l", str(host.user)]
-    argv += shlex.split(host.ssh_common_args)
-    return [*argv, host.address, *command]
 
 
 def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
@@ -51,19 +41,27 @@ def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
         words = [shlex.quote(w) for w in (host.python, "-", *options)]
         if become_requested(getattr(host, "vars", None)):
             words.insert(0, become_preflight())  # sudo must work before anything is sent
-        argv = ssh_argv(host, *words)
-        where = (
-            f"{host.name} (ssh {host.user + '@' if host.user else ''}{host.address}:{host.port})"
-        )
+        argv = None
+        where = (f"{host.name} (ssh {host.user + '@' if host.user else ''}{host.address}"
+                 f"{':' + str(host.port) if host.port else ''})")  # fmt: skip
     if "{{" in str(state_dir or ""):
         raise HostError(f"{where}: socketlab_state_dir={state_dir!r} is a template; expected a "
                         "literal path in the inventory (orchestrate does not render templates)")
     try:
-        proc = subprocess.run(argv, input=script, capture_output=True, text=True, timeout=timeout)
+        if argv is not None:
+            proc = subprocess.run(argv, input=script, capture_output=True, text=True,
+                                  timeout=timeout)  # fmt: skip
+        else:  # the connection orchestrate's executor makes: ~/.ssh/config, agent, ProxyJump
+            proc = subprocess.CompletedProcess(words, *sshconfig.run_once(
+                host.address, " ".join(words), script.encode(), user=host.user, port=host.port,
+                key_file=host.key_file, common_args=host.ssh_common_args, timeout=timeout))
     except FileNotFoundError as exc:
         raise HostError(f"{where}: cannot run {exc.filename}") from None
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, TimeoutError):
         raise HostError(f"{where}: host_facts.py gave no answer within {timeout:.0f} s") from None
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        raise HostError(f"{where}: gathering facts failed: cannot connect: "
+                        f"{exc or type(exc).__name__}") from None  # fmt: skip
     if proc.returncode == BECOME_REFUSED and become_requested(getattr(host, "vars", None)):
         raise HostError(become_refused(where, host.user))
     if proc.returncode != 0:

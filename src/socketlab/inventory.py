@@ -24,7 +24,8 @@ class InventoryHost:
     name: str
     connection: str  #: "local" or "ssh"
     address: str
-    port: int
+    #: None when the inventory sets no port: ~/.ssh/config's Port (else 22) applies
+    port: int | None
     user: str | None
     key_file: str | None
     ssh_common_args: str
@@ -76,9 +77,9 @@ def _host(name: str, hostvars: dict[str, Any], groups: list[str]) -> InventoryHo
     if not python or "{{" in python:
         # Templates (e.g. "{{ ansible_playbook_python }}") mean "the controller's" for local.
         python = sys.executable if connection == "local" else default_remote_python()
-    port = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port") or 22
+    port = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port")
     try:
-        port = int(port)
+        port = None if port is None else int(port)
     except (TypeError, ValueError):
         raise HostError(f"inventory: {name}: ansible_port={port!r}; expected a number") from None
     common = " ".join(

@@ -130,26 +130,7 @@ class SshHostPool:
             _run("ip", "link", "set", veth_out, "up")
             _run("ip", "-n", netns, "addr", "add", f"{inner}/30", "dev", veth_in)
             _run("ip", "-n", netns, "link", "set", veth_in, "up")
-            hostkey = self.workdir / f"hostkey_{name}"
-            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
-            conf = self.workdir / f"sshd_{name}.conf"
-            conf.write_text(
-                f"ListenAddress {inner}\nPort 22\nHostKey {hostkey}\n"
-                f"PidFile {self.workdir}/sshd_{name}.pid\n"
-                # then the user's own file, for login_user's users (this one only root reads)
-                f"AuthorizedKeysFile {self.workdir}/authorized_keys .ssh/authorized_keys\n"
-                "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-                "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
-                "Subsystem sftp /usr/lib/openssh/sftp-server\n"
-                "MaxStartups 100:30:200\nMaxSessions 50\nAcceptEnv LANG LC_*\n"
-            )
-            log = open(self.workdir / f"sshd_{name}.log", "wb")  # noqa: SIM115 - kept for the process
-            # exec keeps one PID from `ip netns exec` down to sshd, so we stop it by that PID.
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
-                 f'hostname "$1"; exec {SSHD} -D -e -f "$2"', "sh", name, str(conf)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+            proc = self._start_sshd(name, netns, inner)
             _wait_port(inner, 22, netns)
         except BaseException:
             self._remove_netns(netns, veth_out)
@@ -157,6 +138,63 @@ class SshHostPool:
         host = SshHost(name, netns, inner, 22, "root", self.key, self.known_hosts, proc.pid)
         self.hosts.append(host)
         return host
+
+    def add_behind(self, bastion: SshHost, name: str | None = None) -> SshHost:
+        """A host reachable only through ``bastion``: its namespace is linked to the bastion's
+        alone (no link to this machine), so SSH to it goes through the bastion's sshd
+        (ProxyJump); this machine has no route to its address."""
+        index = len(self.hosts)
+        name = name or f"slab{self.tag}h{index}"
+        netns = f"slab{self.tag}n{index}"
+        side_b, side_t = f"sl{self.tag}o{index}", f"sl{self.tag}i{index}"
+        a, b, c = self.net
+        near, far = f"{a}.{b}.{c}.{4 * index + 1}", f"{a}.{b}.{c}.{4 * index + 2}"
+        _run("ip", "netns", "add", netns)
+        try:
+            _run("ip", "link", "add", side_b, "type", "veth", "peer", "name", side_t)
+            _run("ip", "link", "set", side_b, "netns", bastion.netns)
+            _run("ip", "link", "set", side_t, "netns", netns)
+            _run("ip", "-n", netns, "link", "set", "lo", "up")
+            _run("ip", "-n", bastion.netns, "addr", "add", f"{near}/30", "dev", side_b)
+            _run("ip", "-n", bastion.netns, "link", "set", side_b, "up")
+            _run("ip", "-n", netns, "addr", "add", f"{far}/30", "dev", side_t)
+            _run("ip", "-n", netns, "link", "set", side_t, "up")
+            proc = self._start_sshd(name, netns, far)
+            # from the bastion's side: this machine can't reach the address
+            deadline = time.monotonic() + 10
+            while subprocess.run(["ip", "netns", "exec", bastion.netns, "bash", "-c",
+                                  f"exec 3<>/dev/tcp/{far}/22"], capture_output=True).returncode:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"sshd in {netns} did not listen on {far}:22")
+                time.sleep(0.05)
+        except BaseException:
+            self._remove_netns(netns, side_b)
+            raise
+        host = SshHost(name, netns, far, 22, "root", self.key, self.known_hosts, proc.pid)
+        self.hosts.append(host)
+        return host
+
+    def _start_sshd(self, name: str, netns: str, address: str) -> subprocess.Popen:
+        hostkey = self.workdir / f"hostkey_{name}"
+        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey))
+        conf = self.workdir / f"sshd_{name}.conf"
+        conf.write_text(
+            f"ListenAddress {address}\nPort 22\nHostKey {hostkey}\n"
+            f"PidFile {self.workdir}/sshd_{name}.pid\n"
+            # then the user's own file, for login_user's users (this one only root reads)
+            f"AuthorizedKeysFile {self.workdir}/authorized_keys .ssh/authorized_keys\n"
+            "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
+            "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+            "MaxStartups 100:30:200\nMaxSessions 50\nAcceptEnv LANG LC_*\n"
+        )
+        log = open(self.workdir / f"sshd_{name}.log", "wb")  # noqa: SIM115 - kept for the process
+        # exec keeps one PID from `ip netns exec` down to sshd, so we stop it by that PID.
+        return subprocess.Popen(
+            ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
+             f'hostname "$1"; exec {SSHD} -D -e -f "$2"', "sh", name, str(conf)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
 
     def stop(self, host: SshHost) -> None:
         """Stop a host's sshd (by PID) but keep its namespace, to simulate an outage."""

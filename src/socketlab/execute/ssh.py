@@ -7,7 +7,8 @@ run. No user-written string is ever parsed by the remote shell; the agent runs e
 its own process group and kills that group by PID at the timeout. The agent also holds the
 host's lock, and exits when our heartbeats stop, so a vanished orchestrator frees the host.
 The socket has TCP keepalive and a user timeout: a host that vanishes mid-run is noticed in
-seconds, not after the kernel's default of minutes.
+seconds, not after the kernel's default of minutes. The connection is made as the user's ssh
+would make it: ~/.ssh/config, the ssh-agent, ProxyJump (socketlab.execute.sshconfig).
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import base64
 import contextlib
 import json
 import shlex
-import socket
 import threading
 import time
 
 import paramiko
-from fabric import Connection
 
 from socketlab.execute import (
     DEFAULT_WORKROOT,
@@ -30,6 +29,7 @@ from socketlab.execute import (
     HostUnreachable,
     Result,
     become_requested,
+    sshconfig,
 )
 from socketlab.safepath import inside
 
@@ -43,13 +43,6 @@ _NET_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 def _b64(data: dict) -> str:
     return base64.b64encode(json.dumps(data).encode()).decode()
-
-
-def _known_hosts_file(common_args: str | None) -> str | None:
-    for word in shlex.split(common_args or ""):
-        if word.startswith("UserKnownHostsFile="):
-            return word.split("=", 1)[1]
-    return None
 
 
 class _Agent:
@@ -109,6 +102,7 @@ class SshExecutor(Executor):
         self._puts = 0
         self.connect_timeout = connect_timeout
         self._conn = None
+        self._dest = ""  #: host:port (and gateway) the connection really goes to
         self._agent: _Agent | None = None
         self._locked = False
         self._request_lock = threading.Lock()
@@ -118,36 +112,20 @@ class SshExecutor(Executor):
 
     @property
     def _where(self) -> str:
-        return f"{self.host.address}:{self.host.port or 22}"
+        return self._dest or f"{self.host.address}:{self.host.port or 22}"
 
     def connect(self) -> None:
         self.close()
         try:
-            sock = socket.create_connection(
-                (self.host.address, int(self.host.port or 22)), timeout=self.connect_timeout
-            )
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no Nagle waits
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 2)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, 6000)
-            kwargs = {
-                "sock": sock, "allow_agent": False, "banner_timeout": self.connect_timeout,
-                "auth_timeout": self.connect_timeout,
-            }  # fmt: skip
-            if self.host.key_file:
-                kwargs.update(key_filename=str(self.host.key_file), look_for_keys=False)
-            conn = Connection(
-                self.host.address, user=self.host.user or None, port=int(self.host.port or 22),
-                connect_kwargs=kwargs, connect_timeout=self.connect_timeout,
+            conn = sshconfig.connection(
+                self.host.address, user=self.host.user, port=self.host.port,
+                key_file=self.host.key_file, common_args=self.host.ssh_common_args,
+                connect_timeout=self.connect_timeout,
             )  # fmt: skip
-            known = _known_hosts_file(self.host.ssh_common_args)
-            if known:
-                # A missing file is fine: fabric's policy adds the key on first contact.
-                with contextlib.suppress(OSError):
-                    conn.client.get_host_keys().load(known)
-            conn.open()
+            # what ~/.ssh/config made of the inventory's address, for every message after this
+            self._dest = f"{conn.host}:{conn.port}" + (
+                f" via {sshconfig.describe_gateway(conn)}" if conn.gateway else "")
+            sshconfig.open_connection(conn, self.connect_timeout)
         except _NET_ERRORS as exc:
             raise HostUnreachable(f"{self.name}: cannot connect to {self._where}: "
                                   f"{exc or type(exc).__name__}") from None  # fmt: skip
