@@ -139,6 +139,33 @@ def test_report_shows_comparison_and_placement_tables(campaign):
     assert "Runs not ok" not in text
 
 
+def test_html_report_plots_and_the_requests_frame(campaign, capsys):
+    """`serving-report --format html`: the cells as a table and four plots (TTFT and TPOT by
+    load, throughput vs concurrency, placement A/B); socketlab.results' requests frame holds
+    every stored request, and its per-request latencies give the stored medians."""
+    from socketlab import results
+    from socketlab.cli import main
+
+    spec, plan, store, records = campaign
+    results_dir = store.path.parent.parent
+    assert main(["serving-report", spec.campaign, "--results", str(results_dir),
+                 "--format", "html"]) == 0
+    page = (store.path.parent / "serving-report.html").read_text()
+    assert f"written to {store.path.parent / 'serving-report.html'}" in capsys.readouterr().out
+    assert page.count("data:image/png;base64,") == 4
+    assert page.count("<tr") == 1 + 4  # header + 2 arms x 2 levels
+    assert "throughput_ratio" in page and "Load generator shared the server&#39;s CPUs" in page
+    res = results.load(spec.campaign, results=results_dir)
+    assert len(res.requests) == len(store.request_rows(spec.campaign))
+    frame = res.metrics_with_runs()
+    measured = res.requests[(res.requests["phase"] == "measured")
+                            & (res.requests["status"] == "ok")]
+    for (run_key, level), group in measured.groupby(["run_key", "level"], observed=True):
+        stored = frame[(frame["run_key"] == run_key) & (frame["dim.load"] == level)
+                       & (frame["metric"] == "median_ttft_ms")]["value"]
+        assert float(stored.iloc[0]) == pytest.approx(group["ttft_ms"].median())
+
+
 def test_orchestrate_run_drives_the_serving_kind(tmp_path, capsys):
     """The same campaign through `orchestrate run` (inventory, facts, isolation plan, runner
     hook) and `orchestrate serving-report`."""

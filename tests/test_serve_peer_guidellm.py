@@ -34,6 +34,10 @@ from tests.support.tiny_gguf import SUPPRESS_LOGIT_BIAS, write_tiny_gguf
 REPO = Path(__file__).resolve().parents[1]
 GUIDELLM = Path(os.environ.get("SOCKETLAB_GUIDELLM_VENV", REPO / ".cache" / "venv-guidellm"))
 ROUNDS, REQUESTS, TOKENS = 2, 12, 8  # 8 tokens: TPOT over N would move it by 1/7 = 14%
+#: a third guidellm run with its own warm-up and cool-down (25% of 24 requests each), which it
+#: leaves out of its numbers but keeps in the file (import-guidellm must leave them out too)
+TRANSIENT = {"warmup": 0.25, "cooldown": 0.25}
+TRANSIENT_REQUESTS = 24
 #: two streams: llama-cpp-python serves one request at a time, so a second one always waits
 #: and the throughput is the server's, not the gaps each client leaves between requests
 STREAMS = 2
@@ -117,6 +121,7 @@ def peer_runs(tmp_path_factory):
                 preexec_fn=_pinned(client_cpus))
             assert done.returncode == 0, done.stderr[-2000:]
             theirs.append(out)
+        transient = _guidellm_transient(tmp, scenario, env, client_cpus)
     finally:
         server.terminate()
         try:
@@ -125,7 +130,28 @@ def peer_runs(tmp_path_factory):
             server.kill()
             server.wait()
         log.close()
-    return ours, theirs
+    return ours, theirs, transient
+
+
+def _guidellm_transient(tmp: Path, scenario: dict, env: dict, cpus) -> Path:
+    """The peer scenario with TRANSIENT_REQUESTS requests and guidellm's warm-up/cool-down."""
+    prompts = tmp / "prompts-transient.jsonl"
+    prompts.write_text("".join(
+        json.dumps({"prompt": f"[t{i}] hello world the and is", "output_tokens_count": TOKENS})
+        + "\n" for i in range(TRANSIENT_REQUESTS)))
+    spec = json.loads(json.dumps(scenario["spec"]))
+    spec["profile"].update(TRANSIENT)
+    spec["data"] = [{"kind": "json_file", "path": str(prompts)}]
+    spec["constraints"] = [{"kind": "max_requests", "count": TRANSIENT_REQUESTS}]
+    (tmp / "transient.json").write_text(json.dumps({"spec": spec}))
+    out = tmp / "guidellm-transient.json"
+    done = subprocess.run(
+        [str(GUIDELLM / "bin" / "guidellm"), "run", "-c", str(tmp / "transient.json"),
+         "--output", f"kind=json,path={out}", "--disable-console"],
+        env=env, capture_output=True, text=True, timeout=120, cwd=tmp,
+        preexec_fn=_pinned(cpus))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
 
 
 def _successful(path: Path) -> list[dict]:
@@ -134,7 +160,7 @@ def _successful(path: Path) -> list[dict]:
 
 
 def test_import_guidellm_reads_the_file_guidellm_wrote(peer_runs, tmp_path, capsys):
-    _, theirs = peer_runs
+    _, theirs, _ = peer_runs
     path = theirs[0]
     assert main(["import-guidellm", str(path), "--campaign", "peer", "--results",
                  str(tmp_path)]) == 0
@@ -165,7 +191,7 @@ def test_import_guidellm_reads_the_file_guidellm_wrote(peer_runs, tmp_path, caps
 
 
 def test_our_definitions_on_guidellm_timestamps_and_a_planted_bug(peer_runs, monkeypatch):
-    _, theirs = peer_runs
+    _, theirs, _ = peer_runs
     for path in theirs:
         (level,) = import_guidellm(path)["levels"]
         gaps = peer.definition_gaps(level["records"], _successful(path))
@@ -202,9 +228,44 @@ def _pooled(ours, theirs) -> tuple[dict[str, float], dict[str, float]]:
 
 
 def test_independent_clients_agree_within_the_measured_tolerance(peer_runs):
-    ours, theirs = peer_runs
+    ours, theirs, _ = peer_runs
     a, b = _pooled(ours, theirs)
     gaps = peer.relative_gaps(a, b)
     print(f"ours {a}\nguidellm {b}\ngaps {gaps}")
     for k, tol in TOLERANCE.items():
         assert gaps[k] <= tol, (k, a[k], b[k])
+
+
+def test_import_keeps_what_guidellm_kept(peer_runs, tmp_path, capsys):
+    """guidellm's file lists its warm-up and cool-down requests too; its numbers leave them out
+    (its measurement window). The import leaves out the same ones, reads percentiles by
+    guidellm's rule, and its recomputed TTFT/TPOT p50 and p99 come within 1% of guidellm's."""
+    *_, path = peer_runs
+    assert main(["import-guidellm", str(path), "--campaign", "gt", "--results",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(path.read_text())["benchmarks"][0]
+    listed = len(doc["requests"]["successful"])
+    kept = doc["metrics"]["request_totals"]["total"]
+    assert listed == TRANSIENT_REQUESTS and kept < listed  # the window left some out
+    assert f"kept {kept} of the file's {listed} requests" in out, out
+    assert "so they are guidellm's own" in out and "sampled" not in out
+    from socketlab import results
+
+    res = results.load("gt", results=tmp_path)
+    assert (res.requests["phase"] == "measured").sum() == kept
+    assert set(res.requests["phase"].astype(str)) == {"warmup", "measured", "cooldown"}
+    frame = res.metrics
+    ours = dict(zip(frame[frame.parser == "serving/1"].metric.astype(str),
+                    frame[frame.parser == "serving/1"].value, strict=True))
+    gdl = dict(zip(frame[frame.parser == "guidellm/1"].metric.astype(str),
+                   frame[frame.parser == "guidellm/1"].value, strict=True))
+    pairs = {"median_ttft_ms": "median_ttft_ms", "p99_ttft_ms": "p99_ttft_ms",
+             "median_tpot_ms": "median_tpot_token_weighted_ms",
+             "p99_tpot_ms": "p99_tpot_token_weighted_ms"}
+    gaps = {k: abs(ours[k] / gdl[v] - 1) for k, v in pairs.items()}
+    print(f"{path.name}: kept {kept} of {listed}; |ours / guidellm - 1| {gaps}")
+    assert max(gaps.values()) < 0.01, gaps
+    # guidellm's own numbers are its file's: the stored copy is exact
+    assert gdl["p99_ttft_ms"] == doc["metrics"]["time_to_first_token_ms"]["successful"][
+        "percentiles"]["p99"]

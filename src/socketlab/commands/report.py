@@ -24,7 +24,46 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with a published-values file for the campaign (experiments/published/): print the "
         "comparison as markdown, or write a standalone HTML with plots (both files are written)",
     )  # fmt: skip
+    parser.add_argument("--json", action="store_true",
+                        help="print the verdicts (one JSON line per published cell and host) "
+                        "instead of the report; nothing is written")
+    parser.add_argument("--fail-on", metavar="KIND", type=_fail_on, default=[],
+                        help="exit 1 when a cell's verdict is one of deviates, inconclusive, "
+                        "not-run (comma-separated), naming the cells on stderr")
     parser.set_defaults(func=run)
+
+
+def _fail_on(text: str) -> list[str]:
+    from socketlab.results.verdicts import FAIL_ON
+
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words or any(w not in FAIL_ON for w in words):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one or more of "
+                                         f"{', '.join(FAIL_ON)}, comma-separated")
+    return words
+
+
+def _gate(args: argparse.Namespace, comparison) -> int:
+    """--json prints the verdicts frame as JSON lines; --fail-on names the cells it catches on
+    stderr: exit 1 when there is one, else 0 (socketlab.results.verdicts)."""
+    from socketlab.results.verdicts import cell_line, failing, verdict_frame
+
+    if not (getattr(args, "json", False) or getattr(args, "fail_on", None)):
+        return 0
+    frame = verdict_frame(comparison, args.campaign)
+    if args.json:
+        text = frame.to_json(orient="records", lines=True)
+        print(text, end="" if text.endswith("\n") or not text else "\n")
+    if comparison is None and args.fail_on:
+        print(f"orchestrate: report: no published values name campaign {args.campaign}: "
+              "no cells to fail on", file=sys.stderr)
+    hits = failing(frame, args.fail_on) if args.fail_on else frame.iloc[0:0]
+    for _, row in hits.iterrows():
+        print(f"orchestrate: report: {cell_line(row)}", file=sys.stderr)
+    if len(hits):
+        print(f"orchestrate: report: {len(hits)} cell(s) fail --fail-on {','.join(args.fail_on)}",
+              file=sys.stderr)
+    return 1 if len(hits) else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
     # the plain tables go to measured.md beside the comparison (a layer campaign's run a
     # thousand metric rows: they would bury the verdicts)
     comparison = build_report(args.campaign, results=path.parent.parent, measured_markdown=text)
+    if getattr(args, "json", False):
+        return _gate(args, comparison)
     if comparison is not None:
         try:
             written = write_report(comparison, path.parent)
@@ -52,12 +93,12 @@ def run(args: argparse.Namespace) -> int:
 
             print(render(comparison, "md"), end="")
             _not_written(path.parent / "report.md", exc)
-            return 0
+            return _gate(args, comparison)
         if getattr(args, "format", "md") == "md":
             print(written["md"].read_text(), end="")
         print(f"\nreport written to {written[getattr(args, 'format', 'md')]}"
               f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})")
-        return 0
+        return _gate(args, comparison)
     text += _isolation(path.parent, runs)  # the comparison has it in its provenance
     out = path.parent / "report.md"
     print(text, end="")
@@ -65,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
         out.write_text(text)
     except OSError as exc:
         _not_written(out, exc)
-        return 0
+        return _gate(args, None)
     print(f"\nreport written to {out}")
-    return 0
+    return _gate(args, None)
 
 
 def _not_written(out: Path, exc: OSError) -> None:

@@ -18,6 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "against the baseline arm, and the placement A/B table.")
     rep.add_argument("campaign", help="campaign id")
     add_results_argument(rep)
+    rep.add_argument("--format", choices=("md", "html"), default="md",
+                     help="markdown (printed), or standalone HTML with plots of TTFT/TPOT "
+                     "percentiles by load, throughput vs concurrency and the placement A/B "
+                     "(written to results/<campaign>/serving-report.html)")
     rep.set_defaults(func=report)
     imp = _import_parser(
         sub, "vllm", help="store a vLLM bench-serve result JSON as a serving run",
@@ -56,11 +60,26 @@ def report(args: argparse.Namespace) -> int:
     from socketlab.store import Store, existing_store_path
 
     path = existing_store_path(args.campaign, args.results)
+    html = getattr(args, "format", "md") == "html"
     with Store(path, create=False) as store:
         text = serving_report(store, args.campaign)
-    out = path.parent / "serving-report.md"
-    out.write_text(text)
-    print(text, end="")
+        if html:
+            from socketlab.serve.report_html import serving_html
+
+            page = serving_html(store, args.campaign)
+    out = path.parent / f"serving-report.{'html' if html else 'md'}"
+    if not html:
+        print(text, end="")
+    try:
+        out.write_text(page if html else text)
+    except OSError as exc:  # a store on a read-only medium: one line, the markdown printed
+        import sys
+
+        if html:
+            print(text, end="")
+        print(f"orchestrate: serving report not written to {out}: {exc.strerror or exc}"
+              " (printed above)", file=sys.stderr)
+        return 0
     print(f"\nreport written to {out}")
     return 0
 
@@ -111,6 +130,8 @@ def import_guidellm_file(args: argparse.Namespace) -> int:
         print(f"imported {args.file} benchmark {lv['label']} (guidellm {got['version']}) as run "
               f"{rec.run_key[:12]} ({rec.status}{': ' + rec.reason if rec.reason else ''}) "
               f"into {path}")
+        if lv["kept"]:
+            print(f"kept: {lv['label']}: {lv['kept']}")
     for line in dict.fromkeys(x for lv in got["levels"] for x in lv["limitations"]):
         print(f"limitation: {line}")
     return 0

@@ -14,14 +14,27 @@ Those are guidellm's own numbers (parser ``guidellm/1``). From the per-request t
 report keeps (request start, first and last token, token count) the records are rebuilt and
 our metrics recomputed (parser ``serving/1``): guidellm keeps no time of the tokens between the
 first and the last, so vLLM's pooled ITL is not recomputed (stored as a limitation).
+
+The recomputation keeps what guidellm kept (guidellm src/guidellm/benchmark/schemas/metrics.py,
+GenerativeMetrics.compile, and accumulator.py, get_within_range): the file lists every request,
+warm-up and cool-down included, and guidellm measures only those overlapping its measurement
+window (the benchmark's start_time..end_time): a request whose end is at or after the start and
+whose start is at or before the end; TTFT over those whose first token is in that span, ITL
+over those whose tokens after the first are. Requests outside are stored with phase "warmup" or
+"cooldown". Percentiles use guidellm's rule (``guidellm_percentile``), so the recomputed
+TTFT/TPOT percentiles equal guidellm's own. A file whose request lists are guidellm's sample
+(``sample_size``) can't give guidellm's numbers back: that is stored as a limitation.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from socketlab.errors import SpecError
 from socketlab.parse import Metric
@@ -70,7 +83,38 @@ def load_label(bench: dict[str, Any], where: str) -> str:
                     f"concurrent with streams, constant/poisson with rate), got {kind!r}")
 
 
-def _record(i: int, req: dict[str, Any], status: str, origin: float, where: str) -> RequestRecord:
+def guidellm_percentile(a: np.ndarray, p: float) -> float:
+    """guidellm's percentile (schemas/base/statistics.py: DistributionSummary.from_values, then
+    Percentiles.from_pdf): duplicates merged, shares cumulated in floating point, the first
+    value whose cumulative share reaches p / 100. No interpolation; the float sums decide a
+    share that lands on p exactly as guidellm's do (12 values: the median is the 6th or 7th)."""
+    values, counts = np.unique(np.asarray(a, dtype=float), return_counts=True)
+    cdf = np.cumsum(counts / counts.sum())
+    return float(values[min(int(np.searchsorted(cdf, p / 100, side="left")), len(values) - 1)])
+
+
+def _times(req: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(start, end, first token) of a request as guidellm's GenerativeRequestStats reads them:
+    request_start else resolve_start, request_end else resolve_end."""
+    t = (req.get("info") or {}).get("timings") or {}
+
+    def first_of(*keys: str) -> float | None:
+        return next((t[k] for k in keys if isinstance(t.get(k), int | float)), None)
+
+    return (first_of("request_start", "resolve_start"), first_of("request_end", "resolve_end"),
+            first_of("first_token_iteration"))
+
+
+def _overlaps(start: float | None, end: float | None, w0: float, w1: float) -> bool:
+    """guidellm's get_within_range (closed=False): an event it can't place in time (no end)
+    is left out; one without a start is taken as instantaneous at its end."""
+    if end is None:
+        return False
+    return end >= w0 and (start if start is not None else end) <= w1
+
+
+def _record(i: int, req: dict[str, Any], status: str, origin: float, where: str,
+            phase: str = "measured") -> RequestRecord:
     t = (req.get("info") or {}).get("timings")
     if not isinstance(t, dict) or not isinstance(t.get("request_start"), int | float):
         raise SpecError(f"{where}.info.timings.request_start: expected a time in s")
@@ -79,7 +123,7 @@ def _record(i: int, req: dict[str, Any], status: str, origin: float, where: str)
         return round((x - origin) * NS)
 
     n_out = req.get("output_tokens")
-    rec = RequestRecord(index=i, phase="measured", prompt_id=str(req.get("request_id", i)),
+    rec = RequestRecord(index=i, phase=phase, prompt_id=str(req.get("request_id", i)),
                         n_in=req.get("prompt_tokens"), t_sched=ns(t["request_start"]),
                         t_send=ns(t["request_start"]), n_out=n_out,
                         n_out_source="usage" if (req.get("output_metrics") or {}).get(
@@ -141,22 +185,32 @@ def import_guidellm(path: Path) -> dict[str, Any]:
         origin = min((s for s in starts if isinstance(s, int | float)), default=0.0)
         rows.sort(key=lambda x: ((x[0].get("info") or {}).get("timings") or {}).get(
             "request_start") or 0.0)
-        records = [_record(i, r, s, origin, f"{where}.requests.{s}[{i}]")
-                   for i, (r, s) in enumerate(rows)]
+        w0, w1 = bench.get("start_time"), bench.get("end_time")
+        windowed = isinstance(w0, int | float) and isinstance(w1, int | float)
+        times = [_times(r) for r, _ in rows]
+        # which requests guidellm measured (module doc): all of them, the TTFT ones, the ITL ones
+        kept = [not windowed or _overlaps(st, end, w0, w1) for st, end, _ in times]
+        ttft_kept = [not windowed or _overlaps(st, first, w0, w1) for st, _, first in times]
+        itl_kept = [not windowed or _overlaps(first, end, w0, w1) for _, end, first in times]
+        records = [_record(i, r, s, origin, f"{where}.requests.{s}[{i}]",
+                           "measured" if keep else _outside(times[i], w0))
+                   for i, ((r, s), keep) in enumerate(zip(rows, kept, strict=True))]
         m = bench.get("metrics") or {}
-        w0 = bench.get("start_time")
-        w1 = bench.get("end_time")
-        window = ((round((w0 - origin) * NS), round((w1 - origin) * NS))
-                  if isinstance(w0, int | float) and isinstance(w1, int | float) else None)
-        summary = metrics_mod.compute(records, window=window)
+        window = ((round((w0 - origin) * NS), round((w1 - origin) * NS)) if windowed else None)
+        summary = metrics_mod.compute(records, window=window, percentile=guidellm_percentile)
+        for name, which in (("ttft", ttft_kept), ("tpot", itl_kept)):
+            values = [v for rec, keep in zip(records, which, strict=True)
+                      if keep and rec.ok and (v := metrics_mod.per_request(rec)[name]) is not None]
+            summary.update(metrics_mod.stats(values, name, guidellm_percentile))
         for k in [k for k in summary if "_itl_ms" in k or k.startswith("n_itl")]:
             summary.pop(k)  # not recomputable from first/last token times (LIMITATION)
         theirs = _theirs(m)
         limits = [LIMITATION]
-        total = (m.get("request_totals") or {}).get("total")
-        if isinstance(total, int) and total != len(records):
-            limits.append(f"guidellm kept {len(records)} of {total} requests (sampled): our "
-                          "metrics cover those only")
+        sampled = _sampled(bench, rows, kept)
+        if sampled:
+            limits.append(sampled)
+        note = (_kept_note(bench, records, sum(ttft_kept), sum(itl_kept), exact=not sampled)
+                if windowed else "")
         dims = {"load": label}
         if label.startswith("c") and label[1:].isdigit():
             dims["concurrency"] = int(label[1:])
@@ -165,9 +219,54 @@ def import_guidellm(path: Path) -> dict[str, Any]:
         metrics += [Metric(k, v, u, {**dims, "source": "guidellm"}, GUIDELLM_PARSER)
                     for k, v, u in metrics_mod.scalar_metrics(theirs)]
         levels.append({"label": label, "records": records, "summary": summary,
-                       "metrics": metrics, "guidellm": theirs, "limitations": limits})
+                       "metrics": metrics, "guidellm": theirs, "limitations": limits,
+                       "kept": note})
     return {"levels": levels, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
             "version": (doc.get("metadata") or {}).get("guidellm_version")}
+
+
+def _outside(times: tuple[float | None, float | None, float | None], w0: float) -> str:
+    """A request guidellm left out: before its window opened (warm-up) or after (cool-down)."""
+    start, end, _ = times
+    return "warmup" if (end if end is not None else start or 0.0) < w0 else "cooldown"
+
+
+def _kept_note(bench: dict[str, Any], records: list[RequestRecord], n_ttft: int,
+               n_itl: int, exact: bool) -> str:
+    """What the recomputation kept and why, in the words of guidellm's settings."""
+    config = bench.get("config") or {}
+    phases = Counter(r.phase for r in records)
+    return (f"guidellm's measurement window (warm-up {_phase(config.get('warmup'))}, cool-down "
+            f"{_phase(config.get('cooldown'))}) kept {phases['measured']} of the file's "
+            f"{len(records)} requests ({phases['warmup']} in the warm-up, {phases['cooldown']} "
+            f"in the cool-down); TTFT over the {n_ttft} whose first token came in it, TPOT over "
+            f"the {n_itl} whose later tokens did; percentiles by guidellm's rule (no "
+            "interpolation)" + (", so they are guidellm's own" if exact else ""))
+
+
+def _phase(setting: Any) -> str:
+    if not isinstance(setting, dict):
+        return "none" if setting in (None, 0) else str(setting)
+    if setting.get("percent"):
+        return f"{setting['percent']:.0%}"
+    if setting.get("value"):
+        return f"{setting['value']:g} ({str(setting.get('mode', '')).replace('prefer_', '')})"
+    return "none"
+
+
+def _sampled(bench: dict[str, Any], rows: list[tuple[dict[str, Any], str]],
+             kept: list[bool]) -> str:
+    """A limitation when the file's request lists are guidellm's sample (its sample_size):
+    fewer successful requests in the window than guidellm counted."""
+    size = (bench.get("config") or {}).get("sample_size")
+    total = ((bench.get("metrics") or {}).get("request_totals") or {}).get("successful")
+    have = sum(1 for (_, status), keep in zip(rows, kept, strict=True)
+               if keep and status == "successful")
+    if size is None or not isinstance(total, int) or have >= total:
+        return ""
+    return (f"the file holds guidellm's sample of the requests (sample_size {size}): {have} of "
+            f"the {total} successful requests it measured, so our metrics, over the sample, "
+            "differ from guidellm's own")
 
 
 def store_import(store: Any, path: Path, got: dict[str, Any], *, campaign: str,
@@ -181,5 +280,6 @@ def store_import(store: Any, path: Path, got: dict[str, Any], *, campaign: str,
         store, path, lv, campaign=campaign, experiment=experiment, host=host,
         repetition=repetition, params={"arm": arm, "placement": placement, "load": lv["label"]},
         file_sha256=got["sha256"],
-        extra={"arm": arm, "baseline": baseline, "source_format": f"guidellm {got['version']}"})
+        extra={"arm": arm, "baseline": baseline, "source_format": f"guidellm {got['version']}",
+               "kept": lv["kept"]})
         for lv in got["levels"]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,11 @@ NS = 1e9
 MS = 1e6
 #: percentiles published for every latency metric (numpy linear interpolation, as vLLM)
 PERCENTILES = (50, 90, 95, 99)
+
+
+def linear_percentile(a: np.ndarray, p: float) -> float:
+    """vLLM's percentile: numpy's linear interpolation between the two nearest values."""
+    return float(np.percentile(a, p))
 
 
 @dataclass(frozen=True)
@@ -62,15 +68,18 @@ def per_request(r: RequestRecord) -> dict[str, Any]:
     return out
 
 
-def stats(values_ns: list[float], name: str) -> dict[str, float | None]:
-    """mean/median/std/min/max/pXX of one metric in ms, with vLLM's field names."""
+def stats(values_ns: list[float], name: str,
+          percentile: Callable[[np.ndarray, float], float] = linear_percentile
+          ) -> dict[str, float | None]:
+    """mean/median/std/min/max/pXX of one metric in ms, with vLLM's field names; percentiles
+    by ``percentile`` (an importer passes its tool's rule, so it recomputes the tool's own)."""
     keys = ["mean", "median", "std", "min", "max"] + [f"p{p}" for p in PERCENTILES if p != 50]
     if not values_ns:
         return {f"{k}_{name}_ms": None for k in keys} | {f"n_{name}": 0}
     a = np.asarray(values_ns, dtype=float) / MS
     out = {
         f"mean_{name}_ms": float(a.mean()),
-        f"median_{name}_ms": float(np.percentile(a, 50)),
+        f"median_{name}_ms": percentile(a, 50),
         f"std_{name}_ms": float(a.std()),
         f"min_{name}_ms": float(a.min()),
         f"max_{name}_ms": float(a.max()),
@@ -78,9 +87,9 @@ def stats(values_ns: list[float], name: str) -> dict[str, float | None]:
     }
     for p in PERCENTILES:
         if p != 50:
-            out[f"p{p}_{name}_ms"] = float(np.percentile(a, p))
+            out[f"p{p}_{name}_ms"] = percentile(a, p)
     if len(a) >= 1000:
-        out[f"p99.9_{name}_ms"] = float(np.percentile(a, 99.9))
+        out[f"p99.9_{name}_ms"] = percentile(a, 99.9)
     return out
 
 
@@ -114,6 +123,7 @@ def compute(
     *,
     placed: bool = True,
     duration_s: float | None = None,
+    percentile: Callable[[np.ndarray, float], float] = linear_percentile,
 ) -> dict[str, Any]:
     """The summary of one load point. Warm-up records are ignored; errors are never dropped.
 
@@ -121,7 +131,8 @@ def compute(
     to its own send, e.g. a vLLM file without ``start_times``): only per-request latencies are
     computed, rates use ``duration_s`` (the source's own run duration), and every field that
     needs the requests' placement in time (window, concurrency, per-second peaks, dispatch
-    delay) is left out rather than computed from a made-up timeline.
+    delay) is left out rather than computed from a made-up timeline. ``percentile``: how latency
+    percentiles are read (vLLM's linear interpolation; an importer may pass its tool's rule).
     """
     slo = slo or Slo()
     measured = [r for r in records if r.phase == "measured"]
@@ -167,9 +178,9 @@ def compute(
         return vals
 
     for name in ("ttft", "tpot", "itl", "e2el", "ttft_sched", "itl_token"):
-        out.update(stats(pool(name, ok), name))
+        out.update(stats(pool(name, ok), name, percentile))
     if placed:
-        out.update(stats(pool("queue_client", measured), "queue_client"))
+        out.update(stats(pool("queue_client", measured), "queue_client", percentile))
         out["dispatch_delay_p99_ms"] = out["p99_queue_client_ms"]
         # Little's law: request rate x mean latency should equal the mean concurrency.
         if out["mean_e2el_ms"] is not None:

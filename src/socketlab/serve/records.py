@@ -13,7 +13,8 @@ from typing import Any
 @dataclass
 class RequestRecord:
     index: int  #: order of dispatch within the run (warm-up requests first)
-    phase: str  #: "warmup" (never measured) or "measured"
+    #: "warmup" (never measured), "measured", or "cooldown" (an imported tool's cool-down)
+    phase: str
     prompt_id: str = ""
     n_in: int | None = None  #: prompt tokens (server usage, else the prompt source's count)
     t_sched: int | None = None  #: intended dispatch (open loop) / worker free (closed loop)

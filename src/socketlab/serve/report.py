@@ -118,14 +118,47 @@ def placement_table(cells_df: pd.DataFrame, reference: str = "workers") -> str:
     return "\n".join(lines)
 
 
+def serving_runs(store: Any, campaign: str) -> tuple[list[Any], dict[str, str]]:
+    """The campaign's serving runs and each experiment's baseline arm (the first run that
+    names one; imported runs may name none)."""
+    runs = [r for r in store.runs(campaign) if "arm" in (r.extra or {})]
+    baselines: dict[str, str] = {}
+    for r in runs:
+        if r.extra.get("baseline"):
+            baselines.setdefault(r.experiment, r.extra["baseline"])
+    return runs, baselines
+
+
+def notes(runs: list[Any]) -> list[tuple[str, str, list[str]]]:
+    """What the tables can't show, as (title, intro, items): runs whose client shared the
+    server's CPUs, imports' limitations, runs not ok (markdown and HTML list them alike)."""
+    out = []
+    shared = sorted({(r.experiment, r.extra["arm"], r.extra.get("placement", "?"))
+                     for r in runs if r.extra.get("client_shared")})
+    if shared:  # the client competed with the server for CPU: its timestamps carry that
+        out.append(("Load generator shared the server's CPUs",
+                    "No CPU was left free of the server, so the client ran on the server's "
+                    "CPUs (`client_shared`); its timestamps include that contention (tokens can "
+                    "arrive batched), so compare these rows with care:",
+                    [f"{exp} arm {arm} (placement {pl})" for exp, arm, pl in shared]))
+    limited = [r for r in runs if r.extra.get("limitations")]
+    if limited:  # imports whose source lacks something: what was not computed, and why
+        out.append(("Limitations of imported runs", "",
+                    [f"{r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
+                     f"({r.extra.get('source_format', 'import')}): {line}"
+                     for r in limited for line in r.extra["limitations"]]))
+    failed = [r for r in runs if r.status != "ok"]
+    if failed:  # their numbers are in the tables above when they have any: say which
+        out.append(("Runs not ok", "", [f"{r.experiment} arm {r.extra.get('arm')} rep "
+                                        f"{r.repetition}: {r.status}: {r.reason}"
+                                        for r in failed]))
+    return out
+
+
 def serving_report(store: Any, campaign: str) -> str:
     """The markdown report of a campaign's serving runs (runs that failed are listed)."""
     frame = store.metrics_frame(campaign)
-    runs = [r for r in store.runs(campaign) if "arm" in (r.extra or {})]
-    baselines: dict[str, str] = {}
-    for r in runs:  # the first run that names one (imported runs may name none)
-        if r.extra.get("baseline"):
-            baselines.setdefault(r.experiment, r.extra["baseline"])
+    runs, baselines = serving_runs(store, campaign)
     c = cells(frame)
     parts = [f"# Serving report: {campaign}", ""]
     if c.empty:
@@ -134,25 +167,7 @@ def serving_report(store: Any, campaign: str) -> str:
         parts += ["## Comparison (ratios: arm / baseline arm at the same load; "
                   "* = repeat spread > 10%)", "", comparison_table(comparison(c, baselines)), "",
                   "## Placement A/B", "", placement_table(c), ""]
-    shared = sorted({(r.experiment, r.extra["arm"], r.extra.get("placement", "?"))
-                     for r in runs if r.extra.get("client_shared")})
-    if shared:  # the client competed with the server for CPU: its timestamps carry that
-        parts += ["## Load generator shared the server's CPUs", "",
-                  "No CPU was left free of the server, so the client ran on the server's CPUs "
-                  "(`client_shared`); its timestamps include that contention (tokens can "
-                  "arrive batched), so compare these rows with care:", ""]
-        parts += [f"- {exp} arm {arm} (placement {pl})" for exp, arm, pl in shared]
-        parts.append("")
-    limited = [r for r in runs if r.extra.get("limitations")]
-    if limited:  # imports whose source lacks something: what was not computed, and why
-        parts += ["## Limitations of imported runs", ""]
-        parts += [f"- {r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
-                  f"({r.extra.get('source_format', 'import')}): {line}"
-                  for r in limited for line in r.extra["limitations"]]
-        parts.append("")
-    failed = [r for r in runs if r.status != "ok"]
-    if failed:  # their numbers are in the tables above when they have any: say which
-        parts += ["## Runs not ok", ""]
-        parts += [f"- {r.experiment} arm {r.extra.get('arm')} rep {r.repetition}: "
-                  f"{r.status}: {r.reason}" for r in failed]
-    return "\n".join(parts) + "\n"
+    for title, intro, items in notes(runs):
+        parts += [f"## {title}", "", *([intro, ""] if intro else []),
+                  *[f"- {x}" for x in items], ""]
+    return "\n".join(parts).rstrip("\n") + "\n"

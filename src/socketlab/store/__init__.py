@@ -160,8 +160,21 @@ def store_path(campaign: str, results: Path | str | None = None) -> Path:
     return inside(Path(results or paths.RESULTS), campaign, "store.sqlite", what="campaign")
 
 
+def existing_results_folder(results: Path | str | None = None) -> Path:
+    """The results folder a reader was pointed at; StoreError when it is missing or a file, so
+    a typo never reads as "nothing ran yet"."""
+    root = Path(results or paths.RESULTS)
+    if not root.is_dir():
+        what = "is a file, not a folder" if root.exists() else "no such results folder"
+        raise StoreError(f"{root}: {what} (expected the results folder `orchestrate run` "
+                         "wrote; --results DIR)")
+    return root
+
+
 def existing_store_path(campaign: str, results: Path | str | None = None) -> Path:
-    """The campaign's store file; StoreError (a user error) when the campaign never ran."""
+    """The campaign's store file; StoreError (a user error) when the campaign never ran, or
+    when the results folder is missing or a file (existing_results_folder)."""
+    existing_results_folder(results)
     path = store_path(campaign, results)
     if not path.exists():
         raise StoreError(f"{path}: no results for campaign '{campaign}' "
