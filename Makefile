@@ -5,16 +5,17 @@ PYTHON   ?= python3
 VENV     := .venv
 PY       := $(VENV)/bin/python
 STAMP    := $(VENV)/.installed
-EXTRAS   ?= dev,serve,ref
+EXTRAS   ?= dev,serve,ref,aws
 # guidellm for the serving peer check (tests/test_serve_peer_guidellm.py), in a venv of its own
 # (its pins may clash with ours); under .cache/, which git ignores. torch pinned as in
 # pyproject.toml, so the local CPU wheel is used and no CUDA build is downloaded.
 GUIDELLM_VENV := .cache/venv-guidellm
 GUIDELLM_STAMP := $(GUIDELLM_VENV)/.installed
 
-.PHONY: setup system-deps run quickstart test lint native clean guidellm-venv checkpatch-tool
+.PHONY: setup system-deps run quickstart test lint native clean guidellm-venv checkpatch-tool \
+	collection wheel
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
@@ -60,6 +61,14 @@ quickstart: setup
 
 COLLECTION := ansible_collections/socketlab/lab
 
+# The socketlab.lab collection's tarball and the wheel, into dist/ (docs/collection.md; the tests
+# build both too: tests/test_collection.py, tests/test_wheel.py).
+collection: setup
+	$(VENV)/bin/ansible-galaxy collection build --force --output-path dist $(COLLECTION)
+
+wheel: setup
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
+
 lint: setup
 	$(VENV)/bin/ruff check src tests bench collectors playbooks ansible_collections
 	$(VENV)/bin/ansible-lint --profile production $(COLLECTION) playbooks roles isolate.yml verify.yml restore.yml
@@ -69,4 +78,4 @@ test: setup guidellm-venv checkpatch-tool
 	$(PY) -m pytest
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,3 +1,3 @@
 """socketlab: schedule inference onto a CPU socket's caches, and prove what you measured."""
 
-__version__ = "0.1.0"
+from socketlab._version import VERSION as __version__  # noqa: F401 - the package's version

@@ -43,8 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from socketlab.session import prepare, require_a_host
+    from socketlab.shipped import spec_path
 
-    campaign = prepare(args.spec, profile=args.profile, pattern=args.hosts,
+    campaign = prepare(spec_path(args.spec), profile=args.profile, pattern=args.hosts,
                        inventory=args.inventory, repetitions=args.repetitions,
                        assume=getattr(args, "assume_host", None))  # fmt: skip
     require_a_host(campaign)

@@ -60,8 +60,10 @@ def run(args: argparse.Namespace) -> int:
     from socketlab import session
     from socketlab.execute.progress import make_reporter
     from socketlab.runner import point_label
+    from socketlab.shipped import spec_path
 
-    campaign = session.prepare(args.spec, profile=getattr(args, "profile", None),
+    spec = spec_path(args.spec)
+    campaign = session.prepare(spec, profile=getattr(args, "profile", None),
                                pattern=args.hosts, inventory=args.inventory,
                                repetitions=args.repetitions)  # fmt: skip
     if args.dry_run:  # a preview refuses what `plan` refuses: exit 2 when no host answered
