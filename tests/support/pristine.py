@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tests.support.netns import SshHost
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "pristine-rootfs.sh"
 CACHE = REPO / ".cache" / "pristine"
@@ -143,38 +145,21 @@ def _proxy_handler(mirror_host: str):
 
 
 @dataclass(frozen=True)
-class PristineHost:
-    name: str  #: inventory name and hostname
-    netns: str
-    address: str
-    port: int
-    user: str
-    key_file: Path
-    known_hosts: Path
-    sshd_pid: int  #: the host's `unshare` (its namespace's PID 1 dies with it)
-    upper: Path  #: the overlay's upper layer: everything the host wrote
+class PristineHost(SshHost):
+    """A netns sshd host (tests/support/netns.py's fields: name, netns, address, ...) with a
+    root filesystem of its own; ``sshd_pid`` is its `unshare` (its namespace's PID 1 dies with
+    it)."""
+
+    upper: Path = field(default=Path())  #: the overlay's upper layer: everything the host wrote
     veth: str = field(default="", repr=False)
 
     def ssh_argv(self, *command: str) -> list[str]:
-        return [
-            "ssh", "-i", str(self.key_file), "-p", str(self.port),
-            "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={self.known_hosts}",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "ControlMaster=no",
-            f"{self.user}@{self.address}", *command,
-        ]  # fmt: skip
+        argv = super().ssh_argv(*command)
+        at = argv.index(f"{self.user}@{self.address}")
+        return [*argv[:at], "-o", "ControlMaster=no", *argv[at:]]
 
     def inventory_vars(self) -> dict[str, object]:
-        return {
-            "ansible_host": self.address,
-            "ansible_port": str(self.port),
-            "ansible_user": self.user,
-            "ansible_ssh_private_key_file": str(self.key_file),
-            "ansible_ssh_common_args": (
-                f"-o StrictHostKeyChecking=no -o UserKnownHostsFile={self.known_hosts}"
-            ),
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "socketlab_become": True,
-        }
+        return {**super().inventory_vars(), "socketlab_become": True}
 
 
 _POOLS = 0
