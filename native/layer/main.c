@@ -35,9 +35,19 @@ static const char usage[] =
     "  --barrier B         diss (dissemination) | hier (per node, then node leaders) (default diss)\n"
     "  --steps N           steps (default 200; the first 10%% are excluded from the statistics)\n"
     "  --page MODE         4k | thp | hugetlb for the worker arenas (default thp)\n"
-    "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256)\n"
+    "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256; 0 = one\n"
+    "                      tile of all the worker's positions)\n"
     "  --prefetch-dist N   software prefetch N KV rows ahead (default 8; 0 = off)\n"
-    "  --prefetch-hint H   t0 | t1 | t2 | nta (default t0)\n"
+    "  --prefetch-hint H   t0 | t1 | t2 | nta (default t0; nta = PREFETCHNTA: the same numerics)\n"
+    "  --kv-copies N       N copies of every worker's KV; step s reads copy s %% N, so with N x\n"
+    "                      the KV above the L3 every step reads it cold from DRAM (P4 path A;\n"
+    "                      1 = path B, default); the gate checks every copy's output\n"
+    "  --kv-cold-mib M     as many copies as make the rotated KV of the whole layer >= M MiB\n"
+    "                      (path A / C: M = 3.2 x the L3, as published)\n"
+    "  --kv-stage-kib K    staging: at the step's start, before the qkv GEMV, prefetch (with\n"
+    "                      --prefetch-hint) the first K KiB of this step's K and V per KV head\n"
+    "  --attn-only         skip every weight GEMV (attention, combine and the exchanges alone;\n"
+    "                      numerics are not checked)\n"
     "  --ctx N             attend the last N cached positions (default: all of the dump's KV)\n"
     "  --ctx-repeat N      tile the KV N times (timing only: numerics are not checked)\n"
     "  --resident-kib K    per worker, weight bytes beyond K KiB (FFN rows last) stream with\n"
@@ -54,14 +64,16 @@ static const char usage[] =
     "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
     "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
     "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
-    "                      one q_proj row after loading): planted errors for the gate's tests\n"
+    "                      one q_proj row after loading) | corrupt-copy (add 1 to one K element\n"
+    "                      of the KV copy the middle step reads): planted errors for the gate\n"
     "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
     "  --help              this text\n"
     "Gate: every boundary's rel RMS <= 1.5 x the BF16 reference's: the dump's\n"
     "bf16_ref_err[b].rel_rms or, if larger, bf16_ref_spread.rel_rms_max[b] (other valid BF16\n"
     "summation orders; limits below 1e-6 are raised to 1e-6: the FP32 rounding of the stage's own\n"
     "norms), output cosine >= 0.99999, on the first and the last step, every row against its own\n"
-    "reference, the two steps identical.\n"
+    "reference, the two steps identical; with --kv-copies every copy's last step's output equal\n"
+    "to the last step's.\n"
     "Output: JSON lines: meta, step p50/p95/p99/max, per-phase compute/gemv/barrier, bytes, gate.\n"
     "Exit: 0 ok, 1 gate failed (names the boundary), 2 usage error, 3 unsupported here.\n";
 
@@ -83,8 +95,10 @@ typedef struct {
     int p0, p1, np, last; /* KV positions [p0, p1) of the attended range; np incl. repeats, new row */
     int e0, e1; /* combine's element slice of heads * head_dim */
     sl_buf arena;
-    uint16_t *K[L_MAX_BATCH], *V[L_MAX_BATCH]; /* per row: [kv_heads] blocks */
+    uint16_t *K[L_MAX_BATCH], *V[L_MAX_BATCH]; /* per row: [kv_heads] blocks, this step's copy */
     size_t kbytes_head, vbytes_head;
+    uint8_t* kv0; /* copy 0 of the KV; copy c at kv0 + c * kvb */
+    size_t kvb; /* one copy: every row's K and V */
     size_t page_size;
     double thp_fraction;
     uint64_t ph[NPH], gm[NPH], wt[NPH];
@@ -100,6 +114,11 @@ static struct {
     l_dump d;
     int kernel, xmode, nobcast, barrier, steps, batch, tile_kib, pf_dist, pf_hint, ctx, ctx_repeat;
     int resident_kib, slice, slice_w, slice_n, pv_unsplit, drop_combine, perturb, gelu;
+    int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy;
+    int copy_window; /* the last steps whose output is kept, one per copy (--kv-copies) */
+    /* [slot][B][heads * head_dim]: the combined attention (FP32, before its bf16 rounding: the
+     * KV's direct product, where one changed K element shows) at the last copy_window steps */
+    float* copy_attn;
     sl_page_mode page;
     sl_cpus cpus;
     int nw; /* workers of the layer's partition (N in slice mode) */
@@ -178,8 +197,45 @@ static int round32(int n) { return (n + 31) / 32 * 32; }
 
 static size_t kv_head_bytes(int np, int hd)
 {
-    return packed_kv() ? (size_t)round32(np) * hd * 2 + (size_t)g.tile_pos * hd * 2
+    /* packed: the 16-position K blocks and the tile-wide V blocks (the last tile round32 wide)
+     * end within round32(np) positions, and the kernels read whole blocks only: no slack (it
+     * would be multiplied by --kv-copies) */
+    return packed_kv() ? (size_t)round32(np) * hd * 2
                        : (size_t)np * hd * 2;
+}
+
+static inline void prefetch(const void* p)
+{
+    switch (g.pf_hint) {
+    case 0: _mm_prefetch((const char*)p, _MM_HINT_T0); break;
+    case 1: _mm_prefetch((const char*)p, _MM_HINT_T1); break;
+    case 2: _mm_prefetch((const char*)p, _MM_HINT_T2); break;
+    default: _mm_prefetch((const char*)p, _MM_HINT_NTA); break;
+    }
+}
+
+/* points the worker's K/V rows at copy c (--kv-copies: step s reads copy s % copies) */
+static void kv_select(worker* w, int c)
+{
+    uint8_t* base = w->kv0 + (size_t)c * w->kvb;
+    for (int b = 0; b < g.batch; b++) {
+        w->K[b] = (uint16_t*)(base + (size_t)b * g.d.kv_heads * (w->kbytes_head + w->vbytes_head));
+        w->V[b] = w->K[b] + g.d.kv_heads * w->kbytes_head / 2;
+    }
+}
+
+/* --kv-stage-kib: the first K KiB of this copy's K and V per head and row, requested at the
+ * step's start so the attention phase finds them staged (its cost counts in the qkv phase) */
+static void kv_stage(const worker* w)
+{
+    const size_t want = (size_t)g.stage_kib * 1024;
+    const size_t n = want < w->kbytes_head ? want : w->kbytes_head;
+    for (int b = 0; b < g.batch; b++)
+        for (int kh = 0; kh < g.d.kv_heads; kh++)
+            for (size_t i = 0; i < n; i += 64) {
+                prefetch((const uint8_t*)(w->K[b] + kh * w->kbytes_head / 2) + i);
+                prefetch((const uint8_t*)(w->V[b] + kh * w->vbytes_head / 2) + i);
+            }
 }
 
 static void kv_put(worker* w, int b, int kh, int t, const uint16_t* krow, const uint16_t* vrow)
@@ -206,16 +262,6 @@ static void kv_put(worker* w, int b, int kh, int t, const uint16_t* krow, const 
         T[((size_t)(dd / 16) * tpairs + tt / 2) * 32 + 2 * (dd % 16) + (tt & 1)] = vrow[dd];
 }
 
-static inline void prefetch(const void* p)
-{
-    switch (g.pf_hint) {
-    case 0: _mm_prefetch((const char*)p, _MM_HINT_T0); break;
-    case 1: _mm_prefetch((const char*)p, _MM_HINT_T1); break;
-    case 2: _mm_prefetch((const char*)p, _MM_HINT_T2); break;
-    default: _mm_prefetch((const char*)p, _MM_HINT_NTA); break;
-    }
-}
-
 /* scratch of one worker */
 typedef struct {
     uint16_t *xb, *xq, *xp; /* GEMV inputs (bf16) */
@@ -228,6 +274,8 @@ typedef struct {
 
 static void gemv_timed(scratch* s, int m, worker* w, const uint16_t* x, float* y, int ldy)
 {
+    if (g.attn_only) /* y keeps its zeros: the exchanges still move the same bytes */
+        return;
     const uint64_t t0 = sl_rdtsc();
     const int rows = w->r1[m] - w->r0[m], cols = g.d.cols[m];
     if (w->nres[m] < rows) {
@@ -495,23 +543,30 @@ static void* worker_main(void* arg)
     const size_t wbytes = weight_layout(w, off);
     w->kbytes_head = (kv_head_bytes(w->np, hd) + 63) / 64 * 64;
     w->vbytes_head = w->kbytes_head;
-    const size_t kvb = (size_t)B * KVH * (w->kbytes_head + w->vbytes_head);
-    sl_alloc(&w->arena, wbytes + kvb + 64, g.page);
+    w->kvb = (size_t)B * KVH * (w->kbytes_head + w->vbytes_head);
+    const size_t kvall = w->kvb * (size_t)g.kv_copies;
+    sl_alloc(&w->arena, wbytes + kvall + 64, g.page);
     uint8_t* base = w->arena.base;
-    memset(base, 0, wbytes + kvb);
+    memset(base, 0, wbytes + w->kvb); /* the other copies are written whole below */
+    w->kv0 = base + wbytes;
     for (int m = 0; m < NMAT; m++) {
         w->ws[m] = (uint16_t*)(base + off[m]);
         l_pack(g.kernel, w->ws[m], d->w[m], w->r0[m], w->r1[m] - w->r0[m], d->cols[m]);
     }
+    kv_select(w, 0);
     for (int b = 0; b < B; b++) {
-        w->K[b] = (uint16_t*)(base + wbytes + (size_t)b * KVH * (w->kbytes_head + w->vbytes_head));
-        w->V[b] = w->K[b] + KVH * w->kbytes_head / 2;
         const int base_np = w->p1 - w->p0, first = d->cache_len - g.ctx;
         for (int kh = 0; kh < KVH && base_np; kh++)
             for (int t = 0; t < base_np * g.ctx_repeat; t++) {
                 const size_t row = ((size_t)kh * d->cache_len + first + w->p0 + t % base_np) * hd;
                 kv_put(w, b, kh, t, d->row[b].kcache + row, d->row[b].vcache + row);
             }
+    }
+    for (int c = 1; c < g.kv_copies; c++) /* the same bytes: every copy gives the same output */
+        memcpy(w->kv0 + (size_t)c * w->kvb, w->kv0, w->kvb);
+    if (g.corrupt_copy && w->np) { /* planted error: one K element of one copy off by +1 */
+        uint16_t* k0 = (uint16_t*)(w->kv0 + (size_t)(g.steps / 2 % g.kv_copies) * w->kvb);
+        *k0 = sl_f32_to_bf16(sl_bf16_to_f32(*k0) + 1.0f);
     }
     w->page_size = sl_page_size_obtained(&w->arena, &w->thp_fraction);
     for (int k = 0; k < w->nlk; k++) /* --lock, after the first touch: this node's pages */
@@ -524,6 +579,7 @@ static void* worker_main(void* arg)
     const int ldy = (maxc + 31) / 32 * 32 + 32;
     sc.xb = aligned_alloc(64, (size_t)B * maxc * 2 + 128);
     sc.y = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2);
+    memset(sc.y, 0, sizeof(float) * (size_t)B * ldy * 2); /* --attn-only reads it as is */
     sc.pub = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2 + 128);
     sc.pubh = aligned_alloc(64, (size_t)B * ldy * 2 + 128);
     sc.h1 = malloc(sizeof(float) * (size_t)B * H);
@@ -577,6 +633,10 @@ static void* worker_main(void* arg)
         const int par = s & 1;
         const uint64_t t_start = sl_rdtsc();
         uint64_t prev = t_start;
+        if (g.kv_copies > 1)
+            kv_select(w, s % g.kv_copies);
+        if (g.stage_kib)
+            kv_stage(w);
         /* 0: qkv */
         for (int b = 0; b < B; b++) {
             rms_norm(tmpv, d->row[b].x_in, H, d->w_in, d->eps);
@@ -653,6 +713,10 @@ static void* worker_main(void* arg)
                     }
                 }
                 capture(s, B_ATTN, b, w->e0, sc.pub + (size_t)b * n, n);
+                if (g.copy_attn && s >= g.steps - g.copy_window) /* the copy's FP32 attention */
+                    memcpy(g.copy_attn
+                               + ((size_t)(s - (g.steps - g.copy_window)) * B + b) * QD + w->e0,
+                           sc.pub + (size_t)b * n, sizeof(float) * (size_t)n);
             }
             to_bf16(sc.pubh, sc.pub, (size_t)B * n);
             publish(&sc, w, V_ATTN, sc.pubh, tag);
@@ -767,6 +831,37 @@ static void lock_metric(const worker* w, const char* name, int after)
     sl_json_end();
 }
 
+/* --kv-copies: each copy's attention (its last step in the run) must equal the last step's,
+ * which the gate checked against the reference: every copy holds the same KV bytes */
+static int gate_copies(void)
+{
+    if (!g.copy_attn)
+        return 0;
+    const size_t n = (size_t)g.batch * g.d.heads * g.d.head_dim;
+    double worst = 0;
+    int worst_copy = -1;
+    for (int k = 0; k < g.copy_window; k++) {
+        const int c = (g.steps - g.copy_window + k) % g.kv_copies;
+        for (size_t i = 0; i < n; i++) {
+            const double e = fabs((double)g.copy_attn[(size_t)k * n + i] - g.snap[1][B_ATTN][i]);
+            if (!(e <= worst)) {
+                worst = e;
+                worst_copy = c;
+            }
+        }
+    }
+    sl_metric_begin("gate_kv_copies", g.copy_window, "count");
+    meta_common();
+    sl_json_int("kv_copies", g.kv_copies);
+    sl_json_num("max_abs", worst);
+    sl_json_bool("pass", worst == 0);
+    sl_json_end();
+    if (!(worst == 0))
+        sl_check_failed("gate failed at kv copy %d: its attention differs from the last step's by "
+                        "up to %.3g (every copy holds the same KV)", worst_copy, worst);
+    return 0;
+}
+
 static int gate(int numerics)
 {
     const int B = g.batch;
@@ -855,7 +950,7 @@ static int gate(int numerics)
         return 0;
     if (failed >= 0)
         sl_check_failed("gate failed at boundary %s: %s", l_bnd_names[failed], why);
-    return 0;
+    return gate_copies();
 }
 
 int main(int argc, char** argv)
@@ -874,10 +969,12 @@ int main(int argc, char** argv)
     g.pf_hint = 0;
     g.ctx = -1;
     g.ctx_repeat = 1;
+    g.kv_copies = 1;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
     double timeout = 600;
-    static const char* const debug_names[] = { "drop-combine", "perturb-row", NULL };
+    static const char* const debug_names[] = { "drop-combine", "perturb-row", "corrupt-copy",
+                                               NULL };
     static const struct option opts[] = {
         { "dump", required_argument, 0, 'd' }, { "batch", required_argument, 0, 'b' },
         { "cpus", required_argument, 0, 'C' }, { "gemv", required_argument, 0, 'g' },
@@ -891,6 +988,8 @@ int main(int argc, char** argv)
         { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
         { "gelu", required_argument, 0, 'E' }, { "lock", no_argument, 0, 'L' },
         { "device", required_argument, 0, 'V' }, { "lock-ways", required_argument, 0, 'W' },
+        { "kv-copies", required_argument, 0, 'Y' }, { "kv-cold-mib", required_argument, 0, 'Z' },
+        { "kv-stage-kib", required_argument, 0, 'Q' }, { "attn-only", no_argument, 0, 'A' },
         { 0, 0, 0, 0 }
     };
     opterr = 0;
@@ -906,7 +1005,7 @@ int main(int argc, char** argv)
         case 'B': g.barrier = sl_parse_choice("--barrier", optarg, l_barrier_names); break;
         case 's': g.steps = (int)sl_parse_long("--steps", optarg, 2, 10000000); break;
         case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'K': g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 1, 1 << 20); break;
+        case 'K': g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 0, 1 << 20); break;
         case 'D': g.pf_dist = (int)sl_parse_long("--prefetch-dist", optarg, 0, 4096); break;
         case 'H': g.pf_hint = sl_parse_choice("--prefetch-hint", optarg, hint_names); break;
         case 'c': g.ctx = (int)sl_parse_long("--ctx", optarg, 0, 1 << 24); break;
@@ -919,8 +1018,13 @@ int main(int argc, char** argv)
             const int which = sl_parse_choice("--debug", optarg, debug_names);
             g.drop_combine |= which == 0;
             g.perturb |= which == 1;
+            g.corrupt_copy |= which == 2;
             break;
         }
+        case 'Y': g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16); break;
+        case 'Z': g.kv_cold_mib = (int)sl_parse_long("--kv-cold-mib", optarg, 1, 1 << 24); break;
+        case 'Q': g.stage_kib = (int)sl_parse_long("--kv-stage-kib", optarg, 1, 1 << 20); break;
+        case 'A': g.attn_only = 1; break;
         case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
         case 'L': g.lock = 1; break;
         case 'V': device = optarg; break;
@@ -948,6 +1052,11 @@ int main(int argc, char** argv)
                            "<= %d", slice_arg, L_MAX_WORKERS);
         g.slice = 1;
     }
+    if (g.kv_copies > 1 && g.kv_cold_mib)
+        sl_usage_error("--kv-copies and --kv-cold-mib: give one (--kv-cold-mib computes the "
+                       "copies)");
+    if (g.corrupt_copy && g.kv_copies < 2 && !g.kv_cold_mib)
+        sl_usage_error("--debug corrupt-copy needs --kv-copies >= 2 (it corrupts one copy)");
     if (g.pv_unsplit && !packed_kv())
         sl_usage_error("--pv-unsplit: only with --gemv avx512, avx512-vnni or amx (the portable "
                        "path is FP32)");
@@ -998,10 +1107,35 @@ int main(int argc, char** argv)
             *p = sl_f32_to_bf16(sl_bf16_to_f32(*p) + 1.0f);
         }
     sl_watchdog(timeout);
-    const int numerics = !g.slice && g.ctx_repeat == 1;
-    /* KV tile: positions per tile from K+V bytes, a multiple of 32 (the AMX K chunk) */
+    const int numerics = !g.slice && g.ctx_repeat == 1 && !g.attn_only;
+    /* KV tile: positions per tile from K+V bytes, a multiple of 32 (the AMX K chunk); tile 0 is
+     * one tile of the most positions any worker holds */
     g.tile_pos = (int)((size_t)g.tile_kib * 1024 / ((size_t)d->head_dim * 4)) / 32 * 32;
     g.tile_pos = g.tile_pos < 32 ? 32 : g.tile_pos;
+    size_t kv_layer = 0; /* K+V bytes one step reads over the whole layer (every worker) */
+    {
+        const int nw = g.slice ? g.slice_n : g.cpus.n;
+        int npmax = 0;
+        for (int u = 0; u < nw; u++) {
+            int a, b;
+            split_even(g.ctx, nw, u, &a, &b);
+            const int np = (b - a) * g.ctx_repeat + (u == nw - 1);
+            npmax = np > npmax ? np : npmax;
+            kv_layer += (size_t)g.batch * d->kv_heads * np * d->head_dim * 4;
+        }
+        if (!g.tile_kib)
+            g.tile_pos = round32(npmax);
+    }
+    if (g.kv_cold_mib) /* path A: the rotated copies of the whole layer's KV >= M MiB */
+        g.kv_copies = (int)(((size_t)g.kv_cold_mib * 1048576 + kv_layer - 1) / kv_layer);
+    if (g.kv_copies > 1 && numerics) {
+        g.copy_window = g.steps < g.kv_copies ? g.steps : g.kv_copies;
+        g.copy_attn = calloc((size_t)g.copy_window * g.batch * d->heads * d->head_dim,
+                             sizeof(float));
+    }
+    if (g.corrupt_copy && g.kv_copies < 2)
+        sl_usage_error("--debug corrupt-copy: --kv-cold-mib %d gives 1 copy; it needs >= 2",
+                       g.kv_cold_mib);
 
     const int B = g.batch, NH = d->heads, hd = d->head_dim, QD = NH * hd;
     g.w = calloc((size_t)g.nrun, sizeof(worker));
@@ -1160,6 +1294,11 @@ int main(int argc, char** argv)
     sl_json_int("kv_tile_kib", g.tile_kib);
     sl_json_int("kv_tile_positions", g.tile_pos);
     sl_json_int("prefetch_dist", g.pf_dist);
+    sl_json_int("kv_copies", g.kv_copies);
+    sl_json_int("kv_cold_mib", g.kv_cold_mib);
+    sl_json_num("kv_rotated_bytes", (double)kv_layer * g.kv_copies);
+    sl_json_int("kv_stage_kib", g.stage_kib);
+    sl_json_bool("attn_only", g.attn_only);
     sl_json_str("prefetch_hint", hint_names[g.pf_hint]);
     sl_json_str("gelu", l_gelu_names[g.gelu]);
     sl_json_int("ctx_repeat", g.ctx_repeat);
@@ -1174,9 +1313,13 @@ int main(int argc, char** argv)
     sl_json_bool("numerics_checked", numerics);
     if (!numerics)
         sl_json_str("numerics", g.slice ? "not checked: slice mode (exchanges are local copies)"
-                                        : "not checked: --ctx-repeat tiles the KV");
-    if (g.drop_combine || g.perturb)
-        sl_json_str("debug", g.drop_combine ? "drop-combine" : "perturb-row");
+                                : g.attn_only
+                                ? "not checked: --attn-only skips every weight GEMV"
+                                : "not checked: --ctx-repeat tiles the KV");
+    if (g.drop_combine || g.perturb || g.corrupt_copy)
+        sl_json_str("debug", g.drop_combine ? "drop-combine"
+                             : g.perturb    ? "perturb-row"
+                                            : "corrupt-copy");
     if (g.lock)
         lock_meta(&g.dev);
     sl_json_end();

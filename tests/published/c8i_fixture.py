@@ -57,6 +57,9 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
                      "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice"),
                     {"binary": "layer", "steps": 5000}),
     "layer-p3-long": {"binary": "layer", "steps": 200000},
+    # the KV policies (P4 selection, footprint, paths, attention only, sliding layers)
+    **dict.fromkeys(("layer-kv-select", "layer-kv-footprint", "layer-kv-paths",
+                     "layer-kv-attn-only", "layer-p4-sliding"), {"binary": "layer", "steps": 5000}),
     # the lock experiments (native/layer --lock); the stability chain runs 20,000 steps
     **dict.fromkeys(("layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
                      "layer-e4b-locked", "layer-resident-locked"),

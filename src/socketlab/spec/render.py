@@ -177,6 +177,17 @@ def _layer_matrices_filter(shape: Any) -> str:
         raise TemplateLimit(f"layer_matrices: {exc}") from None
 
 
+def _kv_cold_mib_filter(facts: Any) -> int:
+    """`facts | kv_cold_mib`: path A's rotated-KV target for the host (3.2 x its L3, in MiB;
+    socketlab.layer.kvpolicy)."""
+    from socketlab.layer.kvpolicy import cold_mib
+
+    try:
+        return cold_mib(facts)
+    except ValueError as exc:
+        raise TemplateLimit(f"kv_cold_mib: {exc}") from None
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
     env = _BoundedEnvironment(
         undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False
@@ -184,6 +195,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
     env.filters["cpulist"] = _cpulist_filter  # [2, 3, 4] -> "2-4"
     env.filters["cpus"] = _cpus_filter  # "2-4" -> [2, 3, 4]
     env.filters["layer_matrices"] = _layer_matrices_filter  # shape -> "ROWSxCOLS,..."
+    env.filters["kv_cold_mib"] = _kv_cold_mib_filter  # facts -> MiB of rotated KV (path A)
     env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.filters[_STEPS_FILTER] = _steps
     return env

@@ -1,0 +1,200 @@
+"""native/layer's KV policies (P4, issue 27): rotated KV copies (paths A/B/C), one tile of all
+positions, PREFETCHNTA, early staging, attention only, and sliding layers under them. Every
+mode that computes the layer passes the stage's gate at B = 1 and 16 on 1 and 2 workers, on the
+portable path and the packed-KV path (AMX emulated: any host); a planted error in each mode
+fails it; copies are checked copy by copy. One gcc build (tests/test_layer_stage.py builds both
+compilers); tiny shapes, a few steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NATIVE = REPO / "native"
+SHAPES = REPO / "experiments" / "shapes"
+TIMEOUT = 120
+
+
+def two_cpus() -> str:
+    first = Path("/sys/devices/system/cpu/online").read_text().strip().split(",")[0]
+    lo, _, hi = first.partition("-")
+    return f"{lo},{int(lo) + 1}" if hi and int(hi) > int(lo) else lo
+
+
+CPUS = {1: "0", 2: two_cpus()}
+#: (batch, workers) every mode is gated at
+SHAPES_RUN = [(1, 1), (1, 2), (16, 1), (16, 2)]
+#: the KV modes that compute the layer, as native/layer flags
+MODES = {
+    "copies": ["--kv-copies", "3"],
+    "cold": ["--kv-cold-mib", "8"],  # path A: copies of the whole layer's KV >= 8 MiB
+    "one-tile": ["--kv-tile-kib", "0"],
+    "nta": ["--prefetch-hint", "nta", "--prefetch-dist", "8", "--kv-tile-kib", "16"],
+    "staging": ["--kv-stage-kib", "16", "--prefetch-hint", "t2", "--prefetch-dist", "0"],
+    "path-c": ["--kv-copies", "3", "--prefetch-dist", "8", "--prefetch-hint", "t0"],
+}
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is not installed (scripts/system-deps.sh installs it)")
+    out = tmp_path_factory.mktemp("layer-kv")
+    proc = subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2", f"{out}/layer",
+         f"{out}/layer_amx_emu"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return out
+
+
+def layer_dump(shape: str, context: int, batch: int, out: Path) -> Path:
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    proc = subprocess.run(
+        [str(orchestrate), "layer-dump", str(SHAPES / f"{shape}.yaml"), "--context", str(context),
+         "--batch", str(batch), "--seed", "3", "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> Path:
+    """tiny-full (a full-attention layer) at 256 positions, 16 rows."""
+    return layer_dump("tiny-full", 256, 16, tmp_path_factory.mktemp("kv-full") / "d")
+
+
+@pytest.fixture(scope="module")
+def sliding(tmp_path_factory) -> Path:
+    """tiny (sliding, window 32) at 100 positions: the cache holds the window's last 31 rows."""
+    return layer_dump("tiny", 100, 16, tmp_path_factory.mktemp("kv-sliding") / "d")
+
+
+def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def records(proc: subprocess.CompletedProcess) -> tuple[dict, list[dict]]:
+    recs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
+    assert recs and recs[0]["type"] == "meta" and recs[0]["binary"] == "layer"
+    return recs[0], recs[1:]
+
+
+def gated(proc: subprocess.CompletedProcess, batch: int) -> tuple[dict, list[dict]]:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    meta, metrics = records(proc)
+    assert meta["batch"] == batch and meta["numerics_checked"] is True
+    gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
+    assert len(gate) == 20 and all(m["pass"] and m["repeat_max_abs"] == 0 for m in gate), gate
+    copies = [m for m in metrics if m["name"] == "gate_kv_copies"]
+    if meta["kv_copies"] > 1:  # every copy read in the run, checked against the last step
+        assert len(copies) == 1 and copies[0]["pass"] is True and copies[0]["max_abs"] == 0
+        assert copies[0]["value"] == min(meta["kv_copies"], meta["steps"])
+    else:
+        assert not copies
+    return meta, metrics
+
+
+def kernels(build: Path) -> list[tuple[Path, str]]:
+    """The portable path (row-major KV) and the packed-KV path (VNNI K / V tiles, split P)."""
+    return [(build / "layer", "avx2"), (build / "layer_amx_emu", "amx")]
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_kv_mode_passes_gate(build, full, mode):
+    for binary, kernel in kernels(build):
+        for batch, workers in SHAPES_RUN:
+            proc = run(binary, "--dump", str(full), "--gemv", kernel, "--batch", str(batch),
+                       "--cpus", CPUS[workers], "--steps", "5", *MODES[mode])
+            meta, _ = gated(proc, batch)
+            assert meta["gemv"] == kernel
+
+
+def test_sliding_layer_under_the_kv_policy_passes_gate(build, sliding):
+    """A sliding layer (the window bounds its KV) with cold copies and T0 prefetch: path C."""
+    for binary, kernel in kernels(build):
+        for batch, workers in SHAPES_RUN:
+            proc = run(binary, "--dump", str(sliding), "--gemv", kernel, "--batch", str(batch),
+                       "--cpus", CPUS[workers], "--steps", "4", "--kv-cold-mib", "1")
+            meta, _ = gated(proc, batch)
+            assert meta["layer_type"] == "sliding_attention" and meta["kv_copies"] > 1
+
+
+def test_cold_mib_rotates_at_least_that_much(build, full):
+    """--kv-cold-mib M: ceil(M MiB / the whole layer's KV per step) copies, as p4_run.sh."""
+    proc = run(build / "layer", "--dump", str(full), "--batch", "4", "--cpus", CPUS[2],
+               "--steps", "3", "--kv-cold-mib", "8")
+    meta, metrics = gated(proc, 4)
+    kv = next(m["value"] for m in metrics if m["name"] == "kv_bytes_per_step")
+    assert meta["kv_copies"] == math.ceil(8 * 2**20 / kv)
+    assert meta["kv_rotated_bytes"] >= 8 * 2**20 > meta["kv_rotated_bytes"] - kv
+
+
+@pytest.mark.parametrize("mode,flags,planted,where", [
+    ("copies", ["--kv-copies", "4"], "corrupt-copy", "kv copy 3"),  # step 3 of 6 reads copy 3
+    # 2 copies at B=16: the last step reads the corrupted copy, so step 0 and it differ
+    ("cold", ["--kv-cold-mib", "8"], "corrupt-copy", "(kv copy|boundary attn)"),
+    ("one-tile", ["--kv-tile-kib", "0"], "drop-combine", "boundary attn"),
+    ("nta", ["--prefetch-hint", "nta"], "perturb-row", "boundary q"),
+    ("staging", ["--kv-stage-kib", "16", "--prefetch-hint", "t2"], "perturb-row", "boundary q"),
+])
+def test_planted_error_in_each_mode_fails_gate(build, full, sliding, mode, flags, planted, where):
+    """One K element of the copy the middle step reads off by +1 is caught copy by copy (its
+    attention differs from the last step's); the other modes keep the gate's planted errors."""
+    for dump in (full, sliding):
+        for binary, kernel in kernels(build):
+            proc = run(binary, "--dump", str(dump), "--gemv", kernel, "--batch", "16", "--cpus",
+                       CPUS[2], "--steps", "6", "--debug", planted, *flags)
+            assert proc.returncode == 1, (mode, kernel, proc.stderr)
+            assert re.search(f"gate failed at {where}", proc.stderr), proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_attn_only_runs_without_numerics(build, full):
+    proc = run(build / "layer", "--dump", str(full), "--batch", "16", "--cpus", CPUS[2],
+               "--steps", "5", "--attn-only", "--kv-copies", "2")
+    assert proc.returncode == 0, proc.stderr
+    meta, metrics = records(proc)
+    assert meta["attn_only"] is True and meta["numerics_checked"] is False
+    assert meta["numerics"] == "not checked: --attn-only skips every weight GEMV"
+    assert not [m for m in metrics if m["name"].startswith("gate_")]
+    gemv = [m for m in metrics if m["name"] == "phase_gemv_p50" and m["phase"] == "gateup"]
+    assert gemv and gemv[0]["value"] == 0  # no weight GEMV ran
+    assert any(m["name"] == "step_p50" for m in metrics)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--kv-copies", "0"], "--kv-copies"),
+    (["--kv-copies", "2", "--kv-cold-mib", "8"], "give one"),
+    (["--debug", "corrupt-copy"], "needs --kv-copies >= 2"),
+    (["--batch", "16", "--kv-cold-mib", "1", "--debug", "corrupt-copy"], "gives 1 copy"),
+    (["--kv-tile-kib", "-1"], "--kv-tile-kib"),
+])
+def test_bad_kv_flags_are_one_line_exit_2(build, full, args, message):
+    proc = run(build / "layer", "--dump", str(full), "--steps", "3", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cold_target_is_p4_runs_on_the_published_l3():
+    """Path A's target: 3.2 x the host's L3, p4_run.sh's 1,536 MiB on the c8i's 480 MiB; a
+    host whose facts name no L3 is one line through the spec's template."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from published.c8i_fixture import topology_facts
+
+    from socketlab.layer.kvpolicy import cold_mib
+    from socketlab.spec.render import ENV, TemplateLimit
+
+    assert cold_mib(topology_facts("c8i-metal-48xl")) == 1536
+    assert cold_mib(topology_facts("zen4-kvm-2vcpu")) == 102  # 32 MiB L3
+    template = ENV.from_string("--kv-cold-mib={{ facts | kv_cold_mib }}")
+    assert template.render(facts=topology_facts("c8i-metal-48xl")) == "--kv-cold-mib=1536"
+    with pytest.raises(TemplateLimit, match="report no L3 size"):
+        template.render(facts={"caches": {"L2": {"size_bytes": 2 << 20}}})
