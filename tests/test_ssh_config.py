@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from socketlab.execute import become_requested, become_variable
 from socketlab.execute.sshconfig import ssh_options
 from tests.support.campaign import stored, write_spec
 from tests.support.netns import netns_available, ssh_hosts
@@ -46,6 +47,17 @@ def ssh_banner(address: str) -> bytes:
             return sock.recv(64)
     except OSError:
         return b""
+
+
+def test_become_as_ansible_or_by_the_older_switch():
+    """orchestrate's agent runs under sudo as the playbooks become: ansible_become from the
+    inventory, unless socketlab_become is set, which decides."""
+    assert not become_requested({}) and become_variable({}) == "ansible_become"
+    assert become_requested({"ansible_become": True})
+    assert become_requested({"ansible_become": "yes"})
+    assert not become_requested({"ansible_become": True, "socketlab_become": False})
+    assert become_requested({"ansible_become": False, "socketlab_become": "true"})
+    assert become_variable({"socketlab_become": True}) == "socketlab_become"
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ usual places (its cache makes a second run quick). The install's size and time a
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,11 +76,14 @@ def test_the_base_install_is_light(venv):
     heavy = names & {"llama-cpp-python", "torch", "transformers", "boto3", "pyarrow", "moto"}
     assert not heavy, f"the base install pulled extras' packages: {sorted(heavy)}"
     # what needs an extra says which, in one line
-    cloud = subprocess.run([str(bindir / "orchestrate"), "cloud", "list"], capture_output=True,
-                           text=True, timeout=120)  # fmt: skip
+    cloud = subprocess.run(
+        [str(bindir / "orchestrate"), "cloud", "list", "--region", "eu-west-1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
     assert cloud.returncode == 2, cloud.stdout + cloud.stderr
-    assert cloud.stderr.strip() == ("orchestrate: error: cloud needs boto3, which is not "
-                                    "installed; expected pip install 'socketlab[aws]'")
+    assert re.fullmatch(r"orchestrate: error: cloud needs (boto3|botocore), which is not "
+                        r"installed; expected pip install 'socketlab\[aws\]'",
+                        cloud.stderr.strip()), cloud.stderr  # fmt: skip
 
 
 def test_quickstart_runs_and_reports_from_an_empty_folder(venv, tmp_path):
@@ -99,19 +103,20 @@ def test_quickstart_runs_and_reports_from_an_empty_folder(venv, tmp_path):
         "ansible_connection": "local", "ansible_python_interpreter": str(bindir / "python"),
         "socketlab_workroot": str(tmp_path / "work")}}}}))  # fmt: skip
     started = time.monotonic()
+    # one repetition of each point (8 runs, not 24): the path is the same, CI's time is not
     run = subprocess.run([str(bindir / "orchestrate"), "run", "quickstart", "-i", str(inventory),
-                          "--plain"],
+                          "--repetitions", "1", "--plain"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     run_s = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     used = [line for line in run.stderr.splitlines() if "using the shipped" in line]
     assert used and "/site-packages/socketlab/_share/experiments/quickstart.yaml" in used[0], used
-    assert "statuses={'ok': 24}" in run.stderr, run.stderr[-2000:]  # plain progress: stderr
+    assert "statuses={'ok': 8}" in run.stderr, run.stderr[-2000:]  # plain progress: stderr
     report = subprocess.run([str(bindir / "orchestrate"), "report", "quickstart"], cwd=work,
                             env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert report.returncode == 0, report.stdout + report.stderr
     assert (work / "results" / "quickstart" / "report.md").is_file()
-    print(f"orchestrate run quickstart from {work}: 24 runs ok in {run_s:.1f} s; {used[0]}")
+    print(f"orchestrate run quickstart from {work}: 8 runs ok in {run_s:.1f} s; {used[0]}")
 
 
 def test_the_playbooks_and_collection_ship(venv, tmp_path):

@@ -21,6 +21,7 @@ from socketlab.execute import (
     become_preflight,
     become_refused,
     become_requested,
+    become_variable,
     sshconfig,
 )
 from socketlab.inventory import InventoryHost
@@ -63,7 +64,7 @@ def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
         raise HostError(f"{where}: gathering facts failed: cannot connect: "
                         f"{exc or type(exc).__name__}") from None  # fmt: skip
     if proc.returncode == BECOME_REFUSED and become_requested(getattr(host, "vars", None)):
-        raise HostError(become_refused(where, host.user))
+        raise HostError(become_refused(where, host.user, become_variable(host.vars)))
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         why = lines[-1].strip() if lines else f"exit status {proc.returncode}"

@@ -180,9 +180,15 @@ class Executor:
         self.send_tree(files, self.tools, scratch)
 
 
+def become_variable(hostvars: dict | None) -> str:
+    """The host variable that asks for root: socketlab_become where it is set (the older switch
+    decides, as in the playbooks), else Ansible's own ansible_become."""
+    return "socketlab_become" if "socketlab_become" in (hostvars or {}) else "ansible_become"
+
+
 def become_requested(hostvars: dict | None) -> bool:
-    """The host variable socketlab_become (true/yes/1): run the host's agent as root via sudo."""
-    value = (hostvars or {}).get("socketlab_become", False)
+    """That variable true (true/yes/1): run the host's agent as root via sudo."""
+    value = (hostvars or {}).get(become_variable(hostvars), False)
     return value is True or str(value).lower() in ("true", "yes", "1")
 
 
@@ -197,11 +203,11 @@ def become_preflight() -> str:
     return f"sudo -n true 2>/dev/null || exit {BECOME_REFUSED};"
 
 
-def become_refused(where: str, user: str | None) -> str:
+def become_refused(where: str, user: str | None, variable: str = "socketlab_become") -> str:
     who = user or "the login user"
-    return (f"{where}: socketlab_become is set but `sudo -n` fails for {who} (sudo asks for a "
+    return (f"{where}: {variable} is set but `sudo -n` fails for {who} (sudo asks for a "
             f"password, or is missing): give {who} passwordless sudo (a NOPASSWD rule in "
-            "/etc/sudoers.d), log in as root, or set socketlab_become: false")
+            f"/etc/sudoers.d), log in as root, or set {variable}: false")
 
 
 def make_executor(host, workroot: str | None = None) -> Executor:
@@ -217,8 +223,8 @@ def make_executor(host, workroot: str | None = None) -> Executor:
         from socketlab.execute.local import LocalExecutor
 
         if become_requested(vars_) and os.geteuid() != 0:
-            raise HostError(f"inventory: {host.name}: socketlab_become is for SSH hosts; for a "
-                            "local one run orchestrate as root (sudo orchestrate run ...)")
+            raise HostError(f"inventory: {host.name}: {become_variable(vars_)} is for SSH hosts; "
+                            "for a local one run orchestrate as root (sudo orchestrate run ...)")
 
         return LocalExecutor(host.name, workroot=workroot, python=getattr(host, "python", None))
     from socketlab.execute.ssh import SshExecutor
