@@ -70,7 +70,7 @@ wheel: setup
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
 
 lint: setup
-	$(VENV)/bin/ruff check src tests bench collectors playbooks ansible_collections
+	$(VENV)/bin/ruff check src tests bench collectors playbooks ansible_collections setup.py
 	$(VENV)/bin/ansible-lint --profile production $(COLLECTION) playbooks roles isolate.yml verify.yml restore.yml
 
 test: setup guidellm-venv checkpatch-tool
