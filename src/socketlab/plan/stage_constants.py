@@ -21,9 +21,7 @@ A host with none of them is one line naming the experiment to run.
 
 from __future__ import annotations
 
-import json
 import math
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import yaml
 from socketlab import paths
 from socketlab.errors import SocketlabError, SpecError, StoreError
 from socketlab.plan.stage import Constants
+from socketlab.store import ok_runs_in_folder
 
 CONSTANTS_DIR = paths.EXPERIMENTS / "models" / "constants"
 SEED = CONSTANTS_DIR / "seed-oct-2026.yaml"
@@ -89,26 +88,8 @@ class Measured:
 
 def _runs(results: Path, host: str) -> list[dict[str, Any]]:
     """Every ok run of `host` with its metrics, over all campaigns' stores."""
-    out: list[dict[str, Any]] = []
-    for db in sorted(results.glob("*/store.sqlite")):
-        try:
-            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-            con.row_factory = sqlite3.Row
-            runs = con.execute("SELECT run_key, experiment, params, argv, repetition FROM runs "
-                               "WHERE host = ? AND status = 'ok'", (host,)).fetchall()
-            for r in runs:
-                ms = con.execute("SELECT name, value, dims FROM metrics WHERE run_key = ?",
-                                 (r["run_key"],)).fetchall()
-                out.append({"key": r["run_key"], "experiment": r["experiment"],
-                            "repetition": r["repetition"],
-                            "campaign": db.parent.name,
-                            "params": json.loads(r["params"]), "argv": json.loads(r["argv"]),
-                            "metrics": [(m["name"], m["value"], json.loads(m["dims"]))
-                                        for m in ms]})
-            con.close()
-        except sqlite3.Error as exc:
-            raise StoreError(f"{db}: can't read the store ({exc})") from None
-    return out
+    return [{"key": r["run_key"], **{k: v for k, v in r.items() if k != "run_key"}}
+            for r in ok_runs_in_folder(results, host)]
 
 
 def stored_runs(results: Path, host: str) -> list[dict[str, Any]]:

@@ -22,18 +22,17 @@ from typing import Any
 from socketlab import paths
 from socketlab.errors import StoreError
 from socketlab.safepath import inside
+from socketlab.store.status import RunStatus
 
 #: 2: serve_requests (every serving request's timestamps) joined the store
 SCHEMA_VERSION = 2
 
-#: statuses a run can end in; only "ok" counts as complete for resume, and "interrupted" (the
-#: session was stopped by SIGTERM/SIGINT during it) is run again by any resume. "unavailable":
-#: the command said "not available on this host: <reason>" with exit code 3 (a CPU feature, a
-#: device, a compiler the host lacks): a fact about the host, not a failure of the campaign
-COMPLETE = "ok"
-INTERRUPTED = "interrupted"
-UNAVAILABLE = "unavailable"
-STATUSES = ("ok", "failed", "timeout", "invalid", INTERRUPTED, UNAVAILABLE)
+#: the statuses a run can end in (socketlab.store.status); the names below are the members
+#: most callers test for
+COMPLETE = RunStatus.OK
+INTERRUPTED = RunStatus.INTERRUPTED
+UNAVAILABLE = RunStatus.UNAVAILABLE
+STATUSES = tuple(RunStatus)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,7 +133,7 @@ class RunRecord:
     host: str
     repetition: int
     params: dict[str, Any]
-    status: str  #: one of STATUSES
+    status: str  #: a RunStatus
     reason: str = ""  #: why it is not ok, one line
     exit_code: int | None = None
     started: float | None = None  #: unix time
@@ -193,6 +192,20 @@ def check_results_folder(path: Path | str) -> Path:
                                  f"{'' if part == path else ' above ' + str(path)})")
             break
     return path
+
+
+def ok_runs_in_folder(results: Path | str, host: str) -> list[dict[str, Any]]:
+    """``Store.ok_runs_of_host`` over every campaign's store in a results folder (read-only,
+    in the order of the stores' folder names); ``campaign`` is the store's folder name."""
+    out: list[dict[str, Any]] = []
+    for path in sorted(Path(results).glob("*/store.sqlite")):
+        with Store(path, create=False) as store:
+            try:
+                runs = store.ok_runs_of_host(host)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{path}: can't read the store ({exc})") from None
+        out += [{**run, "campaign": path.parent.name} for run in runs]
+    return out
 
 
 def _connect_read_only(path: Path) -> sqlite3.Connection:
@@ -407,6 +420,26 @@ class Store:
             records.append(RunRecord(**data))
         return records
 
+    def ok_runs_of_host(self, host: str) -> list[dict[str, Any]]:
+        """Every run of ``host`` stored ok, with its metrics, in the order stored: run_key,
+        campaign, experiment, repetition, params, argv, metrics [(name, value, dims)]."""
+        runs: dict[str, dict[str, Any]] = {}
+        rows = self._query(
+            "SELECT r.run_key, r.campaign, r.experiment, r.repetition, r.params, r.argv, "
+            "m.name, m.value, m.dims FROM runs r LEFT JOIN metrics m USING (run_key) "
+            "WHERE r.host = ? AND r.status = ? ORDER BY r.rowid, m.rowid", (host, COMPLETE))
+        for r in rows:
+            run = runs.get(r["run_key"])
+            if run is None:
+                run = runs[r["run_key"]] = {
+                    "run_key": r["run_key"], "campaign": r["campaign"],
+                    "experiment": r["experiment"], "repetition": r["repetition"],
+                    "params": json.loads(r["params"]), "argv": json.loads(r["argv"]),
+                    "metrics": []}  # fmt: skip
+            if r["name"] is not None:
+                run["metrics"].append((r["name"], r["value"], json.loads(r["dims"])))
+        return list(runs.values())
+
     def metric_count(self, campaign: str | None = None) -> int:
         if campaign is None:
             return self._query("SELECT count(*) AS n FROM metrics")[0]["n"]
@@ -455,15 +488,16 @@ class Store:
             "m.name AS metric, m.value, m.unit, m.parser, m.dims "
             "FROM metrics m JOIN runs r USING (run_key) WHERE r.campaign = ?"
         )
+        args: tuple[str, ...] = (campaign,)
         if not all_statuses:
-            sql += " AND r.status = 'ok'"
+            sql, args = sql + " AND r.status = ?", (campaign, RunStatus.OK)
         base = [
             "run_key", "campaign", "experiment", "host", "repetition", "status",
             "metric", "value", "unit", "parser",
         ]  # fmt: skip
         with self._lock:
             frame = pd.read_sql_query(sql + " ORDER BY r.started, m.rowid", self._db,
-                                      params=(campaign,))  # fmt: skip
+                                      params=args)  # fmt: skip
             params = dict(self._db.execute(
                 "SELECT run_key, params FROM runs WHERE campaign = ?", (campaign,)).fetchall())
         if frame.empty:
