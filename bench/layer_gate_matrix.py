@@ -5,8 +5,8 @@ planted error in each mode, as one table (docs/runs/).
         [--modes copies,cold,...] [--steps N]
 
 BUILD holds native/layer (make -C native BUILD=... BUILD/layer). Dumps are generated into DIR
-once (orchestrate layer-dump, seed 3, 16 rows): tiny-full 512 (full attention) and tiny 100
-(sliding). A kernel the CPU lacks prints the binary's "not available on this host" line. Each
+once (orchestrate layer-dump, seed 3, 16 rows): tiny-full 512 (full attention), tiny 100
+(sliding), tiny-moe 256 (the MoE block, k_eq_v, no per-layer input). A kernel the CPU lacks prints the binary's "not available on this host" line. Each
 row: the worst boundary's ratio of rel RMS to its limit over the mode's runs (must be <= 1), the
 copies checked, and what the planted error printed (must fail, exit 1).
 """
@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: mode -> (the layer's flags, the planted error that must fail it, what the gate must name)
-MODES: dict[str, tuple[list[str], str, str]] = {
+#: mode -> (the layer's flags, the planted error that must fail it, what the gate must name;
+#: the dumps it runs on: the dense ones unless named)
+MODES: dict[str, tuple[list[str], str, str] | tuple[list[str], str, str, tuple[str, ...]]] = {
     "one-copy": ([], "perturb-row", "boundary q"),
     "copies": (["--kv-copies", "4"], "corrupt-copy", "kv copy"),
     "cold": (["--kv-cold-mib", "64"], "corrupt-copy", "gate failed at"),
@@ -32,8 +33,11 @@ MODES: dict[str, tuple[list[str], str, str]] = {
             "perturb-row", "boundary q"),
     "staging": (["--kv-stage-kib", "64", "--prefetch-hint", "t2", "--prefetch-dist", "0"],
                 "perturb-row", "boundary q"),
+    "moe": ([], "swap-expert", "boundary rw", ("moe",)),
+    "moe-copies": (["--kv-copies", "4"], "corrupt-copy", "kv copy", ("moe",)),
 }
-DUMPS = {"full": ("tiny-full", 512), "sliding": ("tiny", 100)}
+DUMPS = {"full": ("tiny-full", 512), "sliding": ("tiny", 100), "moe": ("tiny-moe", 256)}
+DENSE = ("full", "sliding")
 
 
 def dump(dumps: Path, name: str) -> Path:
@@ -78,8 +82,10 @@ def main() -> int:
     print("|---|---|---|---|---|")
     failed = 0
     for mode in a.modes.split(","):
-        flags, planted, names = MODES[mode]
+        flags, planted, names, *on = MODES[mode]
         for layer, path in dumps.items():
+            if layer not in (on[0] if on else DENSE):
+                continue
             for kernel in a.kernels.split(","):
                 cells = []
                 for batch in (1, 16):

@@ -22,7 +22,7 @@ from socketlab.layer.check import REL_RMS_FLOOR, gate, open_dump, recompute
 from socketlab.layer.dump import Dump
 from socketlab.layer.generate import build_layer
 from socketlab.layer.history import hidden_states, kv_rows
-from socketlab.layer.reference import BOUNDARIES
+from socketlab.layer.reference import BOUNDARIES, boundaries_for
 from socketlab.layer.shapes import load_shape
 
 
@@ -334,8 +334,12 @@ def _hf_config(shape):
         hidden_size_per_layer_input=shape.ple,
         rms_norm_eps=shape.eps,
         num_kv_shared_layers=0,
-        attention_k_eq_v=False,
+        attention_k_eq_v=shape.kv_eq,
+        num_global_key_value_heads=shape.kv_heads if shape.kv_eq else None,
         max_position_embeddings=4 * HF_CONTEXT,
+        enable_moe_block=shape.moe,
+        **({"num_experts": shape.experts, "top_k_experts": shape.top_k,
+            "moe_intermediate_size": shape.moe_inter} if shape.moe else {}),
     )
     cfg._attn_implementation = "eager"
     return cfg, 0 if sliding else 1
@@ -366,7 +370,7 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
     missing, unexpected = hf.load_state_dict(state, strict=False)
     assert not missing and not unexpected, (missing, unexpected)  # same tensors, same names
     rotary = Gemma4TextRotaryEmbedding(cfg)
-    ple = torch.zeros(1, context, shape.ple)
+    ple = torch.zeros(1, context, shape.ple) if shape.ple else None
 
     def rope(positions):
         x = torch.zeros(1, len(positions), shape.hidden)
@@ -390,19 +394,29 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
         return lambda m, a: cap.__setitem__(key, a[0].clone())
 
     attn = hf.self_attn
-    for key, mod in (("xn", hf.input_layernorm), ("q", attn.q_proj), ("k", attn.k_proj),
-                     ("v", attn.v_proj), ("q_normed", attn.q_norm), ("o", attn.o_proj),
-                     ("xn2", hf.pre_feedforward_layernorm), ("gate", hf.mlp.gate_proj),
-                     ("up", hf.mlp.up_proj), ("down", hf.mlp.down_proj),
-                     ("pg", hf.per_layer_input_gate), ("pp", hf.per_layer_projection)):  # fmt: skip
+    outs = [("xn", hf.input_layernorm), ("q", attn.q_proj), ("k", attn.k_proj),
+            ("q_normed", attn.q_norm), ("o", attn.o_proj), ("xn2", hf.pre_feedforward_layernorm),
+            ("gate", hf.mlp.gate_proj), ("up", hf.mlp.up_proj), ("down", hf.mlp.down_proj)]
+    ins = [("attn", attn.o_proj), ("h1", hf.pre_feedforward_layernorm), ("act", hf.mlp.down_proj)]
+    if not shape.kv_eq:
+        outs.append(("v", attn.v_proj))
+    if shape.ple:
+        outs += [("pg", hf.per_layer_input_gate), ("pp", hf.per_layer_projection)]
+        ins += [("h2", hf.per_layer_input_gate), ("pact", hf.per_layer_projection)]
+    if shape.moe:  # ref_layer.py's MoE hooks: the router's logits and weights, xn3, the experts
+        outs += [("rs", hf.router.proj), ("xn3", hf.pre_feedforward_layernorm_2),
+                 ("moe", hf.experts)]
+        hf.router.register_forward_hook(
+            lambda m, a, o: cap.__setitem__("rw", o[1].clone()) or cap.__setitem__(
+                "router_idx", o[2].clone()))
+    for key, mod in outs:
         mod.register_forward_hook(out_hook(key))
-    for key, mod in (("attn", attn.o_proj), ("h1", hf.pre_feedforward_layernorm),
-                     ("act", hf.mlp.down_proj), ("h2", hf.per_layer_input_gate),
-                     ("pact", hf.per_layer_projection)):  # fmt: skip
+    for key, mod in ins:
         mod.register_forward_pre_hook(in_hook(key))
     cos, sin = rope([context])
     x = torch.from_numpy(ours.rows.x_in[0].copy())[None, None]
-    pli = torch.from_numpy(ours.rows.per_layer_input[0].copy())[None, None]
+    pli = (torch.from_numpy(ours.rows.per_layer_input[0].copy())[None, None] if shape.ple
+           else None)
     cap["out"] = hf(x, per_layer_input=pli, shared_kv_states={}, position_embeddings=(cos, sin),
                     attention_mask=None, position_ids=torch.tensor([[context]]),
                     **{cache_kw: cache}).clone()  # fmt: skip
@@ -410,8 +424,15 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
     # the new token's row as HF cached it: k-normed + roped, v-normed
     cap["kn"] = cache.layers[idx].keys[0, :, -1]
     cap["vn"] = cache.layers[idx].values[0, :, -1]
+    if shape.kv_eq:
+        cap["v"] = cap["k"]  # attention_k_eq_v: V is the raw K projection
+    if shape.moe:
+        if not shape.ple:  # the layer's output is h2 x layer_scalar
+            cap["h2"] = cap["out"] / torch.from_numpy(ours.weights["layer_scalar"])
+        assert cap["router_idx"].numpy().ravel().tolist() == ours.rows.router_idx[0].tolist()
 
-    table = {b: err(ours.f32[b][0], cap[b].double().numpy().ravel())["rel_rms"] for b in BOUNDARIES}
+    table = {b: err(ours.f32[b][0], cap[b].double().numpy().ravel())["rel_rms"]
+             for b in boundaries_for(shape)}
     table["input cos"] = err(ours.rows.cos, cos.double().numpy().ravel())["rel_rms"]
     table["input sin"] = err(ours.rows.sin, sin.double().numpy().ravel())["rel_rms"]
     assert k_hist.shape == ours.rows.kcache[0].shape, (k_hist.shape, ours.rows.kcache[0].shape)
@@ -420,7 +441,7 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
     return table
 
 
-@pytest.mark.parametrize("name", ["gemma4-e2b-l0", "gemma4-e2b-l4"])
+@pytest.mark.parametrize("name", ["gemma4-e2b-l0", "gemma4-e2b-l4", "tiny-moe"])
 def test_reference_matches_transformers_gemma4_layer(name, capsys):
     """Every op boundary of the numpy FP32 reference within 1e-5 rel RMS of transformers'
     Gemma4TextDecoderLayer (FP32, eager attention), over a 1024-token history (longer than the

@@ -102,6 +102,23 @@ def test_hf_config_gives_the_same_shapes():
         from_hf_text_config(tc, 35, "config.json")
 
 
+def test_moe_shape_from_the_model_config_and_its_expert():
+    """26B-A4B's layer 5 from the planner's model file (its config block, as a checkpoint's
+    config.json would give it) is the shape file's, MoE fields included (the model file leaves
+    the per-layer input to its default; 26B has none); one expert's matrices are the published
+    704 gate/up rows, and a dense shape has none."""
+    cfg = yaml.safe_load((REPO / "experiments" / "models" / "gemma4-26b-a4b.yaml").read_text())
+    got = from_hf_text_config(cfg["config"], 5, "config.json")
+    want = load_shape("gemma4-26b-a4b-l5")
+    for field in ("hidden", "heads", "kv_heads", "head_dim", "attention", "inter", "kv_eq",
+                  "experts", "top_k", "moe_inter", "rope_theta", "rope_type"):
+        assert getattr(got, field) == getattr(want, field), field
+    assert want.moe and want.ple == 0 and want.gemv_layer_arg("expert") == "704x2816,704x2816,2816x704"
+    assert ("router.proj.weight", 128, 2816) in want.matrices()
+    with pytest.raises(SpecError, match="the layer is dense"):
+        load_shape("tiny").gemv_layer_arg("expert")
+
+
 BASE = yaml.safe_load((SHAPES_DIR / "tiny.yaml").read_text())
 
 
@@ -122,6 +139,10 @@ BASE = yaml.safe_load((SHAPES_DIR / "tiny.yaml").read_text())
         ({"eps": 2}, r"eps: expected a number in \(0, 1\), got 2"),
         ({"hiden": 256}, r"hiden: unknown field; expected one of version, hidden"),
         ({"ple": -1}, r"ple: expected an integer >= 0"),
+        ({"experts": 8, "moe_inter": 64}, r"top_k: expected 1\.\.experts \(8\) for a MoE layer"),
+        ({"experts": 8, "top_k": 9, "moe_inter": 64}, r"top_k: expected 1\.\.experts \(8\)"),
+        ({"experts": 8, "top_k": 2}, r"moe_inter: missing; expected a positive integer"),
+        ({"top_k": 2}, r"experts: expected a positive count with top_k / moe_inter"),
     ],
 )
 def test_bad_shape_file_is_one_line_naming_file_and_field(tmp_path, change, message):

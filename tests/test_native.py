@@ -309,6 +309,14 @@ def test_gemv_layer_balance_reproduces_the_published_figures(build):
         if max_b:
             assert got["max_bytes"] == max_b
             assert round(v["layer_bytes_per_worker_mean"]["value"]) == mean_b
+    # a 26B-A4B expert (the shape file's gate, up, down) in 16-row tiles over 90 workers: 44
+    # gate/up tiles, 176 down tiles: 225,280 / 132,164 B = 1.70 (seed 000, "Feeding AMX")
+    expert = load_shape("gemma4-26b-a4b-l5").gemv_layer_arg("expert")
+    proc = run(out / "gemv", "--kernel", "amx-bf16", "--layer", expert, "--workers", "90")
+    v = {m["name"]: m for m in parse_contract(proc.stdout, "gemv", name)[1]}
+    assert round(v["layer_bytes_max_over_mean"]["value"], 2) == 1.70
+    assert v["layer_bytes_max_over_mean"]["max_bytes"] == 225280
+    assert round(v["layer_bytes_per_worker_mean"]["value"]) == 132164
     # a single matrix is not the layer: 1,536 rows over 90 workers alone is 32 / 17.07 = 1.875
     proc = run(out / "gemv", "--kernel", "amx-bf16", "--layer", "1536x1536", "--workers", "90")
     one = next(json.loads(ln) for ln in proc.stdout.splitlines() if "max_over_mean" in ln)

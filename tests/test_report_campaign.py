@@ -40,7 +40,8 @@ NATIVE_METRICS = {
     # native/layer (its --help), plus the phase sums socketlab.report.derived makes of them
     "layer": {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_gemv",
               "phase_barrier", "weight_bytes_per_worker", "kv_bytes_per_step",
-              "held_lock_before", "held_lock_after"} | set(DERIVED),
+              "held_lock_before", "held_lock_after", "gate_pass", "routing_kl",
+              "routing_flips", "gate_kv_copies"} | set(DERIVED),
     "sleep": set(),
 }
 
@@ -108,10 +109,10 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     assert all("lacks CPU flags amx_bf16" in skipped[e] for e in amx)
     assert "lacks CPU flags waitpkg" in skipped["exchange-umwait"]
     counts = {e: c["runs"] for e, c in plan.counts()["this-machine"].items()}
-    # the quick profile stays small; tile-balance's runs are arithmetic (milliseconds each)
+    # the quick profile stays small; tile-balance(-moe)'s runs are arithmetic (milliseconds each)
     # (the layer experiments' own budget: tests/test_campaign_layer.py)
     assert sum(c for e, c in counts.items()
-               if e != "tile-balance" and not e.startswith("layer-")) <= 60
+               if not e.startswith(("tile-balance", "layer-"))) <= 60
     assert counts["tile-balance"] == 6
     ladder = [p for p in plan.points if p.experiment == "ladder"]
 

@@ -13,10 +13,12 @@ const char* const l_matrix_names[NMAT] = {
     "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
     "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
     "mlp.down_proj.weight",    "per_layer_input_gate.weight", "per_layer_projection.weight",
+    "router.proj.weight",
 };
 const char* const l_bnd_names[NBND] = { "xn",   "q",  "qn",   "k",   "v",    "kn",  "vn",
                                         "attn", "o",  "h1",   "xn2", "gate", "up",  "act",
-                                        "down", "h2", "pg",   "pact", "pp",  "out" };
+                                        "down", "h2", "pg",   "pact", "pp",  "out", "rs",
+                                        "rw",   "xn3", "moe" };
 
 enum { MAX_DIMS = 4 };
 typedef struct {
@@ -223,7 +225,7 @@ static void load_row(l_dump* d, l_row* r, int index)
         d->kv_heads = meta_int(path, js, "kv_heads", 1);
         d->head_dim = meta_int(path, js, "head_dim", 2);
         d->inter = meta_int(path, js, "inter", 1);
-        d->ple = meta_int(path, js, "ple", 1);
+        d->ple = meta_int(path, js, "ple", 0);
         d->cache_len = meta_int(path, js, "cache_len", 0);
         d->eps = meta_num(path, js, "eps", false, NULL);
         bool has_window;
@@ -238,8 +240,19 @@ static void load_row(l_dump* d, l_row* r, int index)
             sl_usage_error("%s: layer_type '%s', expected sliding_attention or full_attention",
                            path, d->layer_type);
         const char* moe = find_key(js, "moe");
-        if (moe && !strncmp(moe, "true", 4))
-            sl_usage_error("%s: moe = true: the stage runs dense layers only", path);
+        d->moe = moe && !strncmp(moe, "true", 4);
+        const char* kv_eq = find_key(js, "kv_eq");
+        d->kv_eq = kv_eq && !strncmp(kv_eq, "true", 4);
+        if (d->moe) {
+            d->experts = meta_int(path, js, "experts", 1);
+            d->top_k = meta_int(path, js, "top_k", 1);
+            d->moe_inter = meta_int(path, js, "moe_inter", 1);
+            if (d->top_k > d->experts || d->top_k > L_MAX_TOPK)
+                sl_usage_error("%s: top_k = %d: expected at most experts (%d) and %d", path,
+                               d->top_k, d->experts, L_MAX_TOPK);
+        }
+        for (int b = 0; b < NBND; b++) /* PLE's boundaries with a PLE, the MoE block's in one */
+            d->has[b] = b >= B_RS ? d->moe : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0 : 1;
         if (d->heads % d->kv_heads)
             sl_usage_error("%s: heads %d not a multiple of kv_heads %d", path, d->heads,
                            d->kv_heads);
@@ -249,7 +262,7 @@ static void load_row(l_dump* d, l_row* r, int index)
                || meta_int(path, js, "kv_heads", 1) != d->kv_heads
                || meta_int(path, js, "head_dim", 2) != d->head_dim
                || meta_int(path, js, "inter", 1) != d->inter
-               || meta_int(path, js, "ple", 1) != d->ple
+               || meta_int(path, js, "ple", 0) != d->ple
                || meta_int(path, js, "cache_len", 0) != d->cache_len)
         sl_usage_error("%s: shapes differ from row 0's (%s/meta.json); every batch row is the "
                        "same layer", path, d->row[0].dir);
@@ -257,6 +270,8 @@ static void load_row(l_dump* d, l_row* r, int index)
     if (!bars || *bars != '{')
         sl_usage_error("%s: key bf16_ref_err missing (expected {boundary: {rel_rms: ...}})", path);
     for (int b = 0; b < NBND; b++) {
+        if (!d->has[b])
+            continue;
         const char* obj = find_key(bars, l_bnd_names[b]);
         if (!obj || *obj != '{')
             sl_usage_error("%s: bf16_ref_err.%s missing", path, l_bnd_names[b]);
@@ -276,7 +291,7 @@ static void load_row(l_dump* d, l_row* r, int index)
         sl_usage_error("%s: bf16_ref_spread: expected {\"rel_rms_max\": {boundary: number}}", path);
     for (int b = 0; b < NBND; b++) {
         r->spread[b] = 0;
-        if (!worst)
+        if (!worst || !d->has[b])
             continue;
         const char* v = find_key(worst, l_bnd_names[b]);
         char* end;
@@ -285,33 +300,61 @@ static void load_row(l_dump* d, l_row* r, int index)
             sl_usage_error("%s: bf16_ref_spread.rel_rms_max.%s missing or negative", path,
                            l_bnd_names[b]);
     }
+    if (d->moe) { /* the BF16 reference's routing KL (meta routing.kl_bf16): the bar of ours */
+        const char* routing = find_key(js, "routing");
+        r->routing_kl_bf16 = routing ? meta_num(path, routing, "kl_bf16", true, NULL) : 0;
+    }
     free(js);
 
     manifest m;
     read_manifest(r->dir, &m);
     const long H = d->hidden, NH = d->heads, KVH = d->kv_heads, HD = d->head_dim, I = d->inter,
                P = d->ple, CL = d->cache_len;
+    const long E = d->experts, EI = d->moe_inter, K = d->top_k;
     const long shapes[NMAT][2] = { { NH * HD, H }, { KVH * HD, H }, { KVH * HD, H },
                                    { H, NH * HD }, { I, H },        { I, H },
-                                   { H, I },       { P, H },        { H, P } };
+                                   { H, I },       { P, H },        { H, P },
+                                   { E, H } };
+    /* a matrix the layer lacks has 0 rows and no tensor */
+    const int present[NMAT] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, P > 0, P > 0, d->moe };
     char name[160];
     if (index == 0) {
         for (int k = 0; k < NMAT; k++) {
+            d->rows[k] = present[k] ? (int)shapes[k][0] : 0;
+            d->cols[k] = (int)shapes[k][1];
+            if (!present[k])
+                continue;
             snprintf(name, sizeof(name), "w.%s", l_matrix_names[k]);
             d->w[k] = load(r->dir, &m, name, "bf16", 2, shapes[k]);
-            d->rows[k] = (int)shapes[k][0];
-            d->cols[k] = (int)shapes[k][1];
         }
-        const char* norms[7] = { "input_layernorm", "post_attention_layernorm",
-                                 "pre_feedforward_layernorm", "post_feedforward_layernorm",
-                                 "post_per_layer_input_norm", "self_attn.q_norm",
-                                 "self_attn.k_norm" };
-        float** dst[7] = { &d->w_in, &d->w_pa, &d->w_preffn, &d->w_postffn, &d->w_ppn, &d->w_qn,
-                           &d->w_kn };
-        for (int k = 0; k < 7; k++) {
-            const long n = k < 5 ? H : HD;
-            snprintf(name, sizeof(name), "w.%s.weight", norms[k]);
-            *dst[k] = widen(load(r->dir, &m, name, "bf16", 1, &n), (size_t)n);
+        const char* norms[12] = { "input_layernorm.weight",
+                                  "post_attention_layernorm.weight",
+                                  "pre_feedforward_layernorm.weight",
+                                  "post_feedforward_layernorm.weight",
+                                  "post_per_layer_input_norm.weight",
+                                  "self_attn.q_norm.weight",
+                                  "self_attn.k_norm.weight",
+                                  "pre_feedforward_layernorm_2.weight",
+                                  "post_feedforward_layernorm_1.weight",
+                                  "post_feedforward_layernorm_2.weight",
+                                  "router.scale",
+                                  "router.per_expert_scale" };
+        float** dst[12] = { &d->w_in,  &d->w_pa,   &d->w_preffn, &d->w_postffn,
+                            &d->w_ppn, &d->w_qn,   &d->w_kn,     &d->w_pf2,
+                            &d->w_pff1, &d->w_pff2, &d->w_rscale, &d->w_pes };
+        const long len[12] = { H, H, H, H, H, HD, HD, H, H, H, H, E };
+        const int norm_present[12] = { 1, 1, 1, 1, P > 0, 1, 1, d->moe, d->moe, d->moe, d->moe,
+                                       d->moe };
+        for (int k = 0; k < 12; k++) {
+            if (!norm_present[k])
+                continue;
+            snprintf(name, sizeof(name), "w.%s", norms[k]);
+            *dst[k] = widen(load(r->dir, &m, name, "bf16", 1, &len[k]), (size_t)len[k]);
+        }
+        if (d->moe) {
+            const long gu[3] = { E, 2 * EI, H }, dn[3] = { E, H, EI };
+            d->w_gu = load(r->dir, &m, "w.experts.gate_up_proj", "bf16", 3, gu);
+            d->w_dn = load(r->dir, &m, "w.experts.down_proj", "bf16", 3, dn);
         }
         const long one = 1;
         float* s = load(r->dir, &m, "layer_scalar", "f32", 1, &one);
@@ -319,7 +362,17 @@ static void load_row(l_dump* d, l_row* r, int index)
         free(s);
     }
     r->x_in = load(r->dir, &m, "x_in", "f32", 1, &H);
-    r->pli = load(r->dir, &m, "per_layer_input", "f32", 1, &P);
+    r->pli = P ? load(r->dir, &m, "per_layer_input", "f32", 1, &P) : NULL;
+    if (d->moe) { /* the pinned experts, as ref_layer.py writes them (f32) */
+        float* idx = load(r->dir, &m, "router_idx", "f32", 1, &K);
+        for (int j = 0; j < K; j++) {
+            if (!(idx[j] >= 0 && idx[j] < E && idx[j] == (int)idx[j]))
+                sl_usage_error("%s/router_idx.f32: element %d is %g, expected an expert index "
+                               "0..%ld", r->dir, j, idx[j], E - 1);
+            r->router_idx[j] = (int)idx[j];
+        }
+        free(idx);
+    }
     r->cos = load(r->dir, &m, "cos", "f32", 1, &HD);
     r->sin = load(r->dir, &m, "sin", "f32", 1, &HD);
     const long kv[3] = { KVH, CL, HD };
@@ -330,8 +383,10 @@ static void load_row(l_dump* d, l_row* r, int index)
         r->kcache = r->vcache = NULL;
     }
     const long blen[NBND] = { H, NH * HD, NH * HD, KVH * HD, KVH * HD, KVH * HD, KVH * HD,
-                              NH * HD, H, H, H, I, I, I, H, H, P, P, H, H };
+                              NH * HD, H, H, H, I, I, I, H, H, P, P, H, H, E, K, H, H };
     for (int b = 0; b < NBND; b++) {
+        if (!d->has[b])
+            continue;
         snprintf(name, sizeof(name), "ref.%s", l_bnd_names[b]);
         r->ref[b] = load(r->dir, &m, name, "f32", 1, &blen[b]);
     }

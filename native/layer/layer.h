@@ -11,14 +11,18 @@
 #define L_MAX_BATCH 16
 #define L_MAX_WORKERS 256
 #define L_MAX_NODES 16
+#define L_MAX_TOPK 32 /* experts a MoE token picks (26B-A4B: 8) */
 
 /* ---- the dump (dump.c) ---- */
-/* the nine GEMV matrices, in the order the step runs them */
-enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PG, M_PP, NMAT };
-/* op boundaries checked against the FP32 reference, in ref_layer.py's order */
+/* the GEMV matrices, in the order the step runs them; a layer lacks some (0 rows): v_proj with
+ * attention_k_eq_v, the PLE pair without per-layer input, the router in a dense layer. A MoE
+ * layer's experts are stacked tensors beside them (l_dump.w_gu / w_dn). */
+enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PG, M_PP, M_R, NMAT };
+/* op boundaries checked against the FP32 reference (ref_layer.py's names; the MoE block's
+ * rs rw xn3 moe come after down in its order, last here); l_dump.has says which a layer has */
 enum {
     B_XN, B_Q, B_QN, B_K, B_V, B_KN, B_VN, B_ATTN, B_O, B_H1, B_XN2, B_GATE, B_UP, B_ACT, B_DOWN,
-    B_H2, B_PG, B_PACT, B_PP, B_OUT, NBND
+    B_H2, B_PG, B_PACT, B_PP, B_OUT, B_RS, B_RW, B_XN3, B_MOE, NBND
 };
 extern const char* const l_matrix_names[NMAT]; /* HF state-dict names */
 extern const char* const l_bnd_names[NBND];
@@ -31,18 +35,26 @@ typedef struct {
     double bar[NBND]; /* bf16_ref_err[b].rel_rms */
     double spread[NBND]; /* bf16_ref_spread.rel_rms_max[b]: other valid BF16 realizations' worst
                           * (0 where the dump lacks it: ref_layer.py's, older ours) */
+    int router_idx[L_MAX_TOPK]; /* MoE: the experts this row uses (pinned, as ref_layer.py) */
+    double routing_kl_bf16; /* MoE: the BF16 reference's routing KL from FP32 (meta routing) */
     char dir[4096];
 } l_row;
 
 typedef struct {
     int hidden, heads, kv_heads, head_dim, inter, ple, cache_len, window;
-    int sliding;
+    int sliding, kv_eq; /* kv_eq: attention_k_eq_v, V is the raw K projection (no v_proj) */
+    int moe, experts, top_k, moe_inter; /* 26B-A4B's MoE block (0: dense) */
+    int has[NBND]; /* the boundaries this layer has (and its dump holds references for) */
     double eps, attn_scale;
     float layer_scalar;
     char shape[64], layer_type[32];
     uint16_t* w[NMAT]; /* row-major [rows][cols] bf16, row 0's */
     int rows[NMAT], cols[NMAT];
     float *w_in, *w_pa, *w_preffn, *w_postffn, *w_ppn, *w_qn, *w_kn; /* norm weights, widened */
+    /* MoE: experts' gate/up [E][2 EI][H] and down [E][H][EI] bf16; the router's input scale [H]
+     * and per-expert scale [E]; pre-FFN-2, post-FFN-1, post-FFN-2 norms [H] (widened) */
+    uint16_t *w_gu, *w_dn;
+    float *w_rscale, *w_pes, *w_pf2, *w_pff1, *w_pff2;
     int batch;
     l_row row[L_MAX_BATCH];
 } l_dump;

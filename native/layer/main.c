@@ -65,7 +65,8 @@ static const char usage[] =
     "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
     "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
     "                      one q_proj row after loading) | corrupt-copy (add 1 to one K element\n"
-    "                      of the KV copy the middle step reads): planted errors for the gate\n"
+    "                      of the KV copy the middle step reads) | swap-expert (MoE: row 0's\n"
+    "                      first pick runs the next expert): planted errors for the gate\n"
     "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
     "  --help              this text\n"
     "Gate: every boundary's rel RMS <= 1.5 x the BF16 reference's: the dump's\n"
@@ -83,8 +84,12 @@ static const char usage[] =
 #define NPH 8
 static const char* const phase_names[NPH] = { "qkv",     "attention", "combine",  "o",
                                               "gateup",  "down",      "ple_gate", "ple_proj" };
+/* a MoE layer (no per-layer input): the router beside gate/up, the experts' gate/up beside
+ * down, their down rows in phase 6; phase 7 has no exchange (the output is formed after 6) */
+static const char* const phase_names_moe[NPH] = { "qkv",    "attention", "combine",     "o",
+                                                  "gateup", "down",      "expert_down", "output" };
 static const char* const hint_names[] = { "t0", "t1", "t2", "nta", NULL };
-enum { V_Q, V_K, V_V, V_ATTN, V_O, V_ACT, V_DOWN, V_PACT, V_PP, NVEC };
+enum { V_Q, V_K, V_V, V_ATTN, V_O, V_ACT, V_DOWN, V_PACT, V_PP, V_RS, V_EACT, V_MOE, NVEC };
 
 typedef struct {
     int id, cpu, node;
@@ -94,6 +99,9 @@ typedef struct {
     int nres[NMAT]; /* rows of the slice kept resident; the rest stream (--resident-kib) */
     int p0, p1, np, last; /* KV positions [p0, p1) of the attended range; np incl. repeats, new row */
     int e0, e1; /* combine's element slice of heads * head_dim */
+    int ga, gz, da, dz; /* MoE: this worker's rows of every expert's gate/up [ga, gz), down [da, dz) */
+    uint16_t* wex; /* MoE: per expert its gate, up and down slices, packed (ex_bytes each) */
+    size_t ex_gate_bytes, ex_down_bytes, ex_bytes;
     sl_buf arena;
     uint16_t *K[L_MAX_BATCH], *V[L_MAX_BATCH]; /* per row: [kv_heads] blocks, this step's copy */
     size_t kbytes_head, vbytes_head;
@@ -114,7 +122,7 @@ static struct {
     l_dump d;
     int kernel, xmode, nobcast, barrier, steps, batch, tile_kib, pf_dist, pf_hint, ctx, ctx_repeat;
     int resident_kib, slice, slice_w, slice_n, pv_unsplit, drop_combine, perturb, gelu;
-    int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy;
+    int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy, swap_expert;
     int copy_window; /* the last steps whose output is kept, one per copy (--kv-copies) */
     /* [slot][B][heads * head_dim]: the combined attention (FP32, before its bf16 rounding: the
      * KV's direct product, where one changed K element shows) at the last copy_window steps */
@@ -126,6 +134,7 @@ static struct {
     int nnodes, tile_pos;
     worker* w;
     l_vec vec[NVEC];
+    int vused[NVEC]; /* vectors this layer exchanges (no V with k_eq_v, no PLE pair, MoE ones) */
     l_barrier bar;
     pthread_barrier_t start;
     float *pm, *pl, *po; /* [2 parity][nw][B][heads] (po: [..][heads * head_dim]) */
@@ -267,6 +276,10 @@ typedef struct {
     uint16_t *xb, *xq, *xp; /* GEMV inputs (bf16) */
     float *y, *pub, *h1, *h2, *qn, *kn, *vn, *sc, *acc, *m, *l, *tmp;
     uint16_t* pubh;
+    /* MoE: the router's and the experts' inputs (bf16 [B][H]), the top-k weights [B][K], an
+     * expert GEMV's rows, the experts' activations [B * K][ga..gz) and weighted sum [B][da..dz) */
+    uint16_t *xr, *xe, *eacth;
+    float *rw, *ey, *eact, *moe;
     void* loc[NVEC]; /* gathered copies */
     void* priv[NVEC]; /* --nobcast snapshots */
     uint64_t gcyc; /* GEMV cycles of the current phase */
@@ -425,7 +438,7 @@ static void capture(int s, int bnd, int b, int off, const float* src, int n)
 static const void* gather(scratch* sc, worker* w, int v, int s, uint32_t tag)
 {
     l_vec* vec = &g.vec[v];
-    const size_t bytes = (size_t)g.batch * vec->n * vec->esz;
+    const size_t bytes = (size_t)vec->batch * vec->n * vec->esz; /* eact: B x top_k rows */
     if (g.slice) { /* the same bytes moved, from a local source */
         memcpy(sc->loc[v], g.slice_src[v], l_vec_gather_bytes(vec) < bytes ? l_vec_gather_bytes(vec) : bytes);
         return sc->loc[v];
@@ -442,7 +455,7 @@ static void publish(scratch* sc, worker* w, int v, const void* src, uint32_t tag
 {
     l_vec* vec = &g.vec[v];
     if (g.slice) {
-        memcpy(sc->loc[v], src, (size_t)g.batch * vec->len[w->id] * vec->esz);
+        memcpy(sc->loc[v], src, (size_t)vec->batch * vec->len[w->id] * vec->esz);
         return;
     }
     l_vec_publish(vec, w->id, src, tag);
@@ -495,6 +508,96 @@ static void residual(float* h, const float* base, const float* x, int n, const f
         h[i] += base[i];
 }
 
+/* ---- the MoE block (26B-A4B; ref_layer.py's order, socketlab.layer.reference._moe_block) ---- */
+/* expert e's slice of this worker: 0 gate rows, 1 up rows ([ga, gz) of moe_inter, cols hidden),
+ * 2 down rows ([da, dz) of hidden, cols moe_inter), packed for the kernel */
+static const uint16_t* ex_w(const worker* w, int e, int which)
+{
+    const uint8_t* p = (const uint8_t*)w->wex + (size_t)e * w->ex_bytes;
+    return (const uint16_t*)(p + (size_t)(which > 0) * w->ex_gate_bytes
+                             + (size_t)(which > 1) * w->ex_gate_bytes);
+}
+
+/* phase 5's MoE part: per row the router's softmax (rs: [B][experts], gathered), the pinned
+ * experts' weights renormalised x per_expert_scale, then each picked expert's gate/up rows of
+ * this worker on xn3, gelu x up, published as bf16 rows [B * top_k][moe_inter] */
+static void experts_gateup(scratch* sc, worker* w, const float* rs, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, E = d->experts, K = d->top_k, H = d->hidden, ng = w->gz - w->ga;
+    const int ldy = l_rows_written(g.kernel, ng) + 16;
+    for (int b = 0; b < B; b++) {
+        const float* x = rs + (size_t)b * E;
+        float mx = -INFINITY, sum = 0, picked = 0;
+        for (int e = 0; e < E; e++)
+            mx = x[e] > mx ? x[e] : mx;
+        for (int e = 0; e < E; e++)
+            sum += expf(x[e] - mx);
+        float* rw = sc->rw + (size_t)b * K;
+        for (int j = 0; j < K; j++) {
+            rw[j] = expf(x[d->row[b].router_idx[j]] - mx) / sum;
+            picked += rw[j];
+        }
+        for (int j = 0; j < K; j++)
+            rw[j] = rw[j] / picked * d->w_pes[d->row[b].router_idx[j]];
+        if (w->id == 0)
+            capture(s, B_RW, b, 0, rw, K);
+    }
+    const uint64_t t0 = sl_rdtsc();
+    for (int b = 0; b < B && ng; b++)
+        for (int j = 0; j < K; j++) {
+            const int e = d->row[b].router_idx[j];
+            const uint16_t* xe = sc->xe + (size_t)b * H;
+            l_gemv(g.kernel, ex_w(w, e, 0), ng, H, xe, 1, sc->ey, ldy);
+            l_gemv(g.kernel, ex_w(w, e, 1), ng, H, xe, 1, sc->ey + ldy, ldy);
+            l_gelu_mul(sc->eact + ((size_t)b * K + j) * ng, sc->ey, sc->ey + ldy, ng);
+        }
+    sc->gcyc += sl_rdtsc() - t0;
+    to_bf16(sc->eacth, sc->eact, (size_t)B * K * ng);
+    publish(sc, w, V_EACT, sc->eacth, tag);
+}
+
+/* phase 6 of a MoE layer: each picked expert's down rows of this worker on its activation,
+ * times its weight, summed per row in pick order; published as this worker's rows of moe */
+static void experts_down(scratch* sc, worker* w, const uint16_t* eact, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, K = d->top_k, EI = d->moe_inter, nd = w->dz - w->da;
+    memset(sc->moe, 0, sizeof(float) * (size_t)B * nd);
+    const uint64_t t0 = sl_rdtsc();
+    for (int b = 0; b < B && nd; b++)
+        for (int j = 0; j < K; j++) {
+            l_gemv(g.kernel, ex_w(w, d->row[b].router_idx[j], 2), nd, EI,
+                   eact + ((size_t)b * K + j) * EI, 1, sc->ey, l_rows_written(g.kernel, nd) + 16);
+            const float wj = sc->rw[(size_t)b * K + j];
+            float* m = sc->moe + (size_t)b * nd;
+            for (int r = 0; r < nd; r++)
+                m[r] += sc->ey[r] * wj;
+        }
+    sc->gcyc += sl_rdtsc() - t0;
+    for (int b = 0; b < B; b++)
+        capture(s, B_MOE, b, w->da, sc->moe + (size_t)b * nd, nd);
+    publish(sc, w, V_MOE, sc->moe, tag);
+}
+
+/* the layer's h2 per row: h1 + rms(ffn, post_ff), ffn = down, or with the MoE block
+ * rms(down, post_ff_1) + rms(moe, post_ff_2) */
+static void ffn_residual(float* h2, const float* h1, const float* down, const float* moe,
+                         float* tmp)
+{
+    const l_dump* d = &g.d;
+    const int H = d->hidden;
+    if (!moe) {
+        residual(h2, h1, down, H, d->w_postffn, d->eps);
+        return;
+    }
+    rms_norm(tmp, down, H, d->w_pff1, d->eps);
+    rms_norm(h2, moe, H, d->w_pff2, d->eps);
+    for (int i = 0; i < H; i++)
+        tmp[i] += h2[i];
+    residual(h2, h1, tmp, H, d->w_postffn, d->eps);
+}
+
 /* the weight slices' offsets in a worker's arena, in phase order; returns their bytes */
 static size_t weight_layout(const worker* w, size_t off[NMAT])
 {
@@ -545,13 +648,23 @@ static void* worker_main(void* arg)
     w->vbytes_head = w->kbytes_head;
     w->kvb = (size_t)B * KVH * (w->kbytes_head + w->vbytes_head);
     const size_t kvall = w->kvb * (size_t)g.kv_copies;
-    sl_alloc(&w->arena, wbytes + kvall + 64, g.page);
+    const size_t exbytes = (size_t)d->experts * w->ex_bytes; /* MoE: after the matrices */
+    sl_alloc(&w->arena, wbytes + exbytes + kvall + 64, g.page);
     uint8_t* base = w->arena.base;
-    memset(base, 0, wbytes + w->kvb); /* the other copies are written whole below */
-    w->kv0 = base + wbytes;
+    memset(base, 0, wbytes + exbytes + w->kvb); /* the other KV copies are written whole below */
+    w->wex = (uint16_t*)(base + wbytes);
+    w->kv0 = base + wbytes + exbytes;
     for (int m = 0; m < NMAT; m++) {
         w->ws[m] = (uint16_t*)(base + off[m]);
         l_pack(g.kernel, w->ws[m], d->w[m], w->r0[m], w->r1[m] - w->r0[m], d->cols[m]);
+    }
+    for (int e = 0; e < d->experts; e++) { /* gate rows, up rows (stacked in gate_up), down */
+        const size_t EI = (size_t)d->moe_inter;
+        const uint16_t* gu = d->w_gu + (size_t)e * 2 * EI * H;
+        l_pack(g.kernel, (uint16_t*)ex_w(w, e, 0), gu, w->ga, w->gz - w->ga, H);
+        l_pack(g.kernel, (uint16_t*)ex_w(w, e, 1), gu + EI * H, w->ga, w->gz - w->ga, H);
+        l_pack(g.kernel, (uint16_t*)ex_w(w, e, 2), d->w_dn + (size_t)e * H * EI, w->da,
+               w->dz - w->da, (int)EI);
     }
     kv_select(w, 0);
     for (int b = 0; b < B; b++) {
@@ -596,8 +709,21 @@ static void* worker_main(void* arg)
     sc.xq = aligned_alloc(64, 2 * 16 * (size_t)hd + 128);
     sc.xp = aligned_alloc(64, 2 * 16 * (size_t)g.tile_pos + 128);
     float* tmpv = malloc(sizeof(float) * (size_t)(maxc + 64));
+    if (d->moe) {
+        const size_t pairs = (size_t)B * d->top_k, ng = (size_t)(w->gz - w->ga);
+        const size_t nd = (size_t)(w->dz - w->da), ny = (ng > nd ? ng : nd) + 32;
+        sc.xr = aligned_alloc(64, (size_t)B * H * 2 + 128);
+        sc.xe = aligned_alloc(64, (size_t)B * H * 2 + 128);
+        sc.rw = calloc(pairs, sizeof(float));
+        sc.ey = aligned_alloc(64, sizeof(float) * 2 * (ny + 16) + 128);
+        sc.eact = calloc(pairs * ng + 16, sizeof(float));
+        sc.eacth = aligned_alloc(64, pairs * ng * 2 + 128);
+        sc.moe = calloc((size_t)B * nd + 16, sizeof(float));
+    }
     for (int v = 0; v < NVEC; v++) {
-        const size_t bytes = (size_t)B * g.vec[v].n * g.vec[v].esz + 128;
+        if (!g.vused[v])
+            continue;
+        const size_t bytes = (size_t)g.vec[v].batch * g.vec[v].n * g.vec[v].esz + 128;
         sc.loc[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
         memset(sc.loc[v], 0, bytes);
         if (g.nobcast) {
@@ -607,7 +733,8 @@ static void* worker_main(void* arg)
     }
     if (!g.slice && w->id == g.bar.node_first[w->node])
         for (int v = 0; v < NVEC; v++)
-            l_vec_alloc_node(&g.vec[v], w->node);
+            if (g.vused[v])
+                l_vec_alloc_node(&g.vec[v], w->node);
     l_kernel_thread_init(g.kernel);
     pthread_barrier_wait(&g.start);
 
@@ -645,13 +772,17 @@ static void* worker_main(void* arg)
             to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
         }
         const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V }, qkvv[3] = { V_Q, V_K, V_V };
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 3 - d->kv_eq; i++)
             gemv_publish(&sc, w, qkv[i], sc.xb, ldy, qkvb[i], qkvv[i], s, tag);
+        if (d->kv_eq) /* attention_k_eq_v: V is the raw K projection (pub still holds k's rows) */
+            for (int b = 0; b < B; b++)
+                capture(s, B_V, b, w->r0[M_K], sc.pub + (size_t)b * (w->r1[M_K] - w->r0[M_K]),
+                        w->r1[M_K] - w->r0[M_K]);
         BARRIER(0);
         /* 1: attention (norms and RoPE redundantly on every worker) */
         const float* q = gather(&sc, w, V_Q, s, tag);
         const float* k = gather(&sc, w, V_K, s, tag);
-        const float* v = gather(&sc, w, V_V, s, tag);
+        const float* v = d->kv_eq ? k : gather(&sc, w, V_V, s, tag);
         for (int b = 0; b < B; b++) {
             const l_row* r = &d->row[b];
             float *qn = sc.qn + (size_t)b * QD, *kn = sc.kn + (size_t)b * KD, *vn = sc.vn + (size_t)b * KD;
@@ -748,20 +879,54 @@ static void* worker_main(void* arg)
             mul[b] = yu + (size_t)b * ldy;
         }
         gelu_publish(&sc, w, M_GATE, yg, ldy, mul, B_GATE, B_ACT, V_ACT, s, tag);
+        if (d->moe) { /* the router's rows on rms(h1) x scale / sqrt(H); xn3 for the experts */
+            const float c = (float)(1.0 / sqrt((double)H));
+            for (int b = 0; b < B; b++) {
+                const float* h1 = sc.h1 + (size_t)b * H;
+                rms_norm(tmpv, h1, H, NULL, d->eps);
+                for (int i = 0; i < H; i++)
+                    tmpv[i] = tmpv[i] * d->w_rscale[i] * c;
+                to_bf16(sc.xr + (size_t)b * H, tmpv, (size_t)H);
+                rms_norm(tmpv, h1, H, d->w_pf2, d->eps);
+                if (w->id == 0)
+                    capture(s, B_XN3, b, 0, tmpv, H);
+                to_bf16(sc.xe + (size_t)b * H, tmpv, (size_t)H);
+            }
+            gemv_publish(&sc, w, M_R, sc.xr, ldy, B_RS, V_RS, s, tag);
+        }
         BARRIER(4);
-        /* 5: down */
+        /* 5: down (and with MoE the routing and the picked experts' gate/up rows) */
         const uint16_t* act = gather(&sc, w, V_ACT, s, tag);
         gemv_publish(&sc, w, M_DOWN, act, ldy, B_DOWN, V_DOWN, s, tag);
+        if (d->moe)
+            experts_gateup(&sc, w, gather(&sc, w, V_RS, s, tag), s, tag);
         BARRIER(5);
-        /* 6: ple gate */
+        if (d->moe) { /* 6: the experts' down rows, weighted */
+            experts_down(&sc, w, gather(&sc, w, V_EACT, s, tag), s, tag);
+            BARRIER(6);
+        }
+        /* h2 (the MoE block joins here); without per-layer input the output is h2 x scalar */
         const float* down = gather(&sc, w, V_DOWN, s, tag);
+        const float* moe = d->moe ? gather(&sc, w, V_MOE, s, tag) : NULL;
         for (int b = 0; b < B; b++) {
             float* h2 = sc.h2 + (size_t)b * H;
-            residual(h2, sc.h1 + (size_t)b * H, down + (size_t)b * H, H, d->w_postffn, d->eps);
+            ffn_residual(h2, sc.h1 + (size_t)b * H, down + (size_t)b * H,
+                         moe ? moe + (size_t)b * H : NULL, tmpv);
             if (w->id == 0)
                 capture(s, B_H2, b, 0, h2, H);
             to_bf16(sc.xb + (size_t)b * H, h2, (size_t)H);
         }
+        if (!d->ple) {
+            for (int b = 0; b < B; b++) {
+                for (int i = 0; i < H; i++)
+                    tmpv[i] = sc.h2[(size_t)b * H + i] * d->layer_scalar;
+                if (w->id == 0)
+                    capture(s, B_OUT, b, 0, tmpv, H);
+            }
+            w->step_cyc[s] = sl_rdtsc() - t_start;
+            continue;
+        }
+        /* 6: ple gate */
         gemv_timed(&sc, M_PG, w, sc.xb, sc.y, ldy);
         for (int b = 0; b < B; b++)
             mul[b] = d->row[b].pli + w->r0[M_PG];
@@ -790,6 +955,7 @@ static void* worker_main(void* arg)
 }
 
 /* ---- setup, metrics, gate ---- */
+static const char* phase_name(int p) { return g.d.moe ? phase_names_moe[p] : phase_names[p]; }
 static double per_step_us(uint64_t cyc, int n) { return n ? cyc / (sl_tsc_ghz() * 1e3) / n : 0; }
 
 static void meta_common(void)
@@ -832,8 +998,9 @@ static void lock_metric(const worker* w, const char* name, int after)
 }
 
 /* --kv-copies: each copy's attention (its last step in the run) must equal the last step's,
- * which the gate checked against the reference: every copy holds the same KV bytes */
-static int gate_copies(void)
+ * which the gate checked against the reference: every copy holds the same KV bytes. Returns
+ * 0, or 1 with the failure in why. */
+static int gate_copies(char* why, size_t len)
 {
     if (!g.copy_attn)
         return 0;
@@ -856,10 +1023,60 @@ static int gate_copies(void)
     sl_json_num("max_abs", worst);
     sl_json_bool("pass", worst == 0);
     sl_json_end();
-    if (!(worst == 0))
-        sl_check_failed("gate failed at kv copy %d: its attention differs from the last step's by "
-                        "up to %.3g (every copy holds the same KV)", worst_copy, worst);
+    if (!(worst == 0)) {
+        snprintf(why, len, "gate failed at kv copy %d: its attention differs from the last "
+                 "step's by up to %.3g (every copy holds the same KV)", worst_copy, worst);
+        return 1;
+    }
     return 0;
+}
+
+/* MoE: how far the stage's routing distribution softmax(rs) lies from the FP32 reference's
+ * (KL in nats, float64; the mean over rows, as a gate's kl_mean), beside the BF16 reference's
+ * own (meta routing.kl_bf16), and how many picked experts the stage's own top-k would change
+ * (the stage uses the pinned ones, as ref_layer.py) */
+static void routing_metrics(void)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, E = d->experts, K = d->top_k;
+    double kl_sum = 0, kl_max = 0, bar_sum = 0;
+    int flips = 0;
+    for (int b = 0; b < B; b++) {
+        const float *ref = d->row[b].ref[B_RS], *got = g.snap[1][B_RS] + (size_t)b * E;
+        double mr = -INFINITY, mg = -INFINITY, zr = 0, zg = 0, kl = 0;
+        for (int e = 0; e < E; e++) {
+            mr = ref[e] > mr ? ref[e] : mr;
+            mg = got[e] > mg ? got[e] : mg;
+        }
+        for (int e = 0; e < E; e++) {
+            zr += exp(ref[e] - mr);
+            zg += exp(got[e] - mg);
+        }
+        for (int e = 0; e < E; e++) {
+            const double lp = ref[e] - mr - log(zr), lq = got[e] - mg - log(zg);
+            kl += exp(lp) * (lp - lq);
+        }
+        kl_sum += kl;
+        kl_max = kl > kl_max ? kl : kl_max;
+        bar_sum += d->row[b].routing_kl_bf16;
+        for (int j = 0; j < K; j++) { /* a pinned expert outside the stage's own top k */
+            const float x = got[d->row[b].router_idx[j]];
+            int above = 0;
+            for (int e = 0; e < E; e++)
+                above += got[e] > x;
+            flips += above >= K;
+        }
+    }
+    sl_metric_begin("routing_kl", kl_sum / B, "ratio");
+    meta_common();
+    sl_json_num("max", kl_max);
+    sl_json_num("bf16", bar_sum / B);
+    sl_json_num("ratio_to_bf16", bar_sum > 0 ? kl_sum / bar_sum : INFINITY);
+    sl_json_end();
+    sl_metric_begin("routing_flips", flips, "count");
+    meta_common();
+    sl_json_int("pairs", B * K);
+    sl_json_end();
 }
 
 static int gate(int numerics)
@@ -867,7 +1084,15 @@ static int gate(int numerics)
     const int B = g.batch;
     int failed = -1;
     char why[256] = "";
-    for (int bnd = 0; bnd < NBND; bnd++) {
+    /* ref_layer.py's order (the MoE block between down and h2): the first failure named is the
+     * first boundary the error reaches */
+    static const int order[NBND] = { B_XN,   B_Q,   B_QN,   B_K,   B_V,  B_KN,   B_VN,   B_ATTN,
+                                     B_O,    B_H1,  B_XN2,  B_GATE, B_UP, B_ACT,  B_DOWN, B_RS,
+                                     B_RW,   B_XN3, B_MOE,  B_H2,  B_PG, B_PACT, B_PP,   B_OUT };
+    for (int oi = 0; oi < NBND; oi++) {
+        const int bnd = order[oi];
+        if (!g.d.has[bnd])
+            continue;
         double worst = 0, worst_ratio = 0, worst_bar = 0, worst_spread = 0, worst_limit = 0;
         double min_cos = 1, max_abs = 0, repeat = 0;
         int worst_row = 0;
@@ -948,9 +1173,21 @@ static int gate(int numerics)
     }
     if (!numerics)
         return 0;
+    if (g.d.moe)
+        routing_metrics();
+    char copies[256] = "";
+    const int copy_failed = failed < 0 && gate_copies(copies, sizeof(copies));
+    /* the verdict as a metric too: a run that demonstrates a failing configuration (unsplit P
+     * on near-tie attention) records it, then exits 1 as every failed gate does */
+    sl_metric_begin("gate_pass", failed < 0 && !copy_failed, "bool");
+    meta_common();
+    sl_json_str("failed_at", failed >= 0 ? l_bnd_names[failed] : copy_failed ? "kv copy" : "");
+    sl_json_end();
     if (failed >= 0)
         sl_check_failed("gate failed at boundary %s: %s", l_bnd_names[failed], why);
-    return gate_copies();
+    if (copy_failed)
+        sl_check_failed("%s", copies);
+    return 0;
 }
 
 int main(int argc, char** argv)
@@ -974,7 +1211,7 @@ int main(int argc, char** argv)
     g.cpus.cpu[0] = 0;
     double timeout = 600;
     static const char* const debug_names[] = { "drop-combine", "perturb-row", "corrupt-copy",
-                                               NULL };
+                                               "swap-expert", NULL };
     static const struct option opts[] = {
         { "dump", required_argument, 0, 'd' }, { "batch", required_argument, 0, 'b' },
         { "cpus", required_argument, 0, 'C' }, { "gemv", required_argument, 0, 'g' },
@@ -1019,6 +1256,7 @@ int main(int argc, char** argv)
             g.drop_combine |= which == 0;
             g.perturb |= which == 1;
             g.corrupt_copy |= which == 2;
+            g.swap_expert |= which == 3;
             break;
         }
         case 'Y': g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16); break;
@@ -1074,6 +1312,13 @@ int main(int argc, char** argv)
 
     l_dump* d = &g.d;
     l_dump_load(d, dump, g.batch);
+    if (g.swap_expert && !d->moe)
+        sl_usage_error("--debug swap-expert: %s is a dense layer (no experts)", dump);
+    if (g.swap_expert) /* planted error: row 0's first pick runs the next expert */
+        d->row[0].router_idx[0] = (d->row[0].router_idx[0] + 1) % d->experts;
+    if (d->moe && d->ple)
+        sl_usage_error("%s: a MoE layer with a per-layer input (ple %d): Gemma-4's MoE layers "
+                       "(26B-A4B) have none, and the stage's phases 6-7 hold either", dump, d->ple);
     if (g.ctx < 0)
         g.ctx = d->cache_len;
     if (g.ctx > d->cache_len)
@@ -1155,22 +1400,31 @@ int main(int argc, char** argv)
     }
     /* the partition of every matrix, the KV positions and the combine over nw workers */
     int offs[NVEC][L_MAX_WORKERS], lens[NVEC][L_MAX_WORKERS];
-    static const int vec_mat[NVEC] = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP };
-    static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4 };
+    /* producers' rows: a matrix's (-1: the combine's element slices, -2 / -3: the experts'
+     * gate/up rows of moe_inter / down rows of hidden, one slice per picked (row, expert)) */
+    static const int vec_mat[NVEC] = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R,
+                                       -2, -3 };
+    static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4, 4, 2, 4 };
     const int vec_n[NVEC] = { QD, d->kv_heads * hd, d->kv_heads * hd, QD, d->hidden, d->inter,
-                              d->hidden, d->ple, d->hidden };
+                              d->hidden, d->ple, d->hidden, d->experts, d->moe_inter, d->hidden };
+    const int vec_rows[NVEC] = { B, B, B, B, B, B, B, B, B, B, B * d->top_k, B };
+    const int vused[NVEC] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, d->ple > 0, d->ple > 0, d->moe,
+                              d->moe, d->moe };
     for (int u = 0; u < g.nw; u++)
         for (int v = 0; v < NVEC; v++) {
             int a, b;
-            if (vec_mat[v] < 0)
+            if (vec_mat[v] == -1)
                 split_units(QD, 4, g.nw, u, &a, &b); /* combine slices: whole 4-element units */
             else
-                split_units(d->rows[vec_mat[v]], unit, g.nw, u, &a, &b);
+                split_units(vec_mat[v] >= 0 ? d->rows[vec_mat[v]] : vec_n[v], unit, g.nw, u, &a,
+                            &b);
             offs[v][u] = a;
             lens[v][u] = b - a;
         }
     for (int v = 0; v < NVEC; v++)
-        l_vec_init(&g.vec[v], g.xmode, vec_esz[v], vec_n[v], B, g.nw, offs[v], lens[v]);
+        if ((g.vused[v] = vused[v]))
+            l_vec_init(&g.vec[v], g.xmode, vec_esz[v], vec_n[v], vec_rows[v], g.nw, offs[v],
+                       lens[v]);
     double wmax = 0, wsum = 0;
     size_t kv_step = 0;
     for (int u = 0; u < g.nw; u++) {
@@ -1180,6 +1434,8 @@ int main(int argc, char** argv)
             split_units(d->rows[m], unit, g.nw, u, &a, &b);
             wb += 2.0 * (b - a) * d->cols[m];
         }
+        /* every expert's slice stays on its worker (the stage holds the whole layer) */
+        wb += 2.0 * d->experts * (2.0 * lens[V_EACT][u] * d->hidden + lens[V_MOE][u] * d->moe_inter);
         wmax = wb > wmax ? wb : wmax;
         wsum += wb;
     }
@@ -1195,6 +1451,13 @@ int main(int argc, char** argv)
         w->np = (w->p1 - w->p0) * g.ctx_repeat + w->last;
         w->e0 = offs[V_ATTN][w->id];
         w->e1 = w->e0 + lens[V_ATTN][w->id];
+        w->ga = offs[V_EACT][w->id];
+        w->gz = w->ga + lens[V_EACT][w->id];
+        w->da = offs[V_MOE][w->id];
+        w->dz = w->da + lens[V_MOE][w->id];
+        w->ex_gate_bytes = (l_slice_bytes(g.kernel, w->gz - w->ga, d->hidden) + 63) / 64 * 64;
+        w->ex_down_bytes = (l_slice_bytes(g.kernel, w->dz - w->da, d->moe_inter) + 63) / 64 * 64;
+        w->ex_bytes = 2 * w->ex_gate_bytes + w->ex_down_bytes;
         w->step_cyc = calloc((size_t)g.steps, sizeof(uint64_t));
         w->gm_step = calloc((size_t)g.steps * NPH, sizeof(uint64_t));
         /* --resident-kib: the first K KiB of the slice in phase order stay resident */
@@ -1240,7 +1503,7 @@ int main(int argc, char** argv)
     const int blen[NBND] = { d->hidden, QD, QD, d->kv_heads * hd, d->kv_heads * hd, d->kv_heads * hd,
                              d->kv_heads * hd, QD, d->hidden, d->hidden, d->hidden, d->inter,
                              d->inter, d->inter, d->hidden, d->hidden, d->ple, d->ple, d->hidden,
-                             d->hidden };
+                             d->hidden, d->experts, d->top_k, d->hidden, d->hidden };
     for (int b = 0; b < NBND; b++) {
         g.blen[b] = blen[b];
         for (int k = 0; k < 2; k++) {
@@ -1249,11 +1512,16 @@ int main(int argc, char** argv)
         }
     }
     if (g.slice) { /* local copy sources: the reference's values, so the compute sees real data */
-        static const int vec_bnd[NVEC] = { B_Q, B_K, B_V, B_ATTN, B_O, B_ACT, B_DOWN, B_PACT, B_PP };
+        /* the experts' activations have no reference (one per picked expert): zeros */
+        static const int vec_bnd[NVEC] = { B_Q, B_K, B_V, B_ATTN, B_O, B_ACT, B_DOWN, B_PACT, B_PP,
+                                           B_RS, -1, B_MOE };
         for (int v = 0; v < NVEC; v++) {
+            if (!g.vused[v])
+                continue;
             const int n = vec_n[v];
-            g.slice_src[v] = aligned_alloc(64, (size_t)B * n * 4 + g.vec[v].bytes + (size_t)g.vec[v].lines * 64 + 128);
-            for (int b = 0; b < B; b++)
+            g.slice_src[v] = calloc(1, (size_t)vec_rows[v] * n * 4 + g.vec[v].bytes
+                                           + (size_t)g.vec[v].lines * 64 + 128);
+            for (int b = 0; b < B && vec_bnd[v] >= 0; b++)
                 for (int i = 0; i < n; i++) {
                     const float x = d->row[b].ref[vec_bnd[v]][i];
                     if (vec_esz[v] == 2)
@@ -1316,9 +1584,10 @@ int main(int argc, char** argv)
                                 : g.attn_only
                                 ? "not checked: --attn-only skips every weight GEMV"
                                 : "not checked: --ctx-repeat tiles the KV");
-    if (g.drop_combine || g.perturb || g.corrupt_copy)
+    if (g.drop_combine || g.perturb || g.corrupt_copy || g.swap_expert)
         sl_json_str("debug", g.drop_combine ? "drop-combine"
                              : g.perturb    ? "perturb-row"
+                             : g.swap_expert ? "swap-expert"
                                             : "corrupt-copy");
     if (g.lock)
         lock_meta(&g.dev);
@@ -1352,11 +1621,11 @@ int main(int argc, char** argv)
             bsum += per_step_us(g.w[i].wt[p], n);
         }
         metric("phase_compute", cmax, "us");
-        sl_json_str("phase", phase_names[p]);
+        sl_json_str("phase", phase_name(p));
         sl_json_num("mean", csum / g.nrun);
         sl_json_end();
         metric("phase_gemv", gmax, "us");
-        sl_json_str("phase", phase_names[p]);
+        sl_json_str("phase", phase_name(p));
         sl_json_num("mean", gsum / g.nrun);
         sl_json_end();
         /* the median step's GEMV time (per step the slowest worker): what `gemv` reports, a p50,
@@ -1369,17 +1638,25 @@ int main(int argc, char** argv)
             us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
         }
         metric("phase_gemv_p50", sl_quantile(us, n, 0.5), "us");
-        sl_json_str("phase", phase_names[p]);
+        sl_json_str("phase", phase_name(p));
         sl_json_end();
         metric("phase_barrier", bsum / g.nrun, "us");
-        sl_json_str("phase", phase_names[p]);
+        sl_json_str("phase", phase_name(p));
         sl_json_end();
     }
     /* bytes each worker's GEMVs read per phase, so a bench can turn phase_gemv into GB/s */
     static const int phase_mats[NPH][3] = { { M_Q, M_K, M_V }, { -1, -1, -1 }, { -1, -1, -1 },
-                                            { M_O, -1, -1 },   { M_GATE, M_UP, -1 },
+                                            { M_O, -1, -1 },   { M_GATE, M_UP, M_R },
                                             { M_DOWN, -1, -1 }, { M_PG, -1, -1 },
                                             { M_PP, -1, -1 } };
+    int picked = 0; /* MoE: distinct experts the batch picks (their slices are read once) */
+    for (int e = 0; e < d->experts; e++) {
+        int hit = 0;
+        for (int b = 0; b < B && !hit; b++)
+            for (int j = 0; j < d->top_k; j++)
+                hit |= d->row[b].router_idx[j] == e;
+        picked += hit;
+    }
     for (int p = 0; p < NPH; p++) {
         if (phase_mats[p][0] < 0)
             continue;
@@ -1390,10 +1667,14 @@ int main(int argc, char** argv)
                 const int m = phase_mats[p][j];
                 bytes += (double)l_slice_bytes(g.kernel, g.w[i].r1[m] - g.w[i].r0[m], d->cols[m]);
             }
+            if (d->moe && p == 5) /* the picked experts' gate and up rows */
+                bytes += 2.0 * picked * g.w[i].ex_gate_bytes;
+            if (d->moe && p == 6) /* their down rows */
+                bytes += (double)picked * g.w[i].ex_down_bytes;
             mx = bytes > mx ? bytes : mx;
         }
         metric("phase_weight_bytes", mx, "B");
-        sl_json_str("phase", phase_names[p]);
+        sl_json_str("phase", phase_name(p));
         sl_json_end();
     }
     metric("weight_bytes_per_worker", wmax, "B");
@@ -1403,7 +1684,8 @@ int main(int argc, char** argv)
     sl_json_end();
     size_t gather = 0;
     for (int v = 0; v < NVEC; v++)
-        gather += l_vec_gather_bytes(&g.vec[v]);
+        if (g.vused[v])
+            gather += l_vec_gather_bytes(&g.vec[v]);
     metric("gather_bytes_per_step", (double)gather, "B");
     sl_json_str("per", "worker");
     sl_json_end();

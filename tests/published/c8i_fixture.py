@@ -50,6 +50,7 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
     "latency": {"binary": "exchange", "mode": "pingpong", "iters": 300, "pairs": 1},
     **dict.fromkeys(("gemv-batch", "gemv-batch-amx"), {"binary": "gemv", "steps": 2000}),
     "tile-balance": {"binary": "gemv", "row_unit": 4},
+    "tile-balance-moe": {"binary": "gemv", "row_unit": 16},
     "kvstream": {"binary": "kvstream", "steps": 200, "tile_tokens": 1024},
     "noise-idle": None,
     # native/layer: the steps are a sweep parameter (5,000 published; P3 long runs 200,000)
@@ -60,6 +61,7 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
     # the KV policies (P4 selection, footprint, paths, attention only, sliding layers)
     **dict.fromkeys(("layer-kv-select", "layer-kv-footprint", "layer-kv-paths",
                      "layer-kv-attn-only", "layer-p4-sliding"), {"binary": "layer", "steps": 5000}),
+    "layer-moe-routing": {"binary": "layer", "steps": 200},
     # the lock experiments (native/layer --lock); the stability chain runs 20,000 steps
     **dict.fromkeys(("layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
                      "layer-e4b-locked", "layer-resident-locked"),

@@ -32,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="dump directory (row i in DIR/row<i>)")
     p.add_argument("--checkpoint", metavar="DIR", help="safetensors + config.json: real weights")
     p.add_argument("--layer", type=int, metavar="N", help="layer index in the checkpoint")
+    p.add_argument("--variant", default="default", metavar="V",
+                   help="default, or near-tie: attention whose error is its bf16 probabilities "
+                   "(q_norm x 0.03, a bf16-exact KV history, the residual at RMS 1; docs/layer.md)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.set_defaults(func=run)
 
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
         from socketlab.layer.checkpoint import load_checkpoint_layer
 
         shape, weights = load_checkpoint_layer(args.checkpoint, args.layer, shape)
-    layer = build_layer(shape, args.context, args.batch, args.seed, weights, args.checkpoint)
+    layer = build_layer(shape, args.context, args.batch, args.seed, weights, args.checkpoint,
+                        args.variant)
     dirs = write_layer(layer, args.out)
     if not args.quiet:
         bar = layer.bar(0)

@@ -64,7 +64,7 @@ def ship_dump(ex: Executor, ref: dict, host_dir: str, *, cache: Path | None = No
     it got there ("present", "copied N files, X MiB", "linked")."""
     try:
         local = ensure_dump(ref["shape"], ref["context"], ref["batch"], ref["seed"],
-                            cache or controller_cache())  # fmt: skip
+                            cache or controller_cache(), ref.get("variant", "default"))
         sums = manifest(local)
     except SocketlabError as exc:
         raise HostError(f"layer dump {ref['key']}: {exc}") from None

@@ -40,12 +40,13 @@ class DumpRef:
     batch: int
     seed: int
     ctx_repeat: int  #: --ctx-repeat for the stage (1: the dump is the run's KV)
-    key: str  #: folder name in a cache: <name>-c<C>-b<B>-s<S>-<digest>
+    key: str  #: folder name in a cache: <name>-c<C>-b<B>-s<S>[-<variant>]-<digest>
+    variant: str = "default"  #: the generator's variant (socketlab.layer.generate.VARIANTS)
 
     def as_dict(self) -> dict:
         return {"shape": self.shape, "name": self.name, "context": self.context,
                 "batch": self.batch, "seed": self.seed, "ctx_repeat": self.ctx_repeat,
-                "key": self.key}  # fmt: skip
+                "key": self.key, "variant": self.variant}  # fmt: skip
 
 
 def shape_path_of(shape: str) -> Path:
@@ -58,12 +59,15 @@ def shape_path_of(shape: str) -> Path:
     return EXPERIMENTS / "shapes" / f"{shape}.yaml"
 
 
-def dump_key(shape_path: Path, name: str, context: int, batch: int, seed: int) -> str:
-    """Cache folder name: readable parameters plus a digest of what the dump depends on."""
+def dump_key(shape_path: Path, name: str, context: int, batch: int, seed: int,
+             variant: str = "default") -> str:  # fmt: skip
+    """Cache folder name: readable parameters plus a digest of what the dump depends on (the
+    default variant's keys are those before variants existed)."""
     from socketlab.layer import VERSION
 
     digest = hashlib.sha256(shape_path.read_bytes() + f"\0{VERSION}".encode()).hexdigest()[:12]
-    return f"{name}-c{context}-b{batch}-s{seed}-{digest}"
+    tag = "" if variant == "default" else f"-{variant}"
+    return f"{name}-c{context}-b{batch}-s{seed}{tag}-{digest}"
 
 
 def dump_context(shape: str, context: int, cap: int = KV_CAP) -> tuple[int, int]:
@@ -85,17 +89,21 @@ def dump_context(shape: str, context: int, cap: int = KV_CAP) -> tuple[int, int]
 
 
 def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
-             kv_cap: int = KV_CAP) -> DumpRef:  # fmt: skip
+             kv_cap: int = KV_CAP, variant: str = "default") -> DumpRef:  # fmt: skip
     """The dump a run of ``shape`` at ``context`` uses (pure: reads the shape file only)."""
+    from socketlab.layer.generate import VARIANTS
     from socketlab.layer.shapes import load_shape
 
     if context < 1 or not 1 <= batch <= 64:
         raise SocketlabError(f"layer dump: context {context}, batch {batch}: expected a "
                              "positive context and 1 <= batch <= 64")
+    if variant not in VARIANTS:
+        raise SocketlabError(f"layer dump: variant {variant!r}: expected one of "
+                             f"{', '.join(VARIANTS)}")
     loaded = load_shape(shape)  # one-line error for a bad or missing shape file
     dump_ctx, repeat = dump_context(shape, context, kv_cap)
-    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed)
-    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key)
+    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant)
+    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant)
 
 
 def file_sums(folder: Path) -> dict[str, dict[str, str]]:
@@ -131,7 +139,8 @@ def manifest(folder: Path) -> dict[str, dict[str, str]]:
     return sums
 
 
-def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path) -> Path:
+def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
+                variant: str = "default") -> Path:  # fmt: skip
     """The cached dump's folder, generated first if the cache lacks it (``context`` is the
     dump's own, already capped). A lock makes one generator per dump, even across processes;
     the dump is written to a temporary folder renamed in place, so a killed run leaves none
@@ -140,7 +149,7 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path) ->
     from socketlab.layer.shapes import load_shape
 
     loaded = load_shape(shape)
-    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed)
+    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -154,14 +163,15 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path) ->
         tmp = cache / f".{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            write_layer(build_layer(loaded, context, batch, seed), tmp)
+            write_layer(build_layer(loaded, context, batch, seed, variant=variant), tmp)
             manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json: incomplete
             os.rename(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         print(f"layer dump: generated {final} ({loaded.name}, context {context}, batch {batch}, "
-              f"seed {seed}) in {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+              f"seed {seed}, {variant}) in {time.monotonic() - t0:.1f} s", file=sys.stderr,
+              flush=True)
     return final
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from socketlab.layer.dump import Dump, validate
 from socketlab.layer.errors import LayerError
-from socketlab.layer.reference import BOUNDARIES, Rows, err, layer_ref
+from socketlab.layer.reference import Rows, boundaries_for, err, layer_ref
 from socketlab.layer.shapes import Shape
 
 BAR_FACTOR = 1.5
@@ -44,15 +44,17 @@ class GateLine:
 
 
 def dump_boundaries(meta: dict[str, Any]) -> tuple[str, ...]:
-    return BOUNDARIES if meta.get("ple") else tuple(b for b in BOUNDARIES if b not in ("pg", "pact", "pp"))
+    return boundaries_for(shape_from_meta(meta, "meta.json"))
 
 
 def shape_from_meta(meta: dict[str, Any], where: str) -> Shape:
     kind = meta.get("layer_type")
     if kind not in ("sliding_attention", "full_attention"):
         raise LayerError(f"{where}: layer_type: expected sliding_attention or full_attention, got {kind!r}")
-    if meta.get("moe"):
-        raise LayerError(f"{where}: moe: expected false; MoE dumps aren't supported")
+    moe = {k: meta.get(k) for k in ("experts", "top_k", "moe_inter")} if meta.get("moe") else {}
+    if moe and not all(isinstance(v, int) and v > 0 for v in moe.values()):
+        raise LayerError(f"{where}: moe: true needs experts, top_k and moe_inter as positive "
+                         f"integers, got {moe}")
     sliding = kind == "sliding_attention"
     window = meta.get("window")
     if sliding and (not isinstance(window, int) or window < 2):
@@ -71,6 +73,7 @@ def shape_from_meta(meta: dict[str, Any], where: str) -> Shape:
         eps=float(meta.get("eps", 1e-6)),
         kv_eq=bool(meta.get("kv_eq", False)),
         layer=int(meta.get("layer") or 0),
+        **moe,
     )
 
 
@@ -88,6 +91,8 @@ def load_rows(dumps: list[Dump]) -> tuple[Shape, dict[str, np.ndarray], Rows]:
         vcache=[d.f32("vcache") if d.has("vcache") else empty for d in dumps],
         cos=d0.f32("cos"),
         sin=d0.f32("sin"),
+        router_idx=np.stack([d.f32("router_idx").astype(np.int64) for d in dumps])
+        if shape.moe else None,
     )
     return shape, w, rows
 

@@ -23,7 +23,8 @@ from socketlab.layer.weights import check_weights
 
 _DTYPES = {"BF16": ("<u2", 2), "F32": ("<f4", 4), "F16": ("<f2", 2)}
 #: Fields a shape file and the checkpoint's config must agree on.
-_AGREE = ("attention", "hidden", "heads", "kv_heads", "head_dim", "window", "inter", "ple")
+_AGREE = ("attention", "hidden", "heads", "kv_heads", "head_dim", "window", "inter", "ple",
+          "experts", "top_k", "moe_inter")
 
 
 def read_header(path: Path) -> tuple[dict, int]:
@@ -81,6 +82,7 @@ def load_checkpoint_layer(
     if not files:
         raise LayerError(f"{ckpt}: no *.safetensors files; expected the checkpoint's weights")
     want = {n for n, *_ in shape.matrices()} | {n for n, _ in shape.norms()} | {"layer_scalar"}
+    want |= {n for n, _ in shape.expert_tensors()}  # MoE: the stacked experts (3-D)
     tail = re.compile(rf"(?:^|\.)layers\.{layer}\.(.+)$")
     found: dict[str, tuple[Path, str, dict, int]] = {}
     for path in files:

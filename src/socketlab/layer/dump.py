@@ -174,25 +174,40 @@ def expected_tensors(meta: dict[str, Any], boundaries: Iterable[str]) -> dict[st
             "w.post_per_layer_input_norm.weight": ("bf16", (h,)),
             "per_layer_input": ("f32", (ple,)),
         }
+    ne, k, ei = meta.get("experts") or 0, meta.get("top_k") or 0, meta.get("moe_inter") or 0
+    if meta.get("moe"):
+        want |= {
+            "w.router.proj.weight": ("bf16", (ne, h)),
+            "w.router.scale": ("bf16", (h,)),
+            "w.router.per_expert_scale": ("bf16", (ne,)),
+            "w.pre_feedforward_layernorm_2.weight": ("bf16", (h,)),
+            "w.post_feedforward_layernorm_1.weight": ("bf16", (h,)),
+            "w.post_feedforward_layernorm_2.weight": ("bf16", (h,)),
+            "w.experts.gate_up_proj": ("bf16", (ne, 2 * ei, h)),
+            "w.experts.down_proj": ("bf16", (ne, h, ei)),
+            "router_idx": ("f32", (k,)),
+        }
     if cl:  # a zero-row cache has no file: the manifest can't list a 0 dimension
         want["kcache"] = ("bf16", (kvh, cl, hd))
         want["vcache"] = ("bf16", (kvh, cl, hd))
     sizes = {"xn": h, "q": q, "qn": q, "k": kv, "v": kv, "kn": kv, "vn": kv, "attn": q, "o": h,
              "h1": h, "xn2": h, "gate": inter, "up": inter, "act": inter, "down": h, "h2": h,
-             "pg": ple, "pact": ple, "pp": h, "out": h}  # fmt: skip
+             "pg": ple, "pact": ple, "pp": h, "out": h, "rs": ne, "rw": k, "xn3": h,
+             "moe": h}  # fmt: skip
     for b in boundaries:
         want[f"ref.{b}"] = ("f32", (sizes[b],))
     return want
 
 
 META_INTS = ("hidden", "heads", "kv_heads", "head_dim", "inter", "ple", "cache_len", "ctx")
+MOE_INTS = ("experts", "top_k", "moe_inter")
 
 
 def validate(dump: Dump, boundaries: Iterable[str]) -> None:
     """Manifest vs meta vs files: every expected tensor listed with its dtype and shape, every
     listed file present and of the right size. Raises LayerError naming the first problem."""
     meta_file = dump.path / META
-    for key in META_INTS:
+    for key in META_INTS + (MOE_INTS if dump.meta.get("moe") else ()):
         v = dump.meta.get(key)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise LayerError(f"{meta_file}: {key}: expected a non-negative integer, got {v!r}")

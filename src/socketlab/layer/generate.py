@@ -10,16 +10,35 @@ from typing import Any
 import numpy as np
 
 from socketlab.layer import VERSION
+from socketlab.layer.bf16 import round_f32
 from socketlab.layer.dump import DumpWriter
 from socketlab.layer.errors import LayerError
 from socketlab.layer.history import history
-from socketlab.layer.reference import ATTN_SCALE, Rows, boundaries_for, err, layer_ref
+from socketlab.layer.reference import (
+    ATTN_SCALE,
+    Rows,
+    boundaries_for,
+    err,
+    layer_ref,
+    routing_kl,
+    top_k,
+)
 from socketlab.layer.rope import cos_sin
 from socketlab.layer.shapes import Shape
 from socketlab.layer.spread import REALIZATIONS, spread
 from socketlab.layer.weights import RESIDUAL_RMS, TAG_INPUTS, random_weights, rng_for
 
 MAX_BATCH = 64
+#: Generator variants (`layer-dump --variant`, a spec's layer_dump `variant:`):
+#: near-tie makes the BF16 softmax probabilities the attention's dominant error, so rounding P
+#: to one bf16 in the PV product (--pv-unsplit) shows against the bar: q_norm's weights x
+#: NEAR_TIE_Q (logit spread ~0.07, every exp(s - max) in (0.8, 1], where bf16's spacing is
+#: 2^-8), the KV history rounded to bf16 before both references (as a BF16 KV cache holds it),
+#: and the residual stream at RMS NEAR_TIE_RESIDUAL (1: the attention branch is half of h1, so
+#: its error reaches a MoE router's inputs as much as their own bf16 rounding does)
+VARIANTS = ("default", "near-tie")
+NEAR_TIE_Q = 0.03
+NEAR_TIE_RESIDUAL = 1.0
 
 
 @dataclasses.dataclass
@@ -34,6 +53,7 @@ class Layer:
     f32: dict[str, np.ndarray]  #: boundary -> [B, n]
     bf16: dict[str, np.ndarray]
     checkpoint: str | None = None
+    variant: str = "default"
 
     @property
     def batch(self) -> int:
@@ -67,7 +87,10 @@ def build_layer(
     seed: int,
     weights: dict[str, np.ndarray] | None = None,
     checkpoint: str | None = None,
+    variant: str = "default",
 ) -> Layer:
+    if variant not in VARIANTS:
+        raise LayerError(f"--variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
     if context < 1:
         raise LayerError(f"--context: expected a positive number of tokens, got {context}")
     if not 1 <= batch <= MAX_BATCH:
@@ -75,11 +98,19 @@ def build_layer(
     if seed < 0:
         raise LayerError(f"--seed: expected a non-negative integer, got {seed}")
     w = weights if weights is not None else random_weights(shape, seed)
+    near_tie = variant == "near-tie"
+    if near_tie:
+        w = dict(w)
+        for name in ("self_attn.q_norm.weight",):
+            w[name] = round_f32(w[name] * np.float32(NEAR_TIE_Q))
     cos, sin = cos_sin(shape, context)  # the decode token sits at position `context`
     xs, plis, kcs, vcs = [], [], [], []
     for i in range(batch):
         x, pli = row_inputs(shape, seed, i)
         kc, vc = history(shape, w, seed, i, context)
+        if near_tie:
+            x = x * np.float32(NEAR_TIE_RESIDUAL / RESIDUAL_RMS)
+            kc, vc = round_f32(kc), round_f32(vc)
         xs.append(x)
         plis.append(pli)
         kcs.append(kc)
@@ -92,16 +123,31 @@ def build_layer(
         cos=cos,
         sin=sin,
     )
+    f32 = layer_ref(shape, w, rows, bf16=False)
+    if shape.moe:  # the FP32 reference's experts, pinned for every other computation
+        rows.router_idx = top_k(f32["rs"], shape.top_k)
     return Layer(
         shape=shape,
         context=context,
         seed=seed,
         weights=w,
         rows=rows,
-        f32=layer_ref(shape, w, rows, bf16=False),
+        f32=f32,
         bf16=layer_ref(shape, w, rows, bf16=True),
         checkpoint=checkpoint,
+        variant=variant,
     )
+
+
+def routing_meta(layer: Layer, row: int) -> dict[str, Any]:
+    """A MoE row's routing: the pinned experts, and how far the BF16 reference's routing
+    distribution lies from FP32's (the bar a stage's routing KL is compared with)."""
+    s = layer.shape
+    rs32, rs16 = layer.f32["rs"][row : row + 1], layer.bf16["rs"][row : row + 1]
+    own = top_k(rs16, s.top_k)[0]
+    pinned = layer.rows.router_idx[row]
+    return {"top_k": [int(e) for e in pinned], "kl_bf16": float(routing_kl(rs32, rs16)[0]),
+            "flips_bf16": int(len(set(pinned.tolist()) - set(own.tolist())))}
 
 
 def meta_for(layer: Layer, row: int) -> dict[str, Any]:
@@ -122,7 +168,7 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
         "eps": s.eps,
         "inter": s.inter,
         "ple": s.ple,
-        "moe": False,
+        "moe": s.moe,
         "kv_eq": s.kv_eq,
         "tp": 1,
         "rank": 0,
@@ -145,6 +191,9 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
             "partial_rotary_factor": s.partial_rotary_factor,
         },
         "weights": "checkpoint" if layer.checkpoint else "random",
+        "variant": layer.variant,
+        **({"experts": s.experts, "top_k": s.top_k, "moe_inter": s.moe_inter,
+            "routing": routing_meta(layer, row)} if s.moe else {}),
         "bf16_ref_err": layer.bar(row),
         # after bf16_ref_err (l2r_layer.c reads that one; this key is ours): see spread.py
         "bf16_ref_spread": {"realizations": REALIZATIONS, "rel_rms_max": layer.spread[row]},
@@ -165,12 +214,15 @@ def write_layer(layer: Layer, out: str | Path) -> list[Path]:
         # state-dict order of Gemma4TextDecoderLayer (the manifest order is cosmetic)
         order = [n for n, *_ in s.matrices()[:2]] + [n for n, *_ in s.norms()[1:3]]
         names = order + [n for n, *_ in s.matrices()[2:]] + [n for n, _ in s.norms() if n not in order]
+        names += [n for n, _ in s.expert_tensors()]
         for name in names:
             wr.tensor("w." + name, layer.weights[name], "bf16", link_to=link)
         wr.tensor("layer_scalar", layer.weights["layer_scalar"].reshape(1), "f32")
         wr.tensor("x_in", layer.rows.x_in[i], "f32")
         if s.ple:
             wr.tensor("per_layer_input", layer.rows.per_layer_input[i], "f32")
+        if s.moe:  # as ref_layer.py: the pinned experts as f32
+            wr.tensor("router_idx", layer.rows.router_idx[i].astype(np.float32), "f32")
         wr.tensor("cos", layer.rows.cos, "f32")
         wr.tensor("sin", layer.rows.sin, "f32")
         if layer.rows.kcache[i].shape[1]:

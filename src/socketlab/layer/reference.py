@@ -2,7 +2,9 @@
 
 Follows transformers' Gemma4TextDecoderLayer (checked against it in
 tests/test_layer_reference.py) and names the op boundaries as ref_layer.py did:
-xn q qn k v kn vn attn o h1 xn2 gate up act down h2 pg pact pp out.
+xn q qn k v kn vn attn o h1 xn2 gate up act down h2 pg pact pp out; a MoE layer (26B-A4B) adds
+rs rw xn3 moe after down: the router's logits and the top-k weights, the experts' input norm and
+their weighted sum (ref_layer.py's MoE branch, HF's Gemma4TextRouter / Gemma4TextExperts).
 
 BF16 mode is what a BF16 kernel computes: BF16 weights (the weights here are BF16-exact
 already), every GEMV input rounded to BF16, BF16 KV (history rows and the new row), FP32
@@ -26,6 +28,9 @@ BOUNDARIES = (
     "xn", "q", "qn", "k", "v", "kn", "vn", "attn", "o", "h1", "xn2",
     "gate", "up", "act", "down", "h2", "pg", "pact", "pp", "out",
 )  # fmt: skip
+#: the MoE block's boundaries, after down (ref_layer.py's order)
+MOE_BOUNDARIES = ("rs", "rw", "xn3", "moe")
+_PLE_BOUNDARIES = ("pg", "pact", "pp")
 #: Gemma-4's score scale: q and k are RMS-normed, so there is no 1/sqrt(head_dim).
 ATTN_SCALE = 1.0
 _GELU_C = np.float32(np.sqrt(2.0 / np.pi))
@@ -41,10 +46,34 @@ class Rows:
     vcache: list[np.ndarray]  #: per row [kv_heads, T, head_dim], v-normed
     cos: np.ndarray  #: [head_dim], the decode position's RoPE
     sin: np.ndarray
+    #: [B, top_k] MoE: the experts each row uses, pinned (ref_layer.py pins HF's choice so a
+    #: near-tie can't flip it between the references); None: the computation's own top-k
+    router_idx: np.ndarray | None = None
 
 
 def boundaries_for(shape: Shape) -> tuple[str, ...]:
-    return BOUNDARIES if shape.ple else tuple(b for b in BOUNDARIES if b not in ("pg", "pact", "pp"))
+    out = [b for b in BOUNDARIES if shape.ple or b not in _PLE_BOUNDARIES]
+    if shape.moe:
+        i = out.index("down") + 1
+        out[i:i] = MOE_BOUNDARIES
+    return tuple(out)
+
+
+def top_k(rs: np.ndarray, k: int) -> np.ndarray:
+    """[B, k] the k largest logits' experts per row, largest first (torch.topk's order)."""
+    return np.argsort(-rs, axis=-1, kind="stable")[:, :k]
+
+
+def routing_kl(rs_ref: np.ndarray, rs: np.ndarray) -> np.ndarray:
+    """[B] KL(softmax(rs_ref) || softmax(rs)) in nats: how far a computation's routing
+    distribution lies from the reference's (float64)."""
+    def logp(x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, np.float64)
+        m = x.max(axis=-1, keepdims=True)
+        return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+    lp, lq = logp(rs_ref), logp(rs)
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
 
 
 def rms(x: np.ndarray, w: np.ndarray | None, eps: float) -> np.ndarray:
@@ -172,7 +201,12 @@ def layer_ref(
     b["up"] = lin(b["xn2"], "mlp.up_proj.weight")
     b["act"] = gelu_tanh(b["gate"]) * b["up"]
     b["down"] = lin(b["act"], "mlp.down_proj.weight")
-    h2 = h1 + rms(b["down"], w["post_feedforward_layernorm.weight"], eps)
+    ffn = b["down"]
+    if shape.moe:
+        moe = _moe_block(shape, w, rows, h1, b, r, order)
+        ffn = rms(b["down"], w["post_feedforward_layernorm_1.weight"], eps) + rms(
+            moe, w["post_feedforward_layernorm_2.weight"], eps)
+    h2 = h1 + rms(ffn, w["post_feedforward_layernorm.weight"], eps)
     b["h2"] = h2
     scalar = w["layer_scalar"].astype(np.float32)
     if not shape.ple:
@@ -185,6 +219,34 @@ def layer_ref(
         np.float32
     )
     return b
+
+
+def _moe_block(shape: Shape, w: dict[str, np.ndarray], rows: Rows, h1: np.ndarray,
+               b: dict[str, np.ndarray], r, order: np.random.Generator | None) -> np.ndarray:
+    """26B-A4B's experts beside the dense MLP, on h1 (ref_layer.py; HF Gemma4TextRouter /
+    Gemma4TextExperts): the router's logits rs on rms(h1) x scale / sqrt(hidden), softmax
+    (FP32), the top-k experts (pinned: rows.router_idx) renormalised and times their
+    per_expert_scale (rw); each picked expert's gate/up on xn3 = rms(h1, pre_ff_2), gelu x up,
+    its down rows, weighted and summed (moe). BF16 mode rounds every GEMV input (the router's
+    input, xn3, each expert's activation). Fills b's rs rw xn3 moe; returns moe."""
+    eps, nb, ei = shape.eps, h1.shape[0], shape.moe_inter
+    rn = rms(h1, None, eps) * w["router.scale"] * np.float32(shape.hidden ** -0.5)
+    b["rs"] = _dot(r(rn), w["router.proj.weight"], order).astype(np.float32, copy=False)
+    p = softmax(b["rs"])
+    idx = top_k(b["rs"], shape.top_k) if rows.router_idx is None else rows.router_idx
+    picked = np.take_along_axis(p, idx, axis=-1)
+    b["rw"] = (picked / picked.sum(axis=-1, keepdims=True, dtype=np.float32)
+               * w["router.per_expert_scale"][idx]).astype(np.float32)
+    b["xn3"] = rms(h1, w["pre_feedforward_layernorm_2.weight"], eps)
+    gu_w, dn_w = w["experts.gate_up_proj"], w["experts.down_proj"]
+    moe = np.zeros_like(h1)
+    for i in range(nb):
+        for j, e in enumerate(idx[i].tolist()):
+            gu = _dot(r(b["xn3"][i : i + 1]), gu_w[e], order)[0]
+            a = gelu_tanh(gu[:ei]) * gu[ei:]
+            moe[i] += _dot(r(a[None]), dn_w[e], order)[0] * b["rw"][i, j]
+    b["moe"] = moe
+    return moe
 
 
 def err(a: np.ndarray, ref: np.ndarray) -> dict[str, float]:

@@ -28,7 +28,8 @@ HF_LAYER_TYPE = {"sliding": "sliding_attention", "full": "full_attention"}
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    """One Gemma-4 text decoder layer (dense, with per-layer input)."""
+    """One Gemma-4 text decoder layer: dense or MoE (26B-A4B's block beside the dense MLP),
+    with or without per-layer input."""
 
     name: str
     hidden: int
@@ -48,6 +49,13 @@ class Shape:
     model: str | None = None
     published_weight_mib: float | None = None  #: the published bf16 matrix size, if any
     source: str | None = None  #: where the shape file came from
+    experts: int = 0  #: MoE experts (HF num_experts); 0: a dense layer
+    top_k: int = 0  #: experts each token picks (HF top_k_experts)
+    moe_inter: int = 0  #: one expert's gate/up rows (HF moe_intermediate_size)
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 0
 
     @property
     def layer_type(self) -> str:
@@ -81,7 +89,22 @@ class Shape:
                 ("per_layer_input_gate.weight", self.ple, self.hidden),
                 ("per_layer_projection.weight", self.hidden, self.ple),
             ]
+        if self.moe:
+            out.append(("router.proj.weight", self.experts, self.hidden))
         return out
+
+    def expert_tensors(self) -> list[tuple[str, tuple[int, ...]]]:
+        """(state-dict name, dims) of the MoE experts' stacked weights (HF Gemma4TextExperts:
+        gate and up rows stacked per expert, then the down matrix)."""
+        if not self.moe:
+            return []
+        e, ei, h = self.experts, self.moe_inter, self.hidden
+        return [("experts.gate_up_proj", (e, 2 * ei, h)), ("experts.down_proj", (e, h, ei))]
+
+    def expert_matrices(self) -> list[tuple[str, int, int]]:
+        """One expert's GEMV matrices (gate, up, down), as an expert socket stripes them."""
+        ei, h = self.moe_inter, self.hidden
+        return [("gate", ei, h), ("up", ei, h), ("down", h, ei)]
 
     def norms(self) -> list[tuple[str, int]]:
         """(state-dict name, length) of every RMSNorm weight."""
@@ -95,15 +118,30 @@ class Shape:
         ]
         if self.ple:
             out.append(("post_per_layer_input_norm.weight", self.hidden))
+        if self.moe:
+            out += [
+                ("pre_feedforward_layernorm_2.weight", self.hidden),
+                ("post_feedforward_layernorm_1.weight", self.hidden),
+                ("post_feedforward_layernorm_2.weight", self.hidden),
+                ("router.scale", self.hidden),
+                ("router.per_expert_scale", self.experts),
+            ]
         return out
 
     def matrix_bytes(self) -> int:
         """BF16 bytes of the GEMV matrices (what the published layer sizes count)."""
         return sum(2 * r * c for _, r, c in self.matrices())
 
-    def gemv_layer_arg(self) -> str:
-        """The `gemv --layer` list (ROWSxCOLS,...) of this layer's matrices."""
-        return ",".join(f"{r}x{c}" for _, r, c in self.matrices())
+    def gemv_layer_arg(self, part: str = "layer") -> str:
+        """The `gemv --layer` list (ROWSxCOLS,...) of this layer's matrices, or of one expert's
+        (part 'expert')."""
+        if part == "expert" and not self.moe:
+            raise SpecError(f"{self.source or self.name}: experts: the layer is dense; "
+                            "expected a MoE shape for its expert matrices")
+        if part not in ("layer", "expert"):
+            raise SpecError(f"part {part!r}: expected layer or expert")
+        mats = self.expert_matrices() if part == "expert" else self.matrices()
+        return ",".join(f"{r}x{c}" for _, r, c in mats)
 
     def facts(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -130,6 +168,9 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool, Any, str]] = {
     "layer": ((int,), False, lambda v: v >= 0, "an integer >= 0"),
     "model": ((str,), False, lambda v: True, "a string"),
     "published": ((dict,), False, lambda v: True, "a mapping {weight_mib: N, source: TEXT}"),
+    "experts": ((int,), False, lambda v: v >= 0, "an integer >= 0 (0: a dense layer)"),
+    "top_k": ((int,), False, lambda v: v >= 1, "a positive integer"),
+    "moe_inter": ((int,), False, *_POS),
 }
 
 
@@ -176,6 +217,14 @@ def shape_from_mapping(doc: Any, where: str, name: str) -> Shape:
     # proportional RoPE rotates int(factor * head_dim // 2) frequency pairs; none is no RoPE
     if rope_type == "proportional" and int(factor * doc["head_dim"] // 2) < 1:
         raise SpecError(f"{where}: partial_rotary_factor: expected >= 2/head_dim, got {factor}")
+    experts = doc.get("experts", 0)
+    if experts and not 1 <= doc.get("top_k", 0) <= experts:
+        raise SpecError(f"{where}: top_k: expected 1..experts ({experts}) for a MoE layer, "
+                        f"got {doc.get('top_k')!r}")
+    if experts and "moe_inter" not in doc:
+        raise SpecError(f"{where}: moe_inter: missing; expected a positive integer for a MoE layer")
+    if not experts and ("top_k" in doc or "moe_inter" in doc):
+        raise SpecError(f"{where}: experts: expected a positive count with top_k / moe_inter")
     published = doc.get("published") or {}
     mib = published.get("weight_mib")
     if mib is not None and (isinstance(mib, bool) or not isinstance(mib, int | float)):
@@ -199,6 +248,9 @@ def shape_from_mapping(doc: Any, where: str, name: str) -> Shape:
         model=doc.get("model"),
         published_weight_mib=None if mib is None else float(mib),
         source=where,
+        experts=experts,
+        top_k=doc.get("top_k", 0) if experts else 0,
+        moe_inter=doc.get("moe_inter", 0) if experts else 0,
     )
 
 
@@ -238,8 +290,6 @@ def from_hf_text_config(tc: dict[str, Any], layer: int, where: str) -> Shape:
         raise SpecError(f"{where}: num_hidden_layers/layer_types: expected a Gemma-4 text config")
     if not 0 <= layer < n_layers:
         raise SpecError(f"{where}: --layer: expected 0..{n_layers - 1}, got {layer}")
-    if get("enable_moe_block"):
-        raise SpecError(f"{where}: enable_moe_block: expected false; MoE layers aren't supported")
     shared = get("num_kv_shared_layers", 0) or 0
     if shared and layer >= n_layers - shared:
         raise SpecError(
@@ -284,6 +334,9 @@ def from_hf_text_config(tc: dict[str, Any], layer: int, where: str) -> Shape:
         "kv_eq": kv_eq,
         "layer": layer,
     }
+    if get("enable_moe_block"):  # 26B-A4B: the experts beside the dense MLP, every layer
+        doc |= {"experts": get("num_experts"), "top_k": get("top_k_experts"),
+                "moe_inter": get("moe_intermediate_size")}
     return shape_from_mapping(doc, where, f"{Path(where).parent.name}-l{layer}")
 
 

@@ -102,7 +102,7 @@ def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host
     values: dict[str, object] = {}
     for key, f in fields:
         text = render_field(f, ctx, spec, host, note).strip()
-        if key == "shape":
+        if key in ("shape", "variant"):
             values[key] = text
             continue
         try:

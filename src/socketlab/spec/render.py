@@ -165,14 +165,15 @@ def _bounded_filter(func: Any) -> Any:
     return bounded
 
 
-def _layer_matrices_filter(shape: Any) -> str:
+def _layer_matrices_filter(shape: Any, part: Any = "layer") -> str:
     """`'gemma4-e2b-l0' | layer_matrices`: the shape's GEMV matrices as `gemv --layer` takes
-    them, read here on the controller (a host needs no shape files and no socketlab)."""
+    them, read here on the controller (a host needs no shape files and no socketlab);
+    `layer_matrices('expert')`: one MoE expert's (gate, up, down)."""
     from socketlab.errors import SocketlabError
     from socketlab.layer.shapes import load_shape
 
     try:
-        return load_shape(str(shape)).gemv_layer_arg()
+        return load_shape(str(shape)).gemv_layer_arg(str(part))
     except SocketlabError as exc:
         raise TemplateLimit(f"layer_matrices: {exc}") from None
 

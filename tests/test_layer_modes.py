@@ -1,8 +1,10 @@
-"""native/layer's KV policies (P4, issue 27): rotated KV copies (paths A/B/C), one tile of all
-positions, PREFETCHNTA, early staging, attention only, and sliding layers under them. Every
-mode that computes the layer passes the stage's gate at B = 1 and 16 on 1 and 2 workers, on the
-portable path and the packed-KV path (AMX emulated: any host); a planted error in each mode
-fails it; copies are checked copy by copy. One gcc build (tests/test_layer_stage.py builds both
+"""native/layer's modes of issue 27: the KV policies (P4: rotated KV copies for paths A/B/C,
+one tile of all positions, PREFETCHNTA, early staging, attention only, sliding layers under
+them), and the 26B-A4B MoE block (router, pinned top-k renormalised with per-expert scales,
+the experts, the two FFN norms) with attention_k_eq_v and no per-layer input. Every mode that
+computes the layer passes the stage's gate at B = 1 and 16 on 1 and 2 workers, on the portable
+path and the packed-KV path (AMX emulated: any host); a planted error in each mode fails it;
+copies are checked copy by copy. One gcc build (tests/test_layer_stage.py builds both
 compilers); tiny shapes, a few steps."""
 
 from __future__ import annotations
@@ -198,3 +200,88 @@ def test_cold_target_is_p4_runs_on_the_published_l3():
     assert template.render(facts=topology_facts("c8i-metal-48xl")) == "--kv-cold-mib=1536"
     with pytest.raises(TemplateLimit, match="report no L3 size"):
         template.render(facts={"caches": {"L2": {"size_bytes": 2 << 20}}})
+
+
+# ---- the MoE block (tiny-moe: 8 experts, top 2, k_eq_v, no per-layer input) ----
+
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory) -> Path:
+    return layer_dump("tiny-moe", 64, 16, tmp_path_factory.mktemp("moe") / "d")
+
+
+def moe_records(metrics: list[dict]) -> dict[str, dict]:
+    return {m["name"]: m for m in metrics if m["name"] in ("gate_pass", "routing_kl",
+                                                          "routing_flips")}
+
+
+def test_moe_layer_passes_gate(build, moe):
+    """Every boundary of the MoE layer (rs rw xn3 moe among them) within the gate; the routing
+    distribution as close to FP32 as the BF16 reference's, no pinned expert outside the stage's
+    own top-k."""
+    for binary, kernel in kernels(build):
+        for batch, workers in SHAPES_RUN:
+            proc = run(binary, "--dump", str(moe), "--gemv", kernel, "--batch", str(batch),
+                       "--cpus", CPUS[workers], "--steps", "4")
+            meta, metrics = records(proc)
+            assert proc.returncode == 0, proc.stderr
+            gate = {m["boundary"] for m in metrics if m["name"] == "gate_rel_rms"}
+            assert {"rs", "rw", "xn3", "moe"} <= gate and not gate & {"pg", "pact", "pp"}
+            assert all(m["pass"] for m in metrics if m["name"] == "gate_rel_rms")
+            got = moe_records(metrics)
+            assert got["gate_pass"]["value"] == 1 and got["routing_flips"]["value"] == 0
+            assert got["routing_flips"]["pairs"] == 2 * batch
+            assert 0 < got["routing_kl"]["value"] < 2 * got["routing_kl"]["bf16"], got
+            phases = {m["phase"] for m in metrics if m["name"] == "phase_compute"}
+            assert {"gateup", "down", "expert_down"} <= phases
+
+
+def test_moe_planted_errors_fail_gate(build, moe, full):
+    """A wrong expert for one pick fails at the routing weights (the block's first boundary it
+    reaches); a dense layer refuses the MoE planted error (exit 2)."""
+    proc = run(build / "layer", "--dump", str(moe), "--batch", "16", "--cpus", CPUS[2],
+               "--steps", "4", "--debug", "swap-expert")
+    assert proc.returncode == 1 and "gate failed at boundary rw:" in proc.stderr, proc.stderr
+    assert moe_records(records(proc)[1])["gate_pass"]["value"] == 0
+    proc = run(build / "layer", "--dump", str(full), "--steps", "3", "--debug", "swap-expert")
+    assert proc.returncode == 2 and "dense layer" in proc.stderr
+
+
+def test_near_tie_moe_unsplit_p_fails_split_passes(build, tmp_path):
+    """The routing check's premise on the near-tie variant: P rounded to one bf16 fails the
+    gate at attn (and says so in gate_pass before exiting 1); split P passes."""
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    dump = tmp_path / "nt"
+    proc = subprocess.run([str(orchestrate), "layer-dump", "tiny-moe", "--context", "256",
+                           "--batch", "16", "--seed", "1", "--variant", "near-tie", "--out",
+                           str(dump), "--quiet"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    args = ["--dump", str(dump), "--gemv", "amx", "--batch", "16", "--steps", "3"]
+    split = run(build / "layer_amx_emu", *args)
+    assert split.returncode == 0, split.stderr
+    unsplit = run(build / "layer_amx_emu", *args, "--pv-unsplit")
+    assert unsplit.returncode == 1 and "gate failed at boundary attn:" in unsplit.stderr
+    got = {name: moe_records(records(p)[1]) for name, p in (("split", split),
+                                                            ("unsplit", unsplit))}
+    assert got["split"]["gate_pass"]["value"] == 1 and got["unsplit"]["gate_pass"]["value"] == 0
+    assert got["unsplit"]["gate_pass"]["failed_at"] == "attn"
+
+
+def test_dense_layer_without_ple_and_with_k_eq_v(build, tmp_path):
+    """The 12B / 31B form (no per-layer input, V = the raw K projection; the output is h2 x
+    scalar after down): generated from tiny-moe's shape without experts, gated."""
+    import dataclasses
+
+    from socketlab.layer.generate import build_layer, write_layer
+    from socketlab.layer.shapes import load_shape
+
+    shape = dataclasses.replace(load_shape("tiny-moe"), experts=0, top_k=0, moe_inter=0,
+                                name="tiny-dense-keqv")
+    write_layer(build_layer(shape, 64, 16, 3), tmp_path / "d")
+    for binary, kernel in kernels(build):
+        for batch, workers in ((1, 1), (16, 2)):
+            proc = run(binary, "--dump", str(tmp_path / "d"), "--gemv", kernel, "--batch",
+                       str(batch), "--cpus", CPUS[workers], "--steps", "4")
+            assert proc.returncode == 0, proc.stderr
+            _, metrics = records(proc)
+            gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
+            assert len(gate) == 17 and all(m["pass"] for m in gate)  # no pg pact pp
