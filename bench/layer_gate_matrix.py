@@ -6,7 +6,7 @@ planted error in each mode, as one table (docs/runs/).
 
 BUILD holds native/layer (make -C native BUILD=... BUILD/layer). Dumps are generated into DIR
 once (orchestrate layer-dump, seed 3, 16 rows): tiny-full 512 (full attention), tiny 100
-(sliding), tiny-moe 256 (the MoE block, k_eq_v, no per-layer input). A kernel the CPU lacks prints the binary's "not available on this host" line. Each
+(sliding), tiny-moe 256 (the MoE block, k_eq_v, no per-layer input), tiny 100 TP2 rank 1. A kernel the CPU lacks prints the binary's "not available on this host" line. Each
 row: the worst boundary's ratio of rel RMS to its limit over the mode's runs (must be <= 1), the
 copies checked, and what the planted error printed (must fail, exit 1).
 """
@@ -35,18 +35,23 @@ MODES: dict[str, tuple[list[str], str, str] | tuple[list[str], str, str, tuple[s
                 "perturb-row", "boundary q"),
     "moe": ([], "swap-expert", "boundary rw", ("moe",)),
     "moe-copies": (["--kv-copies", "4"], "corrupt-copy", "kv copy", ("moe",)),
+    "tp": ([], "drop-rest", "boundary h1", ("tp2-r1",)),
 }
-DUMPS = {"full": ("tiny-full", 512), "sliding": ("tiny", 100), "moe": ("tiny-moe", 256)}
+#: name -> (shape, context[, tp, rank])
+DUMPS = {"full": ("tiny-full", 512), "sliding": ("tiny", 100), "moe": ("tiny-moe", 256),
+         "tp2-r1": ("tiny", 100, 2, 1)}
 DENSE = ("full", "sliding")
 
 
 def dump(dumps: Path, name: str) -> Path:
-    shape, context = DUMPS[name]
-    out = dumps / f"{shape}-c{context}-b16-s3"
+    shape, context, *tp = DUMPS[name]
+    out = dumps / (f"{shape}-c{context}-b16-s3" + (f"-tp{tp[0]}r{tp[1]}" if tp else ""))
     if not (out / "meta.json").is_file():
         orchestrate = Path(sys.executable).parent / "orchestrate"
+        split = ["--tp", str(tp[0]), "--rank", str(tp[1])] if tp else []
         subprocess.run([str(orchestrate), "layer-dump", shape, "--context", str(context),
-                        "--batch", "16", "--seed", "3", "--out", str(out), "--quiet"], check=True)
+                        "--batch", "16", "--seed", "3", *split, "--out", str(out), "--quiet"],
+                       check=True)
     return out
 
 

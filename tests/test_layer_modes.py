@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,3 +286,84 @@ def test_dense_layer_without_ple_and_with_k_eq_v(build, tmp_path):
             _, metrics = records(proc)
             gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
             assert len(gate) == 17 and all(m["pass"] for m in gate)  # no pg pact pp
+
+
+# ---- tensor-parallel slices (ref_layer.py's tp ranks; socketlab.layer.tp) ----
+
+@pytest.fixture(scope="module")
+def tp_ranks(tmp_path_factory) -> list[Path]:
+    """Both ranks of tiny (sliding, 4 q / 2 KV heads) split TP2: 2 q heads, 1 KV head, 384 FFN
+    rows each, 16 rows."""
+    out = tmp_path_factory.mktemp("tp")
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    dirs = []
+    for rank in (0, 1):
+        d = out / f"r{rank}"
+        proc = subprocess.run([str(orchestrate), "layer-dump", "tiny", "--context", "100",
+                               "--batch", "16", "--seed", "3", "--tp", "2", "--rank", str(rank),
+                               "--out", str(d), "--quiet"], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        dirs.append(d)
+    return dirs
+
+
+def test_tp_slice_passes_gate(build, tp_ranks):
+    for rank, dump in enumerate(tp_ranks):
+        for binary, kernel in kernels(build):
+            for batch, workers in SHAPES_RUN:
+                proc = run(binary, "--dump", str(dump), "--gemv", kernel, "--batch", str(batch),
+                           "--cpus", CPUS[workers], "--steps", "4")
+                meta, _ = gated(proc, batch)
+                assert (meta["tp"], meta["rank"], meta["heads"], meta["kv_heads"],
+                        meta["inter"]) == (2, rank, 2, 1, 384)
+
+
+def test_tp_slice_without_the_all_reduce_fails_at_h1(build, tp_ranks):
+    proc = run(build / "layer", "--dump", str(tp_ranks[1]), "--batch", "16", "--cpus", CPUS[2],
+               "--steps", "4", "--debug", "drop-rest")
+    assert proc.returncode == 1 and "gate failed at boundary h1:" in proc.stderr, proc.stderr
+
+
+def test_tp_slice_references_are_the_whole_layers(tp_ranks):
+    """A rank's q / attn are the whole layer's heads (exactly / to FP32 rounding); its o and down are partial sums,
+    and with o_rest / down_rest they give the whole layer's h1, h2 and out (FP32 rounding only);
+    layer-check recomputes the slice (its bars at 1.0) and catches a changed o_rest."""
+    from socketlab.layer.dump import Dump
+    from socketlab.layer.generate import build_layer
+    from socketlab.layer.reference import err
+    from socketlab.layer.shapes import load_shape
+
+    whole = build_layer(load_shape("tiny"), 100, 16, 3)
+    for rank, path in enumerate(tp_ranks):
+        d = Dump(path)
+        q = slice(rank * 128, (rank + 1) * 128)  # 2 heads x 64
+        assert np.array_equal(d.f32("ref.q"), whole.f32["q"][0, q])
+        assert err(d.f32("ref.attn"), whole.f32["attn"][0, q])["rel_rms"] < 1e-6  # BLAS order
+        assert np.allclose(d.f32("ref.o") + d.f32("o_rest"), whole.f32["o"][0], atol=1e-5)
+        for b in ("h1", "h2", "out"):
+            assert err(d.f32(f"ref.{b}"), whole.f32[b][0])["rel_rms"] < 1e-6, b
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    check = [str(orchestrate), "layer-check", str(tp_ranks[0])]
+    assert subprocess.run(check, capture_output=True, timeout=300).returncode == 0
+    rest = tp_ranks[0] / "o_rest.f32"
+    saved = rest.read_bytes()
+    try:
+        a = np.frombuffer(saved, "<f4").copy()
+        a[:8] += 1.0
+        rest.write_bytes(a.tobytes())
+        proc = subprocess.run(check, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 1 and "boundary h1" in proc.stdout + proc.stderr
+    finally:
+        rest.write_bytes(saved)
+
+
+def test_bad_tp_split_is_one_line_exit_2(tmp_path):
+    orchestrate = Path(sys.executable).parent / "orchestrate"
+    for args, message in ((["tiny", "--tp", "3"], "heads 4 and inter 768 must be multiples"),
+                          (["tiny", "--tp", "2", "--rank", "2"], "0 <= rank < tp"),
+                          (["tiny-moe", "--tp", "2"], "a MoE layer splits into head and expert")):
+        proc = subprocess.run([str(orchestrate), "layer-dump", *args, "--context", "8", "--out",
+                               str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

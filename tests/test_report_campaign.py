@@ -99,7 +99,7 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     spec, plan = _plan("this-machine", "quick")
     skipped = {s.experiment: s.reason for s in plan.skipped}
     amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx", "layer-p2-amx",
-           "layer-p4-amx", "layer-p5-amx"}
+           "layer-p4-amx", "layer-p5-amx", "layer-tp-amx"}
     # the lock experiments need /dev/pseudo_lock, which a kernel without modules can't have
     locked = {"layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked", "layer-e4b-locked",
               "layer-resident-locked", "layer-stability-locked"}

@@ -251,6 +251,12 @@ static void load_row(l_dump* d, l_row* r, int index)
                 sl_usage_error("%s: top_k = %d: expected at most experts (%d) and %d", path,
                                d->top_k, d->experts, L_MAX_TOPK);
         }
+        const char* tp = find_key(js, "tp");
+        d->tp = tp ? meta_int(path, js, "tp", 1) : 1;
+        d->rank = d->tp > 1 ? meta_int(path, js, "rank", 0) : 0;
+        if (d->tp > 1 && d->moe)
+            sl_usage_error("%s: tp %d with moe: a MoE layer splits into head and expert sockets, "
+                           "not tensor-parallel ranks", path, d->tp);
         for (int b = 0; b < NBND; b++) /* PLE's boundaries with a PLE, the MoE block's in one */
             d->has[b] = b >= B_RS ? d->moe : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0 : 1;
         if (d->heads % d->kv_heads)
@@ -363,6 +369,8 @@ static void load_row(l_dump* d, l_row* r, int index)
     }
     r->x_in = load(r->dir, &m, "x_in", "f32", 1, &H);
     r->pli = P ? load(r->dir, &m, "per_layer_input", "f32", 1, &P) : NULL;
+    r->o_rest = d->tp > 1 ? load(r->dir, &m, "o_rest", "f32", 1, &H) : NULL;
+    r->down_rest = d->tp > 1 ? load(r->dir, &m, "down_rest", "f32", 1, &H) : NULL;
     if (d->moe) { /* the pinned experts, as ref_layer.py writes them (f32) */
         float* idx = load(r->dir, &m, "router_idx", "f32", 1, &K);
         for (int j = 0; j < K; j++) {

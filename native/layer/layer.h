@@ -36,6 +36,7 @@ typedef struct {
     double spread[NBND]; /* bf16_ref_spread.rel_rms_max[b]: other valid BF16 realizations' worst
                           * (0 where the dump lacks it: ref_layer.py's, older ours) */
     int router_idx[L_MAX_TOPK]; /* MoE: the experts this row uses (pinned, as ref_layer.py) */
+    float *o_rest, *down_rest; /* a TP slice: the other ranks' o and down [hidden] (else NULL) */
     double routing_kl_bf16; /* MoE: the BF16 reference's routing KL from FP32 (meta routing) */
     char dir[4096];
 } l_row;
@@ -44,6 +45,7 @@ typedef struct {
     int hidden, heads, kv_heads, head_dim, inter, ple, cache_len, window;
     int sliding, kv_eq; /* kv_eq: attention_k_eq_v, V is the raw K projection (no v_proj) */
     int moe, experts, top_k, moe_inter; /* 26B-A4B's MoE block (0: dense) */
+    int tp, rank; /* a tensor-parallel slice (ref_layer.py's tp ranks): tp 1 = a whole layer */
     int has[NBND]; /* the boundaries this layer has (and its dump holds references for) */
     double eps, attn_scale;
     float layer_scalar;

@@ -66,8 +66,13 @@ static const char usage[] =
     "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
     "                      one q_proj row after loading) | corrupt-copy (add 1 to one K element\n"
     "                      of the KV copy the middle step reads) | swap-expert (MoE: row 0's\n"
-    "                      first pick runs the next expert): planted errors for the gate\n"
+    "                      first pick runs the next expert) | drop-rest (TP slice: o and down\n"
+    "                      without the other ranks' share): planted errors for the gate\n"
     "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+    "A dump may be a MoE layer (26B-A4B: router, pinned top-k experts; phases 4-6 run them),\n"
+    "a layer without per-layer input or with attention_k_eq_v (12B / 31B), or one rank of a\n"
+    "tensor-parallel slice (meta tp > 1: its o and down are partial sums, o_rest / down_rest\n"
+    "of each row are added where the cross-socket all-reduce lands).\n"
     "  --help              this text\n"
     "Gate: every boundary's rel RMS <= 1.5 x the BF16 reference's: the dump's\n"
     "bf16_ref_err[b].rel_rms or, if larger, bf16_ref_spread.rel_rms_max[b] (other valid BF16\n"
@@ -122,7 +127,7 @@ static struct {
     l_dump d;
     int kernel, xmode, nobcast, barrier, steps, batch, tile_kib, pf_dist, pf_hint, ctx, ctx_repeat;
     int resident_kib, slice, slice_w, slice_n, pv_unsplit, drop_combine, perturb, gelu;
-    int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy, swap_expert;
+    int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy, swap_expert, drop_rest;
     int copy_window; /* the last steps whose output is kept, one per copy (--kv-copies) */
     /* [slot][B][heads * head_dim]: the combined attention (FP32, before its bf16 rounding: the
      * KV's direct product, where one changed K element shows) at the last copy_window steps */
@@ -280,6 +285,7 @@ typedef struct {
      * expert GEMV's rows, the experts' activations [B * K][ga..gz) and weighted sum [B][da..dz) */
     uint16_t *xr, *xe, *eacth;
     float *rw, *ey, *eact, *moe;
+    float* ar; /* a TP slice's all-reduced o / down of one row [hidden] */
     void* loc[NVEC]; /* gathered copies */
     void* priv[NVEC]; /* --nobcast snapshots */
     uint64_t gcyc; /* GEMV cycles of the current phase */
@@ -580,6 +586,17 @@ static void experts_down(scratch* sc, worker* w, const uint16_t* eact, int s, ui
     publish(sc, w, V_MOE, sc->moe, tag);
 }
 
+/* a TP slice's partial sum (o, down) plus the other ranks' share, where the cross-socket
+ * all-reduce lands (here the rest comes from the dump: one socket); x itself for a whole layer */
+static const float* all_reduce(float* out, const float* x, const float* rest)
+{
+    if (!rest || g.drop_rest) /* planted error (--debug drop-rest): no all-reduce */
+        return x;
+    for (int i = 0; i < g.d.hidden; i++)
+        out[i] = x[i] + rest[i];
+    return out;
+}
+
 /* the layer's h2 per row: h1 + rms(ffn, post_ff), ffn = down, or with the MoE block
  * rms(down, post_ff_1) + rms(moe, post_ff_2) */
 static void ffn_residual(float* h2, const float* h1, const float* down, const float* moe,
@@ -697,6 +714,7 @@ static void* worker_main(void* arg)
     sc.pubh = aligned_alloc(64, (size_t)B * ldy * 2 + 128);
     sc.h1 = malloc(sizeof(float) * (size_t)B * H);
     sc.h2 = malloc(sizeof(float) * (size_t)B * H);
+    sc.ar = malloc(sizeof(float) * (size_t)H);
     sc.qn = malloc(sizeof(float) * (size_t)B * QD);
     sc.kn = malloc(sizeof(float) * (size_t)B * KD);
     sc.vn = malloc(sizeof(float) * (size_t)B * KD);
@@ -861,7 +879,8 @@ static void* worker_main(void* arg)
         const float* o = gather(&sc, w, V_O, s, tag);
         for (int b = 0; b < B; b++) {
             float* h1 = sc.h1 + (size_t)b * H;
-            residual(h1, d->row[b].x_in, o + (size_t)b * H, H, d->w_pa, d->eps);
+            residual(h1, d->row[b].x_in, all_reduce(sc.ar, o + (size_t)b * H, d->row[b].o_rest),
+                     H, d->w_pa, d->eps);
             rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
             if (w->id == 0) {
                 capture(s, B_H1, b, 0, h1, H);
@@ -910,7 +929,8 @@ static void* worker_main(void* arg)
         const float* moe = d->moe ? gather(&sc, w, V_MOE, s, tag) : NULL;
         for (int b = 0; b < B; b++) {
             float* h2 = sc.h2 + (size_t)b * H;
-            ffn_residual(h2, sc.h1 + (size_t)b * H, down + (size_t)b * H,
+            ffn_residual(h2, sc.h1 + (size_t)b * H,
+                         all_reduce(sc.ar, down + (size_t)b * H, d->row[b].down_rest),
                          moe ? moe + (size_t)b * H : NULL, tmpv);
             if (w->id == 0)
                 capture(s, B_H2, b, 0, h2, H);
@@ -1211,7 +1231,7 @@ int main(int argc, char** argv)
     g.cpus.cpu[0] = 0;
     double timeout = 600;
     static const char* const debug_names[] = { "drop-combine", "perturb-row", "corrupt-copy",
-                                               "swap-expert", NULL };
+                                               "swap-expert", "drop-rest", NULL };
     static const struct option opts[] = {
         { "dump", required_argument, 0, 'd' }, { "batch", required_argument, 0, 'b' },
         { "cpus", required_argument, 0, 'C' }, { "gemv", required_argument, 0, 'g' },
@@ -1257,6 +1277,7 @@ int main(int argc, char** argv)
             g.perturb |= which == 1;
             g.corrupt_copy |= which == 2;
             g.swap_expert |= which == 3;
+            g.drop_rest |= which == 4;
             break;
         }
         case 'Y': g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16); break;
@@ -1312,6 +1333,8 @@ int main(int argc, char** argv)
 
     l_dump* d = &g.d;
     l_dump_load(d, dump, g.batch);
+    if (g.drop_rest && d->tp < 2)
+        sl_usage_error("--debug drop-rest: %s is a whole layer (tp 1), not a TP slice", dump);
     if (g.swap_expert && !d->moe)
         sl_usage_error("--debug swap-expert: %s is a dense layer (no experts)", dump);
     if (g.swap_expert) /* planted error: row 0's first pick runs the next expert */
@@ -1553,6 +1576,9 @@ int main(int argc, char** argv)
     sl_json_int("cache_len", d->cache_len);
     sl_json_int("steps", g.steps);
     sl_json_int("row_unit", unit);
+    sl_json_int("tp", d->tp);
+    sl_json_int("rank", d->rank);
+    sl_json_bool("moe", d->moe);
     sl_json_num("weight_bytes_per_worker_max", wmax);
     sl_json_num("weight_bytes_per_worker_mean", wsum / g.nw);
     sl_json_str("page_mode", sl_page_names[g.page]);
@@ -1584,10 +1610,11 @@ int main(int argc, char** argv)
                                 : g.attn_only
                                 ? "not checked: --attn-only skips every weight GEMV"
                                 : "not checked: --ctx-repeat tiles the KV");
-    if (g.drop_combine || g.perturb || g.corrupt_copy || g.swap_expert)
+    if (g.drop_combine || g.perturb || g.corrupt_copy || g.swap_expert || g.drop_rest)
         sl_json_str("debug", g.drop_combine ? "drop-combine"
                              : g.perturb    ? "perturb-row"
                              : g.swap_expert ? "swap-expert"
+                             : g.drop_rest  ? "drop-rest"
                                             : "corrupt-copy");
     if (g.lock)
         lock_meta(&g.dev);

@@ -62,6 +62,7 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
     **dict.fromkeys(("layer-kv-select", "layer-kv-footprint", "layer-kv-paths",
                      "layer-kv-attn-only", "layer-p4-sliding"), {"binary": "layer", "steps": 5000}),
     "layer-moe-routing": {"binary": "layer", "steps": 200},
+    **dict.fromkeys(("layer-tp", "layer-tp-amx"), {"binary": "layer", "steps": 2000}),
     # the lock experiments (native/layer --lock); the stability chain runs 20,000 steps
     **dict.fromkeys(("layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
                      "layer-e4b-locked", "layer-resident-locked"),

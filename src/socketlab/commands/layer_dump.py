@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--variant", default="default", metavar="V",
                    help="default, or near-tie: attention whose error is its bf16 probabilities "
                    "(q_norm x 0.03, a bf16-exact KV history, the residual at RMS 1; docs/layer.md)")
+    p.add_argument("--tp", type=int, default=1, metavar="S",
+                   help="write rank --rank of an S-way tensor-parallel slice (default 1: the layer)")
+    p.add_argument("--rank", type=int, default=0, metavar="R", help="the slice's rank (0..S-1)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.set_defaults(func=run)
 
@@ -53,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
         shape, weights = load_checkpoint_layer(args.checkpoint, args.layer, shape)
     layer = build_layer(shape, args.context, args.batch, args.seed, weights, args.checkpoint,
-                        args.variant)
+                        args.variant, args.tp, args.rank)
+    shape = layer.shape  # a TP slice's
     dirs = write_layer(layer, args.out)
     if not args.quiet:
         bar = layer.bar(0)

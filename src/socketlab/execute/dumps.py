@@ -64,7 +64,8 @@ def ship_dump(ex: Executor, ref: dict, host_dir: str, *, cache: Path | None = No
     it got there ("present", "copied N files, X MiB", "linked")."""
     try:
         local = ensure_dump(ref["shape"], ref["context"], ref["batch"], ref["seed"],
-                            cache or controller_cache(), ref.get("variant", "default"))
+                            cache or controller_cache(), ref.get("variant", "default"),
+                            ref.get("tp", 1), ref.get("rank", 0))
         sums = manifest(local)
     except SocketlabError as exc:
         raise HostError(f"layer dump {ref['key']}: {exc}") from None

@@ -42,11 +42,14 @@ class DumpRef:
     ctx_repeat: int  #: --ctx-repeat for the stage (1: the dump is the run's KV)
     key: str  #: folder name in a cache: <name>-c<C>-b<B>-s<S>[-<variant>]-<digest>
     variant: str = "default"  #: the generator's variant (socketlab.layer.generate.VARIANTS)
+    tp: int = 1  #: a tensor-parallel slice: rank `rank` of `tp` (socketlab.layer.tp)
+    rank: int = 0
 
     def as_dict(self) -> dict:
         return {"shape": self.shape, "name": self.name, "context": self.context,
                 "batch": self.batch, "seed": self.seed, "ctx_repeat": self.ctx_repeat,
-                "key": self.key, "variant": self.variant}  # fmt: skip
+                "key": self.key, "variant": self.variant, "tp": self.tp,
+                "rank": self.rank}  # fmt: skip
 
 
 def shape_path_of(shape: str) -> Path:
@@ -60,13 +63,13 @@ def shape_path_of(shape: str) -> Path:
 
 
 def dump_key(shape_path: Path, name: str, context: int, batch: int, seed: int,
-             variant: str = "default") -> str:  # fmt: skip
+             variant: str = "default", tp: int = 1, rank: int = 0) -> str:  # fmt: skip
     """Cache folder name: readable parameters plus a digest of what the dump depends on (the
     default variant's keys are those before variants existed)."""
     from socketlab.layer import VERSION
 
     digest = hashlib.sha256(shape_path.read_bytes() + f"\0{VERSION}".encode()).hexdigest()[:12]
-    tag = "" if variant == "default" else f"-{variant}"
+    tag = ("" if variant == "default" else f"-{variant}") + (f"-tp{tp}r{rank}" if tp > 1 else "")
     return f"{name}-c{context}-b{batch}-s{seed}{tag}-{digest}"
 
 
@@ -89,7 +92,8 @@ def dump_context(shape: str, context: int, cap: int = KV_CAP) -> tuple[int, int]
 
 
 def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
-             kv_cap: int = KV_CAP, variant: str = "default") -> DumpRef:  # fmt: skip
+             kv_cap: int = KV_CAP, variant: str = "default", tp: int = 1,
+             rank: int = 0) -> DumpRef:  # fmt: skip
     """The dump a run of ``shape`` at ``context`` uses (pure: reads the shape file only)."""
     from socketlab.layer.generate import VARIANTS
     from socketlab.layer.shapes import load_shape
@@ -101,9 +105,12 @@ def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
         raise SocketlabError(f"layer dump: variant {variant!r}: expected one of "
                              f"{', '.join(VARIANTS)}")
     loaded = load_shape(shape)  # one-line error for a bad or missing shape file
+    from socketlab.layer.tp import tp_slice
+
+    tp_slice(loaded, tp, rank)  # a layer that can't be split so: one line, at plan time
     dump_ctx, repeat = dump_context(shape, context, kv_cap)
-    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant)
-    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant)
+    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant, tp, rank)
+    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant, tp, rank)
 
 
 def file_sums(folder: Path) -> dict[str, dict[str, str]]:
@@ -140,7 +147,7 @@ def manifest(folder: Path) -> dict[str, dict[str, str]]:
 
 
 def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
-                variant: str = "default") -> Path:  # fmt: skip
+                variant: str = "default", tp: int = 1, rank: int = 0) -> Path:  # fmt: skip
     """The cached dump's folder, generated first if the cache lacks it (``context`` is the
     dump's own, already capped). A lock makes one generator per dump, even across processes;
     the dump is written to a temporary folder renamed in place, so a killed run leaves none
@@ -149,7 +156,7 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
     from socketlab.layer.shapes import load_shape
 
     loaded = load_shape(shape)
-    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant)
+    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant, tp, rank)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -163,7 +170,8 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
         tmp = cache / f".{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            write_layer(build_layer(loaded, context, batch, seed, variant=variant), tmp)
+            write_layer(build_layer(loaded, context, batch, seed, variant=variant, tp=tp,
+                                    rank=rank), tmp)
             manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json: incomplete
             os.rename(tmp, final)

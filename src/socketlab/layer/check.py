@@ -93,6 +93,8 @@ def load_rows(dumps: list[Dump]) -> tuple[Shape, dict[str, np.ndarray], Rows]:
         sin=d0.f32("sin"),
         router_idx=np.stack([d.f32("router_idx").astype(np.int64) for d in dumps])
         if shape.moe else None,
+        o_rest=np.stack([d.f32("o_rest") for d in dumps]) if d0.has("o_rest") else None,
+        down_rest=np.stack([d.f32("down_rest") for d in dumps]) if d0.has("down_rest") else None,
     )
     return shape, w, rows
 

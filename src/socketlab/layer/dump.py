@@ -187,6 +187,8 @@ def expected_tensors(meta: dict[str, Any], boundaries: Iterable[str]) -> dict[st
             "w.experts.down_proj": ("bf16", (ne, h, ei)),
             "router_idx": ("f32", (k,)),
         }
+    if (meta.get("tp") or 1) > 1:  # a tensor-parallel slice: the other ranks' o and down
+        want |= {"o_rest": ("f32", (h,)), "down_rest": ("f32", (h,))}
     if cl:  # a zero-row cache has no file: the manifest can't list a 0 dimension
         want["kcache"] = ("bf16", (kvh, cl, hd))
         want["vcache"] = ("bf16", (kvh, cl, hd))

@@ -26,6 +26,7 @@ from socketlab.layer.reference import (
 from socketlab.layer.rope import cos_sin
 from socketlab.layer.shapes import Shape
 from socketlab.layer.spread import REALIZATIONS, spread
+from socketlab.layer.tp import rests, slice_shape, slice_weights, tp_slice
 from socketlab.layer.weights import RESIDUAL_RMS, TAG_INPUTS, random_weights, rng_for
 
 MAX_BATCH = 64
@@ -54,6 +55,10 @@ class Layer:
     bf16: dict[str, np.ndarray]
     checkpoint: str | None = None
     variant: str = "default"
+    #: a tensor-parallel slice (socketlab.layer.tp): rank of tp, and the whole layer's sizes
+    tp: int = 1
+    rank: int = 0
+    full: Shape | None = None
 
     @property
     def batch(self) -> int:
@@ -88,7 +93,10 @@ def build_layer(
     weights: dict[str, np.ndarray] | None = None,
     checkpoint: str | None = None,
     variant: str = "default",
+    tp: int = 1,
+    rank: int = 0,
 ) -> Layer:
+    sl = tp_slice(shape, tp, rank)  # checked before any work
     if variant not in VARIANTS:
         raise LayerError(f"--variant: expected one of {', '.join(VARIANTS)}, got {variant!r}")
     if context < 1:
@@ -126,6 +134,15 @@ def build_layer(
     f32 = layer_ref(shape, w, rows, bf16=False)
     if shape.moe:  # the FP32 reference's experts, pinned for every other computation
         rows.router_idx = top_k(f32["rs"], shape.top_k)
+    full = shape
+    if tp > 1:  # the rank's slice: a smaller layer plus the other ranks' o and down (FP32)
+        o_rest, down_rest = rests(shape, w, f32, sl)
+        shape, w = slice_shape(shape, sl), slice_weights(shape, w, sl)
+        kv = slice(sl.k0, sl.k1)
+        rows = dataclasses.replace(rows, kcache=[k[kv] for k in rows.kcache],
+                                   vcache=[v[kv] for v in rows.vcache], o_rest=o_rest,
+                                   down_rest=down_rest)
+        f32 = layer_ref(shape, w, rows, bf16=False)
     return Layer(
         shape=shape,
         context=context,
@@ -136,6 +153,9 @@ def build_layer(
         bf16=layer_ref(shape, w, rows, bf16=True),
         checkpoint=checkpoint,
         variant=variant,
+        tp=tp,
+        rank=rank,
+        full=full,
     )
 
 
@@ -170,11 +190,11 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
         "ple": s.ple,
         "moe": s.moe,
         "kv_eq": s.kv_eq,
-        "tp": 1,
-        "rank": 0,
-        "full_heads": s.heads,
-        "full_kv_heads": s.kv_heads,
-        "full_inter": s.inter,
+        "tp": layer.tp,
+        "rank": layer.rank,
+        "full_heads": (layer.full or s).heads,
+        "full_kv_heads": (layer.full or s).kv_heads,
+        "full_inter": (layer.full or s).inter,
         "token": None,
         "torch": None,
         "hf_check": None,
@@ -223,6 +243,9 @@ def write_layer(layer: Layer, out: str | Path) -> list[Path]:
             wr.tensor("per_layer_input", layer.rows.per_layer_input[i], "f32")
         if s.moe:  # as ref_layer.py: the pinned experts as f32
             wr.tensor("router_idx", layer.rows.router_idx[i].astype(np.float32), "f32")
+        if layer.tp > 1:  # the other ranks' share, added where the all-reduce lands
+            wr.tensor("o_rest", layer.rows.o_rest[i], "f32")
+            wr.tensor("down_rest", layer.rows.down_rest[i], "f32")
         wr.tensor("cos", layer.rows.cos, "f32")
         wr.tensor("sin", layer.rows.sin, "f32")
         if layer.rows.kcache[i].shape[1]:

@@ -49,6 +49,11 @@ class Rows:
     #: [B, top_k] MoE: the experts each row uses, pinned (ref_layer.py pins HF's choice so a
     #: near-tie can't flip it between the references); None: the computation's own top-k
     router_idx: np.ndarray | None = None
+    #: [B, hidden] a tensor-parallel slice: the other ranks' share of o and of down (FP32),
+    #: added where the cross-socket all-reduce lands (ref_layer.py's o_rest / down_rest); the
+    #: slice's own o and down boundaries are its partial sums. None: a whole layer
+    o_rest: np.ndarray | None = None
+    down_rest: np.ndarray | None = None
 
 
 def boundaries_for(shape: Shape) -> tuple[str, ...]:
@@ -194,17 +199,18 @@ def layer_ref(
             attn[i, kh * g : (kh + 1) * g] = _attend(qg, K[kh], V[kh], split_attn, order)
     b["attn"] = attn.reshape(nb, -1)
     b["o"] = lin(b["attn"], "self_attn.o_proj.weight")
-    h1 = x + rms(b["o"], w["post_attention_layernorm.weight"], eps)
+    o = b["o"] if rows.o_rest is None else b["o"] + rows.o_rest  # the all-reduce, if a slice
+    h1 = x + rms(o, w["post_attention_layernorm.weight"], eps)
     b["h1"] = h1
     b["xn2"] = rms(h1, w["pre_feedforward_layernorm.weight"], eps)
     b["gate"] = lin(b["xn2"], "mlp.gate_proj.weight")
     b["up"] = lin(b["xn2"], "mlp.up_proj.weight")
     b["act"] = gelu_tanh(b["gate"]) * b["up"]
     b["down"] = lin(b["act"], "mlp.down_proj.weight")
-    ffn = b["down"]
+    ffn = b["down"] if rows.down_rest is None else b["down"] + rows.down_rest
     if shape.moe:
         moe = _moe_block(shape, w, rows, h1, b, r, order)
-        ffn = rms(b["down"], w["post_feedforward_layernorm_1.weight"], eps) + rms(
+        ffn = rms(ffn, w["post_feedforward_layernorm_1.weight"], eps) + rms(
             moe, w["post_feedforward_layernorm_2.weight"], eps)
     h2 = h1 + rms(ffn, w["post_feedforward_layernorm.weight"], eps)
     b["h2"] = h2
