@@ -464,35 +464,9 @@ def test_reference_matches_transformers_gemma4_layer(name, capsys):
 def _tiny_checkpoint(path: Path, drop: str | None = None) -> Path:
     """A two-layer Gemma-4 text checkpoint written by transformers/safetensors (BF16, the
     multimodal layout: model.language_model.layers.N.*), matching tiny.yaml / tiny-full.yaml."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers.models.gemma4 import Gemma4TextConfig
-    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextDecoderLayer
+    from tests.support.tiny_checkpoint import tiny_checkpoint
 
-    torch.manual_seed(0)
-    cfg = Gemma4TextConfig(
-        vocab_size=256, vocab_size_per_layer_input=256, hidden_size=256, intermediate_size=768,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-        global_head_dim=128, sliding_window=32, hidden_size_per_layer_input=64,
-        layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0,
-    )  # fmt: skip
-    tensors = {}
-    for i in range(2):
-        layer = Gemma4TextDecoderLayer(cfg, i)
-        with torch.no_grad():  # HF inits norms to 1 and the scalar to 1: make them visible
-            for p in layer.parameters():
-                if p.ndim == 1:
-                    p.add_(torch.randn_like(p) * 0.1)
-            layer.layer_scalar.fill_(0.75)
-        for k, v in layer.state_dict().items():
-            tensors[f"model.language_model.layers.{i}.{k}"] = v.to(torch.bfloat16).contiguous()
-    tensors["model.vision_tower.encoder.layers.1.mlp.up_proj.weight"] = torch.zeros(2, 2)
-    if drop:
-        del tensors[drop]
-    path.mkdir(parents=True)
-    save_file(tensors, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps({"model_type": "gemma4", "text_config": cfg.to_dict()}))
-    return path
+    return tiny_checkpoint(path, drop)
 
 
 def test_checkpoint_layer_gives_its_real_weights(tmp_path):

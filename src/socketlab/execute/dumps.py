@@ -65,7 +65,8 @@ def ship_dump(ex: Executor, ref: dict, host_dir: str, *, cache: Path | None = No
     try:
         local = ensure_dump(ref["shape"], ref["context"], ref["batch"], ref["seed"],
                             cache or controller_cache(), ref.get("variant", "default"),
-                            ref.get("tp", 1), ref.get("rank", 0))
+                            ref.get("tp", 1), ref.get("rank", 0), ref.get("checkpoint"),
+                            ref.get("layer"))
         sums = manifest(local)
     except SocketlabError as exc:
         raise HostError(f"layer dump {ref['key']}: {exc}") from None

@@ -44,12 +44,15 @@ class DumpRef:
     variant: str = "default"  #: the generator's variant (socketlab.layer.generate.VARIANTS)
     tp: int = 1  #: a tensor-parallel slice: rank `rank` of `tp` (socketlab.layer.tp)
     rank: int = 0
+    checkpoint: str | None = None  #: real weights: a checkpoint folder on the controller
+    layer: int | None = None  #: and the layer's index in it
 
     def as_dict(self) -> dict:
         return {"shape": self.shape, "name": self.name, "context": self.context,
                 "batch": self.batch, "seed": self.seed, "ctx_repeat": self.ctx_repeat,
                 "key": self.key, "variant": self.variant, "tp": self.tp,
-                "rank": self.rank}  # fmt: skip
+                "rank": self.rank, "checkpoint": self.checkpoint,
+                "layer": self.layer}  # fmt: skip
 
 
 def shape_path_of(shape: str) -> Path:
@@ -63,13 +66,15 @@ def shape_path_of(shape: str) -> Path:
 
 
 def dump_key(shape_path: Path, name: str, context: int, batch: int, seed: int,
-             variant: str = "default", tp: int = 1, rank: int = 0) -> str:  # fmt: skip
+             variant: str = "default", tp: int = 1, rank: int = 0,
+             weights: str = "") -> str:  # fmt: skip
     """Cache folder name: readable parameters plus a digest of what the dump depends on (the
     default variant's keys are those before variants existed)."""
     from socketlab.layer import VERSION
 
     digest = hashlib.sha256(shape_path.read_bytes() + f"\0{VERSION}".encode()).hexdigest()[:12]
     tag = ("" if variant == "default" else f"-{variant}") + (f"-tp{tp}r{rank}" if tp > 1 else "")
+    tag += f"-{weights}" if weights else ""  # ck<checkpoint digest>L<layer>: real weights
     return f"{name}-c{context}-b{batch}-s{seed}{tag}-{digest}"
 
 
@@ -93,7 +98,8 @@ def dump_context(shape: str, context: int, cap: int = KV_CAP) -> tuple[int, int]
 
 def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
              kv_cap: int = KV_CAP, variant: str = "default", tp: int = 1,
-             rank: int = 0) -> DumpRef:  # fmt: skip
+             rank: int = 0, checkpoint: str | None = None,
+             layer: int | None = None) -> DumpRef:  # fmt: skip
     """The dump a run of ``shape`` at ``context`` uses (pure: reads the shape file only)."""
     from socketlab.layer.generate import VARIANTS
     from socketlab.layer.shapes import load_shape
@@ -108,9 +114,19 @@ def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
     from socketlab.layer.tp import tp_slice
 
     tp_slice(loaded, tp, rank)  # a layer that can't be split so: one line, at plan time
+    weights = ""
+    if (checkpoint is None) != (layer is None):
+        raise SocketlabError("layer dump: checkpoint and layer: expected both or neither")
+    if checkpoint is not None:  # real weights: the config must agree with the shape file
+        from socketlab.layer.checkpoint import checkpoint_digest, checkpoint_shape
+
+        real = checkpoint_shape(checkpoint, layer, loaded)
+        weights = f"ck{checkpoint_digest(checkpoint, layer, real)}L{layer}"
     dump_ctx, repeat = dump_context(shape, context, kv_cap)
-    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant, tp, rank)
-    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant, tp, rank)
+    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant, tp, rank,
+                   weights)
+    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant, tp, rank,
+                   checkpoint, layer)
 
 
 def file_sums(folder: Path) -> dict[str, dict[str, str]]:
@@ -147,7 +163,8 @@ def manifest(folder: Path) -> dict[str, dict[str, str]]:
 
 
 def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
-                variant: str = "default", tp: int = 1, rank: int = 0) -> Path:  # fmt: skip
+                variant: str = "default", tp: int = 1, rank: int = 0,
+                checkpoint: str | None = None, layer: int | None = None) -> Path:  # fmt: skip
     """The cached dump's folder, generated first if the cache lacks it (``context`` is the
     dump's own, already capped). A lock makes one generator per dump, even across processes;
     the dump is written to a temporary folder renamed in place, so a killed run leaves none
@@ -156,7 +173,14 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
     from socketlab.layer.shapes import load_shape
 
     loaded = load_shape(shape)
-    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant, tp, rank)
+    weights, shape_w = "", loaded
+    if checkpoint is not None:
+        from socketlab.layer.checkpoint import checkpoint_digest, checkpoint_shape
+
+        shape_w = checkpoint_shape(checkpoint, layer, loaded)
+        weights = f"ck{checkpoint_digest(checkpoint, layer, shape_w)}L{layer}"
+    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant, tp, rank,
+                   weights)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -170,8 +194,13 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
         tmp = cache / f".{key}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            write_layer(build_layer(loaded, context, batch, seed, variant=variant, tp=tp,
-                                    rank=rank), tmp)
+            w = None
+            if checkpoint is not None:  # the tensors themselves, BF16 bit for bit
+                from socketlab.layer.checkpoint import load_checkpoint_layer
+
+                shape_w, w = load_checkpoint_layer(checkpoint, layer, loaded)
+            write_layer(build_layer(shape_w, context, batch, seed, w, checkpoint, variant, tp,
+                                    rank), tmp)
             manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json: incomplete
             os.rename(tmp, final)

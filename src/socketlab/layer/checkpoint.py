@@ -9,6 +9,8 @@ are rounded to BF16, because the stage runs BF16 weights and the reference must 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import re
 import struct
@@ -59,11 +61,9 @@ def _text_config(ckpt: Path) -> tuple[dict, Path]:
     return tc, cfg_path
 
 
-def load_checkpoint_layer(
-    checkpoint: str | Path, layer: int, expected: Shape | None = None
-) -> tuple[Shape, dict[str, np.ndarray]]:
-    """The Shape and BF16-exact float32 weights of layer `layer`. With `expected` (the shape
-    file given on the command line) the config must agree with it field by field."""
+def checkpoint_shape(checkpoint: str | Path, layer: int, expected: Shape | None = None) -> Shape:
+    """Layer `layer`'s Shape from the checkpoint's config.json (no tensors read). With
+    `expected` (the shape file named beside it) the config must agree field by field."""
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
         raise LayerError(f"{checkpoint}: --checkpoint: no such directory; expected safetensors + config.json")
@@ -78,6 +78,12 @@ def load_checkpoint_layer(
                     "expected the shape file of this layer"
                 )
         shape = dataclasses.replace(shape, name=expected.name, model=expected.model)
+    return shape
+
+
+def layer_tensors(ckpt: Path, shape: Shape, layer: int) -> dict[str, tuple[Path, str, dict, int]]:
+    """param -> (file, tensor key, header entry, data offset) of layer `layer`'s tensors in the
+    checkpoint's safetensors files (vision/audio towers skipped)."""
     files = sorted(ckpt.glob("*.safetensors"))
     if not files:
         raise LayerError(f"{ckpt}: no *.safetensors files; expected the checkpoint's weights")
@@ -98,6 +104,47 @@ def load_checkpoint_layer(
                 raise LayerError(f"{path}: {key}: a second tensor for layer {layer}'s {param} "
                                  f"(first: {found[param][1]}); expected one")
             found[param] = (path, key, info, data0)
+    return found
+
+
+def checkpoint_digest(checkpoint: str | Path, layer: int, shape: Shape) -> str:
+    """What a dump of this layer depends on, hashed: config.json, and the layer's tensors (their
+    names, headers and bytes; a checkpoint re-saved with other values under the same names gets
+    another digest). Memoized per file size and mtime, so a plan reads each layer once."""
+    ckpt = Path(checkpoint)
+    found = layer_tensors(ckpt, shape, layer)
+    stamp = tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns)
+                         for p in {ckpt / "config.json", *(f[0] for f in found.values())}))
+    return _digest(str(ckpt), layer, shape.name, stamp)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(ckpt: str, layer: int, shape_name: str, stamp: tuple) -> str:
+    h = hashlib.sha256((Path(ckpt) / "config.json").read_bytes())
+    shape = checkpoint_shape(ckpt, layer)
+    for param, (path, key, info, data0) in sorted(layer_tensors(Path(ckpt), shape, layer).items()):
+        a, z = (int(x) for x in info.get("data_offsets", (0, 0)))
+        h.update(f"\0{param}\0{key}\0{json.dumps(info, sort_keys=True)}\0".encode())
+        with path.open("rb") as f:
+            f.seek(data0 + a)
+            left = z - a
+            while left > 0:
+                block = f.read(min(left, 1 << 24))
+                if not block:
+                    break
+                h.update(block)
+                left -= len(block)
+    return h.hexdigest()[:12]
+
+
+def load_checkpoint_layer(
+    checkpoint: str | Path, layer: int, expected: Shape | None = None
+) -> tuple[Shape, dict[str, np.ndarray]]:
+    """The Shape and BF16-exact float32 weights of layer `layer`. With `expected` (the shape
+    file given on the command line) the config must agree with it field by field."""
+    ckpt = Path(checkpoint)
+    shape = checkpoint_shape(ckpt, layer, expected)
+    found = layer_tensors(ckpt, shape, layer)
     weights: dict[str, np.ndarray] = {}
     for param, (path, key, info, data0) in found.items():
         weights[param] = _read_tensor(path, key, info, data0)

@@ -37,7 +37,7 @@ def tp_slice(shape: Shape, tp: int, rank: int) -> Slice:
     if shape.moe and tp > 1:
         raise LayerError(f"{shape.name}: --tp {tp}: a MoE layer splits into head and expert "
                          "sockets, not tensor-parallel ranks (ref_layer.py: dense layers only)")
-    nh, kvh, g = shape.heads, shape.kv_heads, shape.groups
+    nh, g = shape.heads, shape.groups
     if nh % tp or shape.inter % tp:
         raise LayerError(f"{shape.name}: --tp {tp}: heads {nh} and inter {shape.inter} must be "
                          "multiples of it (whole heads, equal FFN blocks)")

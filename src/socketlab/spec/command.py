@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache, partial
+from pathlib import Path
 
 from socketlab.cpulist import CpuListLimit, format_cpulist, parse_cpulist
 from socketlab.errors import SocketlabError, SpecError
@@ -104,6 +105,9 @@ def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host
         text = render_field(f, ctx, spec, host, note).strip()
         if key in ("shape", "variant"):
             values[key] = text
+            continue
+        if key == "checkpoint":  # a folder on the controller; relative: to the spec's folder
+            values[key] = str((Path(spec.path).parent / text).resolve())
             continue
         try:
             values[key] = int(text)
