@@ -54,10 +54,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def start_argv(args: argparse.Namespace) -> list[str]:
     """The start options given, as collectors/tailor.py arguments."""
     out: list[str] = []
-    for action in args.start_parser._actions:
-        if not action.option_strings or action.dest == "help":
+    own = argparse.ArgumentParser(add_help=False)  # the host side's options, not -v/-q/--log-file
+    collector_module("tailor").add_options(own, state_dir=False)
+    for action in own._actions:
+        if not action.option_strings:
             continue
-        value = getattr(args, action.dest)
+        value = getattr(args, action.dest, action.default)
         if value == action.default:
             continue
         flag = action.option_strings[-1]
