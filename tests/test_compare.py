@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from socketlab.report.compare import (
+    CHAIN_STATISTICS,
     DEVIATES,
     DISPUTED,
     INCONCLUSIVE,
@@ -20,7 +21,7 @@ from socketlab.report.compare import (
 )
 from socketlab.report.published import load_published
 from socketlab.store import Store
-from tests.published.c8i_fixture import fill_store, topology_facts
+from tests.published.c8i_fixture import CHAIN_REPS, fill_store, topology_facts
 
 REAL = Path(__file__).resolve().parents[1] / "experiments" / "published" / "sram-oct-2026.yaml"
 CAMPAIGN = "campaign-oct"
@@ -55,8 +56,12 @@ def test_c8i_fixtures_reproduce_every_measured_cell(tmp_path, published, c8i):
     measured = [r for r in measured if not r.cell.disputed]
     bad = [(r.cell.id, r.verdict) for r in measured if r.kind != REPRODUCED]
     assert bad == []
+    chained = {(c.experiment, str(c.join_params())) for c in published.cells
+               if c.statistic in CHAIN_STATISTICS}  # a chain's group runs CHAIN_REPS times
     for r in measured:
-        assert r.measured.n == 3  # warm-ups, failed runs and stat summaries are not counted
+        # warm-ups, failed runs and stat summaries are not counted
+        want = CHAIN_REPS if (r.cell.experiment, str(r.cell.join_params())) in chained else 3
+        assert r.measured.n == want, r.cell.id
         assert r.verdict.startswith("reproduced within tolerance")
     for r in rows:
         if r.cell.unmeasured:
@@ -290,3 +295,23 @@ def test_verdict_edge_cases(tmp_path, c8i):
     assert one.ratio is None  # and one value is not a verdict:
     assert one.verdict == ("inconclusive: 0.3 against a published 0 (±5%, worse); too few reps: "
                            "1 (a verdict needs 3: the median's interval from 1 covers it with 0%)")
+
+
+def test_chain_cells_take_the_runs_in_repetition_order(tmp_path, published, c8i):
+    """A stability chain's first / last run and drift (mean of the last quarter over the first
+    quarter's) come from the runs in repetition order, however the store returns them."""
+    with Store(tmp_path / "store.sqlite") as store:
+        runs = fill_store(store, published, CAMPAIGN)
+        frame = store.metrics_frame(CAMPAIGN)
+    rows = compare(published, frame.sample(frac=1, random_state=3), {"c8i": c8i}, runs=runs)
+    chain = {r.cell.id: r for r in rows if r.cell.table.startswith("stability-chain")}
+    assert chain["stability-chain/stab3-p50/first"].measured.median == pytest.approx(1294.0)
+    assert chain["stability-chain/stab3-p50/last"].measured.median == pytest.approx(1336.9)
+    assert chain["stability-chain/p6-12b/drift"].measured.median == pytest.approx(1.049)
+    assert chain["stability-chain-p99/stab3-p99/drift"].measured.median == pytest.approx(1.047)
+    assert chain["stability-chain/p6-26b/first"].kind == NOT_RUN
+    judged = [r for r in chain.values() if not r.cell.unmeasured]
+    assert len(judged) == 16 and all(r.kind == REPRODUCED for r in judged), [
+        (r.cell.id, r.verdict) for r in judged if r.kind != REPRODUCED]
+    drift = chain["stability-chain/stab3-p50/drift"]
+    assert drift.measured.n == CHAIN_REPS and drift.measured.unit == "ratio"

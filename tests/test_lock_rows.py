@@ -113,7 +113,7 @@ def test_lock_cells_without_the_driver_say_why(spec_path, host, profile, devices
         assert verdict.startswith("not run: host vm lacks ") and verdict.endswith(want)
     print(f"{spec_path.name} {profile or 'full'} on {host}: {len(cells)} lock cells: "
           f"{sorted({verdicts[c.id] for c in cells})}")
-    assert len(cells) == {"campaign-oct": 42, "residency": 47}[spec.campaign]
+    assert len(cells) == {"campaign-oct": 58, "residency": 47}[spec.campaign]
 
 
 def test_lock_cells_on_this_host_say_why():
@@ -139,7 +139,7 @@ def test_lock_cells_on_this_host_say_why():
     rows = compare(pub, [], {"localhost": entry},
                    skips=[(s.host, s.experiment, s.reason) for s in plan.skipped])
     lock_rows = [r for r in rows if r.cell.experiment in locked and not r.cell.unmeasured]
-    assert len(lock_rows) == 42
+    assert len(lock_rows) == 58
     for r in lock_rows:
         assert r.kind == NOT_RUN and r.verdict.startswith("not run: host localhost lacks ")
         assert r.verdict.endswith(want), r.verdict
@@ -161,7 +161,8 @@ def test_lock_points_on_a_host_with_the_driver(profile):
     assert plan.skipped == []
     locked = _lock_experiments(spec)
     assert locked == {"layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
-                      "layer-e4b-locked", "layer-resident-locked", "layer-stability-locked"}
+                      "layer-e4b-locked", "layer-resident-locked", "layer-stability-locked",
+                      "layer-tp-stability-locked"}
     points = [p for p in plan.points if p.experiment in locked]
     assert {p.experiment for p in points} == locked
     for p in points:

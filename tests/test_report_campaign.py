@@ -102,7 +102,7 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
            "layer-p4-amx", "layer-p5-amx", "layer-tp-amx"}
     # the lock experiments need /dev/pseudo_lock, which a kernel without modules can't have
     locked = {"layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked", "layer-e4b-locked",
-              "layer-resident-locked", "layer-stability-locked"}
+              "layer-resident-locked", "layer-stability-locked", "layer-tp-stability-locked"}
     assert set(skipped) == amx | {"exchange-umwait"} | locked
     assert all(skipped[e].endswith("/dev/pseudo_lock (pseudo-lock driver not loaded: kernel "
                                    "without module support)") for e in locked)

@@ -68,6 +68,7 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
                      "layer-e4b-locked", "layer-resident-locked"),
                     {"binary": "layer", "steps": 5000}),
     "layer-stability-locked": {"binary": "layer", "steps": 20000},
+    "layer-tp-stability-locked": {"binary": "layer", "steps": 100000},
 }
 #: device paths of the published host beyond the recorded topology snapshot: the campaign ran
 #: with pseudo_lock_sram loaded on a kernel with module support (plow-campaign.md §4), so its
@@ -114,6 +115,31 @@ def recorded_shape(experiment: str, cond: dict[str, Any]) -> tuple[dict, dict, d
     return meta, dims, {"cpus": WORKERS}
 
 
+#: runs of a chain (a group with a first / last / drift cell): enough for its quarters and extremes
+CHAIN_REPS = 8
+
+
+def chain_values(stats: dict[str, float], n: int = CHAIN_REPS) -> list[float]:
+    """A chain of n values (repetition order) whose first, last, min, max and drift (mean of
+    the last quarter over the first's, socketlab.report.compare) are the published ones given;
+    the others are free. No noise: a drift's tolerance is 0.02."""
+    q = max(1, n // 4)
+    first = stats.get("first", stats.get("mean", stats.get("min")))
+    last = stats.get("last", first * stats.get("drift", 1.0))
+    lo = stats.get("min", min(first, last) * 0.9)
+    hi = stats.get("max", max(first, last) * 1.1)
+    drift = stats.get("drift", 1.0)
+    for i in range(201):  # the first quarter's other runs at v, the last quarter's at w
+        v = lo + (hi - lo) * i / 200
+        w = (drift * (first + (q - 1) * v) - last) / (q - 1) if q > 1 else last
+        if lo <= w <= hi and (q > 1 or abs(last / first - drift) < 1e-9):
+            break
+    else:
+        raise ValueError(f"no chain of {n} runs has {stats}")
+    mid = [lo, hi] + [(lo + hi) / 2] * (n - 2 * q - 2)
+    return [first] + [v] * (q - 1) + mid + [w] * (q - 1) + [last]
+
+
 def fill_store(store: Store, published: Published, campaign: str, host: str = "c8i",
                noise: float = 0.01, shift: dict[str, float] | None = None, seed: int = 7,
                repetitions: int = 3, recorded: dict[str, Any] | None = None,
@@ -128,6 +154,7 @@ def fill_store(store: Store, published: Published, campaign: str, host: str = "c
     recorded = recorded or {}
     groups: dict[tuple, dict] = {}
     conditions: dict[tuple, dict] = {}
+    chains: dict[tuple, dict[str, dict[str, float]]] = {}  # group -> metric -> statistic -> value
     for cell in published.cells:
         if cell.unmeasured or not cell.experiment:
             continue
@@ -137,6 +164,9 @@ def fill_store(store: Store, published: Published, campaign: str, host: str = "c
         for k, v in cell.conditions.items():
             merged.setdefault(k, v)
         metrics = groups.setdefault(key, {})
+        if cell.statistic in ("first", "last", "drift", "min", "max", "mean"):
+            chains.setdefault(key, {}).setdefault(cell.metric, {})[cell.statistic] = \
+                cell.reference
         if cell.metric in metrics:  # the same measurement published twice: first one wins
             continue
         value = cell.reference * (float(cell.conditions[cell.divide_by]) if cell.divide_by else 1)
@@ -166,9 +196,12 @@ def fill_store(store: Store, published: Published, campaign: str, host: str = "c
             experiment, conditions[(experiment, params_json)]))
         shape = {name: dict(collector_dims if name in METRIC_SOURCES else dims)
                  for name in metrics}
-        for rep in range(repetitions):
+        chain = {m: chain_values(st) for m, st in chains.get((experiment, params_json), {}).items()
+                 if {"first", "last", "drift"} & set(st)}
+        for rep in range(CHAIN_REPS if chain else repetitions):
             rows = [
-                Metric(name, value * (1 + rng.uniform(-noise, noise)), unit,
+                Metric(name, chain[name][rep] if name in chain
+                       else value * (1 + rng.uniform(-noise, noise)), unit,
                        {**shape[name], "rep": rep}, "jsonl/1")
                 for name, (value, unit) in metrics.items()
             ]
@@ -179,6 +212,6 @@ def fill_store(store: Store, published: Published, campaign: str, host: str = "c
         # a warm-up and a failed run with wild values: both must be ignored
         wild = [Metric(name, value * 5, unit, shape[name]) for name, (value, unit) in metrics.items()]
         add(experiment, f"{experiment}:{params_json}:warm", -1, "ok", "", wild, params, meta)
-        add(experiment, f"{experiment}:{params_json}:fail", repetitions, "failed", "exit 1", wild,
-            params, meta)
+        add(experiment, f"{experiment}:{params_json}:fail", CHAIN_REPS if chain else repetitions,
+            "failed", "exit 1", wild, params, meta)
     return runs

@@ -55,6 +55,12 @@ from socketlab.report.interval import (
 from socketlab.report.published import Cell, Published
 from socketlab.units import convert
 
+#: A chain's order statistics (the stability chains: runs back to back, in repetition order):
+#: the first and the last run's value, and the drift, the mean of the last quarter of the runs
+#: over the first quarter's (p5_stab_sum.py's "drift = last 1/4 / first 1/4"; at least one run
+#: each). The cell's values are taken in repetition order for these.
+CHAIN_STATISTICS = ("first", "last", "drift")
+
 #: Run statuses whose metrics count. Anything else (failed, timeout, invalid, ...) is ignored.
 GOOD_STATUSES = frozenset({"ok", "complete", "completed", "success", "succeeded", "passed"})
 
@@ -326,7 +332,15 @@ def _values_for(records: list[dict[str, Any]], cell: Cell, host: str
                 if k.startswith("dim.") and v is not None and v == v and k not in ("dim.rep",)}
         shared = dims if shared is None else {k: v for k, v in shared.items()
                                               if k in dims and dims[k] == v}
+    if cell.statistic in CHAIN_STATISTICS:  # the chain's order: its runs' repetitions
+        order = sorted(range(len(out)), key=lambda i: _rep(counted[i]))
+        out, counted = [out[i] for i in order], [counted[i] for i in order]
     return out, unit, shared or {}, counted
+
+
+def _rep(record: Mapping[str, Any]) -> float:
+    rep = record.get("repetition")
+    return float(rep) if rep is not None and rep == rep else 0.0
 
 
 def _describe_join(cell: Cell) -> str:
@@ -439,9 +453,17 @@ def _decide_quiet(cell: Cell, ref: float, rng: tuple[float, float] | None,
     return Decision(DEVIATES, ratio, how, "", iv)
 
 
+def _drift(vals: list[float]) -> float:
+    q = max(1, len(vals) // 4)
+    first = statistics.fmean(vals[:q])
+    return statistics.fmean(vals[-q:]) / first if first else float("nan")
+
+
 def _center(cell: Cell, vals: list[float]) -> float:
-    return {"min": min, "max": max, "mean": statistics.fmean}.get(cell.statistic,
-                                                                 statistics.median)(vals)
+    """The cell's statistic of its values (in repetition order for a chain's)."""
+    return {"min": min, "max": max, "mean": statistics.fmean, "first": lambda v: v[0],
+            "last": lambda v: v[-1], "drift": _drift}.get(cell.statistic,
+                                                           statistics.median)(vals)
 
 
 def _judge(cell: Cell, host: str, m: Measured, values: list[float], keys: list[str],
@@ -563,7 +585,9 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
                   or (explain(cell, host) if explain else None) or _describe_join(cell))
         return Row(cell, host, None, None, NOT_RUN, f"not run: {reason}")
     unit = unit or cell.unit
-    converted = [convert(v, unit, cell.unit) for v in values]
+    # a drift is a ratio of the values themselves: whatever their unit, it has none
+    converted = list(values) if cell.statistic == "drift" else [
+        convert(v, unit, cell.unit) for v in values]
     if any(v is None for v in converted):
         m = Measured(statistics.median(values), min(values), max(values), len(values), unit)
         return Row(cell, host, m, None, NOT_COMPARABLE,
@@ -602,7 +626,10 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
 
 
 def _measured(cell: Cell, vals: list[float], dims: dict[str, Any]) -> Measured:
-    return Measured(_center(cell, vals), min(vals), max(vals), len(vals), cell.unit, dims)
+    center = _center(cell, vals)
+    if cell.statistic == "drift":  # a ratio of the runs' values: their range says nothing of it
+        return Measured(center, center, center, len(vals), cell.unit, dims)
+    return Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
 
 
 def _per_core_values(cell: Cell, vals: list[float], counted: list[Mapping[str, Any]],

@@ -97,7 +97,9 @@ class Cell:
     source: str
     note: str = ""
     divide_by: str | None = None  #: condition key dividing the measured value (e.g. batch)
-    statistic: str = "median"  #: how repetitions are summarised: median | mean | min | max
+    #: how repetitions are summarised: median | mean | min | max, or a chain's first | last |
+    #: drift (socketlab.report.compare.CHAIN_STATISTICS)
+    statistic: str = "median"
     per_core: PerCore | None = None  #: None: a socket-level cell
     needs: tuple[tuple[str, int], ...] = ()  #: what of the socket it needs (explicit part)
     disputed: Disputed | None = None
