@@ -113,7 +113,7 @@ def test_lock_cells_without_the_driver_say_why(spec_path, host, profile, devices
         assert verdict.startswith("not run: host vm lacks ") and verdict.endswith(want)
     print(f"{spec_path.name} {profile or 'full'} on {host}: {len(cells)} lock cells: "
           f"{sorted({verdicts[c.id] for c in cells})}")
-    assert len(cells) == {"campaign-oct": 58, "residency": 47}[spec.campaign]
+    assert len(cells) == {"campaign-oct": 59, "residency": 47}[spec.campaign]
 
 
 def test_lock_cells_on_this_host_say_why():
@@ -139,7 +139,7 @@ def test_lock_cells_on_this_host_say_why():
     rows = compare(pub, [], {"localhost": entry},
                    skips=[(s.host, s.experiment, s.reason) for s in plan.skipped])
     lock_rows = [r for r in rows if r.cell.experiment in locked and not r.cell.unmeasured]
-    assert len(lock_rows) == 58
+    assert len(lock_rows) == 59
     for r in lock_rows:
         assert r.kind == NOT_RUN and r.verdict.startswith("not run: host localhost lacks ")
         assert r.verdict.endswith(want), r.verdict
