@@ -6,13 +6,12 @@ So the orchestrator starts this agent once per host and sends it requests, one J
 per line on stdin; each reply is one JSON line on stdout. No user-written string is ever
 parsed by a shell: argv travels as JSON and reaches execve() as is.
 
-    _runwrap.py serve [--lock PATH --info B64] [--idle SECONDS]
+    _runwrap.py serve [--idle SECONDS]
 
-- ``--lock``: take flock(PATH) first and hold it while serving: one orchestrator per host.
-  The first reply line says ``{"ready": true}`` or ``{"ready": false, "holder": ...}``.
-- ``--idle``: the orchestrator sends an empty line every few seconds; after this long without
-  one (or at EOF) the agent kills what it is running and exits, so a vanished orchestrator
-  never holds the host's lock or cores for long.
+It says ``{"ready": true, "pid": N}`` and serves requests. ``--idle``: the orchestrator sends an
+empty line every few seconds; after this long without one (or at EOF) the agent kills what it
+is running and exits, so a vanished orchestrator never holds the host's lock or cores for
+long. On an SSH host collectors/_boot.py starts it, in the session that installed the tools.
 
 Requests: ``{"op": "run", "argv": [...], "env": {}, "cwd": null, "cpus": [0, 1],
 "timeout": 60, "out_dir": DIR, "pidfile": null}`` runs argv in its own session (its own process
@@ -28,23 +27,31 @@ signals its group and every descendant by PID, SIGTERM then SIGKILL, and replies
 still alive; ``{"op": "watch", "pid"}`` adopts a process started by a command (a collector
 daemon). ``{"op": "interrupt", "pidfile"}`` (no reply of its own) stops the run with that
 pidfile: read while a run is in flight, it kills the run's group by its PID at once (the run's
-reply then comes as usual), and a run with that pidfile that comes later is not started. Whatever was spawned or watched and not stopped is killed when the agent exits. How
-processes start, time out and stop is ``_process.py`` (socketlab.execute.process, shipped
-beside this file): the orchestrator's local executor uses the same module.
+reply then comes as usual), and a run with that pidfile that comes later is not started.
+Whatever was spawned or watched and not stopped is killed when the agent exits. How processes
+start, time out and stop is ``_process.py`` (socketlab.execute.process, shipped beside this
+file): the orchestrator's local executor uses the same module.
+
+Per run, without a process each: ``{"op": "fingerprint"}`` replies ``{"fingerprint": {...}}``
+(fingerprint.py, read in this process); ``{"op": "fresh_dir", "path", "subdirs"}`` empties
+PATH and makes its subfolders; ``{"op": "remove", "path"}`` removes it. ``{"op": "lock", "path",
+"info"}`` takes flock(PATH) and holds it while serving: one orchestrator per host; it replies
+``{"locked": true}`` or ``{"locked": false, "holder": ...}``.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import select
+import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _process  # noqa: E402
+import fingerprint  # noqa: E402
 
 
 class ControllerGone(Exception):
@@ -103,19 +110,62 @@ class Channel:
             self.check(max(0.1, self.idle_s - (time.monotonic() - self.last)))
 
 
+class Lock:
+    """The host's lock, taken on request and held while the agent serves."""
+
+    def __init__(self) -> None:
+        self.held = None
+
+    def take(self, request: dict) -> dict:
+        if self.held is None:
+            self.held, holder = _process.take_lock(request["path"], request.get("info") or {})
+            if self.held is None:
+                return {"locked": False, "holder": holder}
+        return {"locked": True}
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()  # closing the descriptor drops the flock
+            self.held = None
+
+
+def fresh_dir(request: dict) -> dict:
+    """PATH emptied (a link at PATH is removed, never followed) and its subfolders made."""
+    path = request["path"]
+    try:
+        remove_path(path)
+        for sub in request.get("subdirs") or [""]:
+            os.makedirs(os.path.join(path, sub), exist_ok=True)
+    except OSError as exc:
+        return {"error": f"clearing the run directory {path} failed: {exc}"}
+    return {}
+
+
+def remove(request: dict) -> dict:
+    try:
+        remove_path(request["path"])
+    except OSError as exc:
+        return {"error": f"removing {request['path']} failed: {exc}"}
+    return {}
+
+
+def remove_path(path: str) -> None:
+    """What `rm -rf PATH` does: a link is removed itself, a folder with what it holds."""
+    if os.path.islink(path) or os.path.isfile(path):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)
+
+
 def serve(args: argparse.Namespace) -> int:
-    held = None
-    if args.lock:
-        info = json.loads(base64.b64decode(args.info.encode()).decode()) if args.info else {}
-        held, holder = _process.take_lock(args.lock, info)
-        if held is None:
-            print(json.dumps({"ready": False, "holder": holder}), flush=True)
-            return 1
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     channel = Channel(args.idle)
     spawned = _process.Spawned()
+    lock = Lock()
     ops = {"spawn": spawned.spawn, "tree": spawned.tree, "stop": spawned.stop,
-           "watch": spawned.watch}
+           "watch": spawned.watch, "lock": lock.take, "fresh_dir": fresh_dir, "remove": remove,
+           "fingerprint": lambda _: {"fingerprint": fingerprint.read_fingerprint()},
+           "ping": lambda _: {"pong": True}}  # fmt: skip
     interrupted = set()  #: pidfiles of runs to stop (an interrupt may come before its run)
     try:
         while True:
@@ -136,8 +186,6 @@ def serve(args: argparse.Namespace) -> int:
                                                                      interrupted))
             elif request.get("op") in ops:
                 reply = ops[request["op"]](request)
-            elif request.get("op") == "ping":
-                reply = {"pong": True}
             else:
                 reply = {"error": f"unknown op {request.get('op')!r}"}
             sys.stdout.write(json.dumps(reply) + "\n")
@@ -146,8 +194,7 @@ def serve(args: argparse.Namespace) -> int:
         return 0
     finally:
         spawned.stop_all()  # a vanished orchestrator leaves no server running on the host
-        if held is not None:
-            held.close()
+        lock.release()
 
 
 def _interruptible(channel: Channel, request: dict, interrupted: set) -> dict:
@@ -168,11 +215,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="_runwrap.py")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve")
-    p.add_argument("--lock")
-    p.add_argument("--info")
     p.add_argument("--idle", type=float, default=30.0)
-    args = parser.parse_args(argv)
-    return serve(args)
+    return serve(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

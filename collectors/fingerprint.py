@@ -3,8 +3,11 @@
 every run. Drift between the two marks the run invalid, naming the knob.
 
 Stdlib only and importing nothing from socketlab: the orchestrator copies this file to each
-host and runs ``python3 fingerprint.py [--root DIR]``, which prints one JSON object. ``--root``
-reads a recorded sysfs/procfs tree instead of the live one (tests, fixtures).
+host with the other tools, and the host's agent (_runwrap.py) reads the fingerprint in its own
+process (``read_fingerprint``), so a run starts no interpreter for it; the controller imports the
+same file as ``socketlab.hostside.fingerprint`` for ``drift``. ``python3 fingerprint.py [--root
+DIR]`` prints one JSON object; ``--root`` reads a recorded sysfs/procfs tree instead of the live
+one (tests, fixtures).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Host-side code runs on the oldest Python a supported image ships (3.9: Amazon Linux 2023).
 
 Two checks: a static minimum-version check (vermin) over every file that runs on a host
-(collectors/, the collection's plugins/modules/ and plugins/module_utils/,
-src/socketlab/fingerprint.py), and
+(collectors/, the collection's plugins/modules/ and plugins/module_utils/), and
 the collectors, fingerprint and host facts really run, in an `orchestrate run`, under the
 oldest Python >= 3.9 this machine has (pyenv's, or python3.9 on PATH). Where none older than
 the controller's exists the run test is skipped, saying so; the static check still runs.
@@ -32,8 +31,7 @@ FLOOR = (3, 9)
 HOST_SIDE = sorted(
     [*glob.glob(str(REPO / "collectors" / "*.py")),
      *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/modules/*.py")),
-     *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/module_utils/*.py")),
-     str(REPO / "src" / "socketlab" / "fingerprint.py")]
+     *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/module_utils/*.py"))]
 )  # fmt: skip
 
 

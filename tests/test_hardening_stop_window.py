@@ -2,9 +2,9 @@
 
 The runner lists a run for the stop as soon as the run begins (fresh folders, fingerprint,
 collectors), but the run's process and its pidfile come later. The signal is put in that window
-deterministically: the host's interpreter is a wrapper whose first `fingerprint.py` (the one
-before the run) waits at a gate; the test signals the orchestrator there, waits for the
-orchestrator to say it has sent the stop, then opens the gate. The run must be stored
+deterministically: the host's interpreter is a wrapper whose first collector start (before the
+run) waits at a gate; the test signals the orchestrator there, waits for the orchestrator to
+say it has sent the stop, then opens the gate. The run must be stored
 interrupted, its command never started (no target.pid, no marker), its collectors gone by PID,
 nothing after it started, and a resume must run it. Real orchestrator (CLI), real collectors,
 localhost and an sshd host in a network namespace.
@@ -32,18 +32,17 @@ SLOW = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
 
 
 def _gated_python(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """(interpreter, gate, at-gate marker): fingerprint.py waits while the gate file exists;
-    what a collector's start prints (its daemon's PID) is kept in collectors.log."""
+    """(interpreter, gate, at-gate marker): a collector's start waits while the gate file
+    exists; what it prints (its daemon's PID) is kept in collectors.log."""
     gate, at_gate, started = tmp_path / "gate", tmp_path / "at-gate", tmp_path / "collectors.log"
     wrapper = tmp_path / "python3-gated"
     wrapper.write_text(f"""#!/bin/sh
 case "$*" in
-  *fingerprint.py*)
+  *"proc_peakmem.py start"*)
     if [ -e '{gate}' ]; then
       : > '{at_gate}'
       while [ -e '{gate}' ]; do sleep 0.05; done
-    fi ;;
-  *"proc_peakmem.py start"*)
+    fi
     out=$({PY} "$@"); rc=$?
     printf '%s\\n' "$out"; printf '%s\\n' "$out" >> '{started}'
     exit $rc ;;
@@ -94,7 +93,7 @@ def test_stop_before_the_pidfile_exists_stops_the_run(tmp_path, request, where, 
     with open(log, "w") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
-        wait_for(at_gate.exists, 120, "the fingerprint before the first run to reach the gate")
+        wait_for(at_gate.exists, 120, "the collector before the first run to reach the gate")
         proc.send_signal(sig)  # the run is listed for the stop; its process does not exist yet
         said = f"{sig.name}: stopping the run or build in flight"
         wait_for(lambda: said in log.read_text(), 30, "the orchestrator to send the stop")
@@ -147,7 +146,7 @@ def test_a_stop_that_looked_before_the_run_was_listed_still_reaches_it(tmp_path)
     ex.connect()
     runner.interrupted = signal.SIGTERM  # came while the list was empty: nothing was stopped
     marker, pidfile = tmp_path / "ran", tmp_path / "run" / "target.pid"
-    with runner._in_flight("localhost", ex, str(pidfile)):
+    with runner.in_flight("localhost", ex, str(pidfile)):
         result = ex.run([PY, "-c", f"open({str(marker)!r}, 'w')"], out_dir=str(pidfile.parent),
                         pidfile=str(pidfile), timeout=60)  # fmt: skip
     ex.close()

@@ -124,9 +124,9 @@ def test_together_group_whose_peer_never_comes_fails_with_the_reason(tmp_path):
     runner = Runner(campaign="c", points=[point, other], hosts={"a": None, "b": None},
                     profiles={"a": "pa", "b": "pb"}, store=Store(tmp_path / "s.sqlite"),
                     results_dir=tmp_path)  # fmt: skip
-    runner._make_barriers(runner.pending())
-    runner._abandon(other)
+    runner.groups.plan(runner.pending())
+    runner.groups.abandon(other)
     started = time.monotonic()
     with pytest.raises(Exception, match="together group 'g': not every host"):
-        runner._meet(point)
+        runner.groups.meet(point)
     assert time.monotonic() - started < 5

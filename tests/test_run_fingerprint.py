@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from socketlab import paths
-from socketlab.fingerprint import DRIFT_KNOBS, drift, read_fingerprint
+from socketlab.hostside.fingerprint import DRIFT_KNOBS, drift, read_fingerprint
 from socketlab.report.tables import experiment_tables, format_table
 
 
@@ -60,7 +60,7 @@ def test_drift_names_each_changed_knob(tmp_path):
 
 
 def test_live_fingerprint_script_prints_json():
-    out = subprocess.run([sys.executable, "-I", "-S", str(Path(paths.REPO) / "src/socketlab/fingerprint.py")],
+    out = subprocess.run([sys.executable, "-I", "-S", str(paths.COLLECTORS / "fingerprint.py")],
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert set(DRIFT_KNOBS) <= set(json.loads(out))
 

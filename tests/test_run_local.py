@@ -321,21 +321,18 @@ def test_host_lost_during_cleanup_keeps_the_stored_run(tmp_path, monkeypatch):
         "experiments": [{"name": "emit", "command": [PY, "-c", EMIT, "{{ i }}"],
                          "sweep": {"matrix": {"i": [0, 1, 2]}}, "metrics": {"parser": "jsonl"}}],
     })  # fmt: skip
-    real_call = LocalExecutor.call
+    real_request = LocalExecutor._request
     gone = {"now": False}
-    cleared: set[str] = set()
 
-    def call(self, argv, timeout=120.0):
+    def request(self, req, deadline_s):  # every request to the host's agent
         if gone["now"]:
             raise HostUnreachable(f"{self.name}: connection lost (injected)")
-        if argv[:2] == ["rm", "-rf"] and "/runs/" in argv[-1]:
-            if argv[-1] in cleared:  # the second removal: the run was stored, this is cleanup
-                gone["now"] = True
-                raise HostUnreachable(f"{self.name}: connection lost (injected)")
-            cleared.add(argv[-1])  # the first: clearing the folder before the run
-        return real_call(self, argv, timeout)
+        if req.get("op") == "remove" and "/runs/" in req["path"]:  # the cleanup: run stored
+            gone["now"] = True
+            raise HostUnreachable(f"{self.name}: connection lost (injected)")
+        return real_request(self, req, deadline_s)
 
-    monkeypatch.setattr(LocalExecutor, "call", call)
+    monkeypatch.setattr(LocalExecutor, "_request", request)
     results = tmp_path / "results"
     orchestrate("run", spec, "--results", results, "--plain")
     runs = list(stored(results, "lost-cleanup").values())

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from socketlab.execute.local import LocalExecutor
-from socketlab.execute.process import pid_alive
+from socketlab.hostside._process import pid_alive
 from socketlab.serve.requests_store import load_requests
 from socketlab.serve.server import Server, ServerFailure
 from socketlab.spec.expand import expand_points

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.parse import Metric, parse_output
-from socketlab.store import UNAVAILABLE
+from socketlab.store.status import RunStatus
 
 #: kind -> module with ``run(context, point) -> Outcome``
 KINDS = {"command": __name__, "serving": "socketlab.serve.campaign"}
@@ -40,7 +40,7 @@ class RunContext:
 class Outcome:
     """What a run produced; the runner adds collectors, drift and the record around it."""
 
-    status: str = "ok"
+    status: RunStatus = RunStatus.OK
     reason: str = ""
     metrics: list[Metric] = field(default_factory=list)
     exit_code: int | None = None
@@ -74,28 +74,28 @@ def run(context: RunContext, point) -> Outcome:
                    result.duration_s, {"pgid": result.pgid}, {"result": fields})
 
 
-def _verdict(point, result, errors: list[str]) -> tuple[str, str]:
+def _verdict(point, result, errors: list[str]) -> tuple[RunStatus, str]:
     if result.timed_out:
-        return "timeout", f"killed after {point.timeout_s:g} s (process group {result.pgid})"
+        return RunStatus.TIMEOUT, f"killed after {point.timeout_s:g} s (process group {result.pgid})"
     if result.exit_code is None:
-        return "failed", result.stderr.strip()[-300:] or "no result"
+        return RunStatus.FAILED, result.stderr.strip()[-300:] or "no result"
     sanity = point.sanity
     if result.exit_code not in sanity.exit_codes:
         said = _not_available(result)
         if said:
-            return UNAVAILABLE, said
+            return RunStatus.UNAVAILABLE, said
         tail = " | ".join(result.stderr.strip().splitlines()[-2:])
         why = f"exit code {result.exit_code} (accepted: {', '.join(map(str, sanity.exit_codes))})"
         if result.exit_code < 0:  # subprocess's -N: killed by signal N (a crash, usually)
             why = f"killed by {_signal_name(-result.exit_code)} ({why})"
-        return "failed", why + (f": {tail}" if tail else "")
+        return RunStatus.FAILED, why + (f": {tail}" if tail else "")
     if errors:
-        return "failed", "unparsable output: " + "; ".join(errors[:3])
+        return RunStatus.FAILED, "unparsable output: " + "; ".join(errors[:3])
     for pattern in sanity.must_not_match:
         match = re.search(pattern, result.stdout + "\n" + result.stderr, re.MULTILINE)
         if match:
-            return "failed", f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}"
-    return "ok", ""
+            return RunStatus.FAILED, f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}"
+    return RunStatus.OK, ""
 
 
 #: the native binaries' and host tools' convention (docs/benchmarks.md): exit 3 and one line

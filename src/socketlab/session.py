@@ -1,25 +1,28 @@
 """A campaign session: the one path `orchestrate plan`, `run --dry-run` and `run` share.
 
 `prepare` loads the spec, selects its hosts, gathers their facts once and expands the points;
-`pending` says what a run would do; `run` writes the campaign's provenance and host-failure
-notes and runs it. The commands only parse arguments and print.
+for a run (``open_hosts``) it opens each host in the same session that reads its facts, and
+the runner goes on in it. `pending` says what a run would do; `run` writes the campaign's
+provenance and host-failure notes and runs it. The commands only parse arguments and print.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from socketlab import paths
 from socketlab.errors import HostError, SocketlabError, StoreError
+from socketlab.runner import Runner, combined_profile
 from socketlab.safepath import inside
 from socketlab.spec.expand import Plan, expand_points
 from socketlab.spec.hosts import assumed_host_facts, gather_host_facts, select_hosts
 from socketlab.spec.load import load_spec
 from socketlab.spec.model import Spec
+from socketlab.store import Store, check_results_folder
 
 
 @dataclass(frozen=True)
@@ -30,23 +33,39 @@ class Campaign:
     facts: dict[str, dict[str, Any]]  #: inventory name -> host entry (socketlab.spec.hosts)
     unreachable: dict[str, SocketlabError]  #: inventory name -> why its facts are missing
     profile: str | None
+    #: inventory name -> its executor, opened with its facts (``prepare(open_hosts=True)``)
+    executors: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """Close the hosts opened for the run (each executor's close may come twice)."""
+        for executor in self.executors.values():
+            executor.close()
 
 
 def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str | None = None,
             inventory: str | Path | None = None, repetitions: int | None = None,
-            assume: list[str] | None = None) -> Campaign:  # fmt: skip
-    """Load, select hosts (or take `assume`d snapshots), gather facts once, expand the points."""
+            assume: list[str] | None = None, open_hosts: bool = False) -> Campaign:  # fmt: skip
+    """Load, select hosts (or take `assume`d snapshots), gather facts once, expand the points.
+    With ``open_hosts`` each host reached stays open for the run (``Campaign.executors``);
+    `run` closes them, and so does a failure here."""
     spec = load_spec(spec_file, profile=profile)
     unreachable: dict[str, SocketlabError] = {}
-    if assume:
-        hosts: list[Any] = []
-        facts = assumed_host_facts(spec, assume)
-    else:
-        hosts = select_hosts(spec, pattern, inventory)
-        facts = gather_host_facts(spec, hosts, unreachable)
-    plan = expand_points(spec, facts, repetitions=repetitions)
+    executors: dict[str, Any] = {}
+    try:
+        if assume:
+            hosts: list[Any] = []
+            facts = assumed_host_facts(spec, assume)
+        else:
+            hosts = select_hosts(spec, pattern, inventory)
+            facts = gather_host_facts(spec, hosts, unreachable,
+                                      executors=executors if open_hosts else None)  # fmt: skip
+        plan = expand_points(spec, facts, repetitions=repetitions)
+    except BaseException:
+        for executor in executors.values():
+            executor.close()
+        raise
     reached = {h.name: h for h in hosts if h.name in facts}
-    return Campaign(spec, plan, reached, facts, unreachable, profile)
+    return Campaign(spec, plan, reached, facts, unreachable, profile, executors)
 
 
 def require_a_host(campaign: Campaign) -> None:
@@ -63,9 +82,6 @@ def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bo
            rerun_failed: bool = False, reporter: Any = None):  # fmt: skip
     """The campaign's Runner over results/<campaign>/store.sqlite (a dry run creates nothing:
     with no store yet it reads an empty one in memory)."""
-    from socketlab.runner import Runner, combined_profile
-    from socketlab.store import Store, check_results_folder
-
     spec, plan = campaign.spec, campaign.plan
     folder = check_results_folder(inside(Path(results or paths.RESULTS), spec.campaign,
                                          what="campaign"))
@@ -76,6 +92,7 @@ def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bo
         store=Store(":memory:" if dry_run and not store_file.exists() else store_file),
         results_dir=folder, builds=spec.builds, spec_sha256=spec.sha256,
         rerun_failed=rerun_failed, reporter=reporter, host_facts=campaign.facts,
+        executors=None if dry_run else campaign.executors,
     )  # fmt: skip
 
 
@@ -92,7 +109,11 @@ def run(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: 
         reporter: Any = None):  # fmt: skip
     """Record the campaign's provenance and host-failure notes, run what is pending and return
     the Runner (its summary, and the signal that stopped it if one did)."""
-    session = runner(campaign, results, rerun_failed=rerun_failed, reporter=reporter)
+    try:
+        session = runner(campaign, results, rerun_failed=rerun_failed, reporter=reporter)
+    except BaseException:
+        campaign.close()
+        raise
     try:
         save_provenance(session.results_dir, campaign)
         # Hosts not reached have no points to store failed: note them per host, so that
@@ -103,6 +124,7 @@ def run(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: 
             session.store.clear_host_failure(campaign.spec.campaign, name, "facts")
         session.run()
     finally:
+        campaign.close()
         session.store.close()
     return session
 

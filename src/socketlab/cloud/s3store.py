@@ -31,6 +31,7 @@ from typing import Any
 from socketlab.cloud.target import CloudTarget, api_error
 from socketlab.errors import CloudError
 from socketlab.safepath import inside
+from socketlab.store.status import RunStatus
 
 Log = Callable[[str], None]
 
@@ -317,7 +318,7 @@ def push(
 
 def _better(new: dict[str, Any], old: dict[str, Any]) -> bool:
     def rank(r: dict[str, Any]) -> tuple:
-        return (r["status"] == "ok", r.get("finished") or 0.0, r.get("attempts") or 0)
+        return (r["status"] == RunStatus.OK, r.get("finished") or 0.0, r.get("attempts") or 0)
 
     return rank(new) > rank(old)
 
@@ -387,7 +388,7 @@ def _pull_one(
     with Store(path) as store:
         for run_key, row in sorted(remote.items()):
             local = store.status_of(run_key)
-            if local is not None and not (local != "ok" and row["status"] == "ok"):
+            if local is not None and not (local != RunStatus.OK and row["status"] == RunStatus.OK):
                 skipped += 1
                 continue
             bkey = _join(base, "bundles", f"{run_key}.tar.gz")

@@ -66,14 +66,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _frame(res, table: str, ok_only: bool):
+    from socketlab.store.status import RunStatus
+
     if table == "metrics":
         return res.metrics_with_runs(ok_only=ok_only)
     if table == "runs":
-        return res.runs[res.runs["status"] == "ok"] if ok_only else res.runs
+        return res.runs[res.runs["status"] == RunStatus.OK] if ok_only else res.runs
     if table == "requests":
         if not ok_only:
             return res.requests
-        ok = set(res.runs.loc[res.runs["status"] == "ok", "run_key"])
+        ok = set(res.runs.loc[res.runs["status"] == RunStatus.OK, "run_key"])
         return res.requests[res.requests["run_key"].isin(ok)]
     return res.verdicts
 

@@ -61,11 +61,13 @@ def run(args: argparse.Namespace) -> int:
     from socketlab.execute.progress import make_reporter
     from socketlab.runner import point_label
     from socketlab.shipped import spec_path
+    from socketlab.store.status import RunStatus
 
     spec = spec_path(args.spec)
     campaign = session.prepare(spec, profile=getattr(args, "profile", None),
                                pattern=args.hosts, inventory=args.inventory,
-                               repetitions=args.repetitions)  # fmt: skip
+                               repetitions=args.repetitions,
+                               open_hosts=not args.dry_run)  # fmt: skip
     if args.dry_run:  # a preview refuses what `plan` refuses: exit 2 when no host answered
         session.require_a_host(campaign)
     say = print if not args.json else (lambda *a: print(*a, file=sys.stderr))
@@ -88,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         import signal
 
         name = signal.Signals(runner.interrupted).name
-        print(f"orchestrate: stopped by {name}: {summary.statuses.get('interrupted', 0)} runs "
+        stopped = summary.statuses.get(RunStatus.INTERRUPTED, 0)
+        print(f"orchestrate: stopped by {name}: {stopped} runs "
               f"interrupted, {sum(summary.statuses.values())} stored this session; "
               f"`orchestrate run {args.spec}` resumes", file=sys.stderr)
         return 128 + runner.interrupted

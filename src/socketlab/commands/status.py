@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from socketlab.store import Store, existing_results_folder, existing_store_path
+    from socketlab.store.status import RunStatus
 
     root = existing_results_folder(args.results)
     if not args.campaign:
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"campaign {args.campaign}: {len(runs)} runs in {path}")
     for (experiment, host), counts in sorted(table.items()):
         print(f"  {experiment} on {host}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
-    bad = [r for r in runs if r.status != "ok"]
+    bad = [r for r in runs if r.status != RunStatus.OK]
     if bad:
         print("not ok:")
         for r in bad:
@@ -74,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(campaign: str, path: Path, runs: list, lost: list) -> dict:
+    from socketlab.store.status import RunStatus
+
     """What `status --json` prints for one campaign (the same facts as the text)."""
     table: dict[tuple[str, str], Counter] = {}
     for r in runs:
@@ -85,7 +88,7 @@ def _summary(campaign: str, path: Path, runs: list, lost: list) -> dict:
                         for (e, h), c in sorted(table.items())],
         "not_ok": [{"run_key": r.run_key, "experiment": r.experiment, "host": r.host,
                     "params": r.params, "repetition": r.repetition, "status": r.status,
-                    "reason": r.reason} for r in runs if r.status != "ok"],
+                    "reason": r.reason} for r in runs if r.status != RunStatus.OK],
         "hosts_not_reached": [{"host": f.host, "stage": f.stage, "reason": f.reason,
                                "attempts": f.attempts} for f in lost],
     }  # fmt: skip

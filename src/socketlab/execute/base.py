@@ -1,19 +1,18 @@
-"""Executors: run a command on one host, copy files to and from it, hold its lock.
-
-``LocalExecutor`` runs on this machine with no SSH; ``SshExecutor`` keeps one fabric connection
-per host for the whole campaign. Both speak the same small interface (``Executor``), so the
-runner never knows which one it has. Commands are argv lists; user data never meets a shell.
-"""
+"""What every executor is (``Executor``), its results and errors, the tools it sends to a host,
+and the become helpers: what socketlab.execute.local and .ssh build on."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import tarfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from socketlab import paths
 from socketlab.errors import HostError
+from socketlab.hostside import _process as process  # noqa: F401 - the executors' process module
 from socketlab.safepath import inside
 
 #: Where each host keeps the orchestrator's tools, builds and per-run scratch, keyed by
@@ -114,6 +113,26 @@ class Executor:
         """The agent kills ``pid`` (a collector daemon) if the orchestrator goes away."""
         self._agent_op({"op": "watch", "pid": pid})
 
+    def fingerprint(self) -> dict:
+        """The host's fingerprint (collectors/fingerprint.py), read by its agent in its own
+        process: no interpreter is started for it."""
+        return self._host_op({"op": "fingerprint"}, "fingerprint")["fingerprint"]
+
+    def fresh_dir(self, path: str, *subdirs: str) -> None:
+        """``path`` emptied on the host (a link there removed, not followed), with subdirs."""
+        self._host_op({"op": "fresh_dir", "path": path, "subdirs": list(subdirs)})
+
+    def remove(self, path: str) -> None:
+        """``path`` removed on the host, as `rm -rf` would (a cleanup: failures are ignored,
+        a lost host is not)."""
+        self._request({"op": "remove", "path": path}, 45.0)
+
+    def _host_op(self, request: dict, what: str = "") -> dict:
+        reply = self._request(request, 45.0)
+        if "error" in reply:
+            raise HostError(f"{self.name}: {what + ': ' if what else ''}{reply['error']}")
+        return reply
+
     @property
     def tools(self) -> str:
         return f"{self.workdir}/tools"
@@ -170,14 +189,44 @@ class Executor:
             self.call(["rm", "-f", remote_tar])
         return sorted(m.name.removeprefix("./") for m in members)
 
-    def install_tools(self, scratch: Path) -> None:
-        """Send what runs on the host: collectors (incl. the agent and the process module),
-        fingerprint.py and the serving sampler procstats.py."""
-        files = {p.name: p for p in sorted(paths.COLLECTORS.glob("*.py"))}
-        files["fingerprint.py"] = Path(__file__).resolve().parents[1] / "fingerprint.py"
-        # the serving sampler (stdlib) runs beside a server started on the host
-        files["procstats.py"] = Path(__file__).resolve().parents[1] / "serve" / "procstats.py"
-        self.send_tree(files, self.tools, scratch)
+    def install_tools(self, scratch: Path | None = None) -> None:  # pragma: no cover - interface
+        """Put what runs on the host (``tool_files``: the agent, the process module,
+        collectors, fingerprint, host facts, the serving sampler) in its tools folder, and
+        start its agent."""
+        raise NotImplementedError
+
+
+def tool_files() -> dict[str, Path]:
+    """name -> file of everything the runner sends to a host: collectors/*.py, the host-side
+    modules (socketlab.hostside), which import nothing but the stdlib and each other."""
+    return {p.name: p for p in sorted(paths.COLLECTORS.glob("*.py"))}
+
+
+@dataclass(frozen=True)
+class ToolsBundle:
+    sha256: str  #: of the tar's content: the tools folder's version on a host
+    tar: bytes
+
+
+def tools_bundle() -> ToolsBundle:
+    """The tools as one tar, and its digest (so a host that has them is sent nothing)."""
+    files = tool_files()
+    return _bundle(tuple((name, str(p), p.stat().st_mtime_ns, p.stat().st_size)
+                         for name, p in files.items()))  # fmt: skip
+
+
+@cache
+def _bundle(stamp: tuple) -> ToolsBundle:
+    """Built once per version of the files (the stamp: names, mtimes and sizes)."""
+    buf, digest = io.BytesIO(), hashlib.sha256()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, path, _, _ in stamp:
+            data = Path(path).read_bytes()
+            digest.update(f"{name}\0{len(data)}\0".encode() + data)
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), 0o644, 0
+            tar.addfile(info, io.BytesIO(data))
+    return ToolsBundle(digest.hexdigest(), buf.getvalue())
 
 
 def become_variable(hostvars: dict | None) -> str:
@@ -208,25 +257,3 @@ def become_refused(where: str, user: str | None, variable: str = "socketlab_beco
     return (f"{where}: {variable} is set but `sudo -n` fails for {who} (sudo asks for a "
             f"password, or is missing): give {who} passwordless sudo (a NOPASSWD rule in "
             f"/etc/sudoers.d), log in as root, or set {variable}: false")
-
-
-def make_executor(host, workroot: str | None = None) -> Executor:
-    """The executor for an inventory host (socketlab.inventory.InventoryHost-like).
-
-    The host variable ``socketlab_workroot`` moves the host's work folder (default /tmp/socketlab).
-    """
-    vars_ = getattr(host, "vars", None) or {}
-    workroot = workroot or vars_.get("socketlab_workroot") or DEFAULT_WORKROOT
-    if getattr(host, "connection", "local") == "local":
-        import os
-
-        from socketlab.execute.local import LocalExecutor
-
-        if become_requested(vars_) and os.geteuid() != 0:
-            raise HostError(f"inventory: {host.name}: {become_variable(vars_)} is for SSH hosts; "
-                            "for a local one run orchestrate as root (sudo orchestrate run ...)")
-
-        return LocalExecutor(host.name, workroot=workroot, python=getattr(host, "python", None))
-    from socketlab.execute.ssh import SshExecutor
-
-    return SshExecutor(host, workroot=workroot)

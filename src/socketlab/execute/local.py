@@ -1,6 +1,6 @@
 """Run on this machine, no SSH: the executor for ``connection: local`` inventory hosts.
 
-Commands run through ``socketlab.execute.process`` (own group, parent-death signal, killed by
+Commands run through the process module, collectors/_process.py (own group, parent-death signal, killed by
 PID at the timeout), as the SSH hosts' agent runs them. Long-lived processes (a server under
 test, its sampler) and collector daemons are held by the same agent as on SSH hosts, here over
 a pipe: when the orchestrator dies, even by SIGKILL, the pipe closes and the agent kills them.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import select
 import shutil
 import subprocess
@@ -19,8 +20,15 @@ import time
 from pathlib import Path
 
 from socketlab.errors import HostError
-from socketlab.execute import DEFAULT_WORKROOT, Executor, HostBusy, HostUnreachable, Result
-from socketlab.execute import process as process
+from socketlab.execute.base import (
+    DEFAULT_WORKROOT,
+    Executor,
+    HostBusy,
+    HostUnreachable,
+    Result,
+    process,
+    tool_files,
+)
 from socketlab.safepath import inside
 
 
@@ -33,8 +41,6 @@ class LocalExecutor(Executor):
         self.name = name
         self.python = python or "python3"
         self.workdir = inside(workroot, name, what="host name")
-        import pwd
-
         self.run_as = pwd.getpwuid(os.geteuid()).pw_name  # recorded with each run
         self._lock_fh = None
         self._agent: subprocess.Popen | None = None
@@ -98,8 +104,15 @@ class LocalExecutor(Executor):
             return 124, f"{argv[0]}: no answer in {timeout:g} s"
         return reply["exit_code"], reply["stdout"] or reply["stderr"]
 
-    def install_tools(self, scratch: Path) -> None:
-        super().install_tools(scratch)
+    def install_tools(self, scratch: Path | None = None) -> None:
+        """Copy the tools into place, each file written beside its place and renamed over it
+        (an agent of another session may be running them); ``scratch`` is not needed here."""
+        tools = Path(self.tools)
+        tools.mkdir(parents=True, exist_ok=True)
+        for name, path in tool_files().items():
+            staged = tools / f".{name}.new-{os.getpid()}"
+            shutil.copyfile(path, staged)
+            os.replace(staged, tools / name)
         self._installed = True  # the agent starts from this session's copy, never an older one
         self._request({"op": "ping"}, 30.0)  # now: each command's group is handed over at once
 

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+from socketlab.store.status import RunStatus
+
 
 class Reporter:
     """Plain log lines on stderr (not a TTY, or --plain)."""
@@ -135,7 +137,7 @@ class RichReporter(Reporter):
                 return
             self.done += 1
             self.progress.advance(self.task)
-            if status != "ok":
+            if status != RunStatus.OK:
                 self.console.print(f"{host}: {escape(label)} [bold red]{status}[/] {escape(reason)}")
 
     def message(self, host: str, text: str) -> None:

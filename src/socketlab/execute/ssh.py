@@ -1,19 +1,21 @@
 """Run on a host over SSH: one fabric connection per host, reused for every run.
 
-Every exec over SSH goes through the login shell and its rc files (over 100 ms per command on
-hosts with pyenv or conda hooks). So after copying its tools, the executor starts one agent per
-host (``collectors/_runwrap.py serve``) on a single channel and sends it one JSON request per
-run. No user-written string is ever parsed by the remote shell; the agent runs each command in
-its own process group and kills that group by PID at the timeout. The agent also holds the
-host's lock, and exits when our heartbeats stop, so a vanished orchestrator frees the host.
-The socket has TCP keepalive and a user timeout: a host that vanishes mid-run is noticed in
-seconds, not after the kernel's default of minutes. The connection is made as the user's ssh
-would make it: ~/.ssh/config, the ssh-agent, ProxyJump (socketlab.execute.sshconfig).
+Every exec over SSH goes through the login shell and its rc files (over 100 ms of CPU per
+command on hosts with pyenv or conda hooks). So a host is opened with one exec: collectors/
+_boot.py, sent as the command, checks sudo where asked, installs the tools (only when the host's
+copy differs), reads the host's facts where asked, and becomes the agent (``collectors/
+_runwrap.py``) on that same channel, which then takes one JSON request per run, lock, fingerprint
+or folder. No user-written string is ever parsed by the remote shell; the agent runs each
+command in its own process group and kills that group by PID at the timeout. The agent also
+holds the host's lock, and exits when our heartbeats stop (one thread beats for every host), so
+a vanished orchestrator frees the host. The socket has TCP keepalive and a user timeout: a host
+that vanishes mid-run is noticed in seconds, not after the kernel's default of minutes. The
+connection is made as the user's ssh would make it: ~/.ssh/config, the ssh-agent, ProxyJump
+(socketlab.execute.sshconfig).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import shlex
@@ -22,14 +24,18 @@ import time
 
 import paramiko
 
-from socketlab.execute import (
+from socketlab import paths
+from socketlab.cpulist import parse_cpulist
+from socketlab.errors import HostError
+from socketlab.execute import sshconfig
+from socketlab.execute.base import (
     DEFAULT_WORKROOT,
     Executor,
     HostBusy,
     HostUnreachable,
     Result,
     become_requested,
-    sshconfig,
+    tools_bundle,
 )
 from socketlab.safepath import inside
 
@@ -41,32 +47,69 @@ AGENT_IDLE_S = 10.0
 _NET_ERRORS = (OSError, EOFError, paramiko.SSHException)
 
 
-def _b64(data: dict) -> str:
-    return base64.b64encode(json.dumps(data).encode()).decode()
+class _Heartbeats:
+    """One thread sends every agent of this process its heartbeat (an empty line): a thread per
+    host would add one thread per host to a campaign over many hosts."""
+
+    def __init__(self) -> None:
+        self.agents: set[_Agent] = set()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    def add(self, agent: _Agent) -> None:
+        with self.lock:
+            self.agents.add(agent)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="agent-heartbeats",
+                                               daemon=True)  # fmt: skip
+                self.thread.start()
+
+    def discard(self, agent: _Agent) -> None:
+        with self.lock:
+            self.agents.discard(agent)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(HEARTBEAT_S)
+            with self.lock:
+                if not self.agents:  # none left: the next agent starts a thread again
+                    self.thread = None
+                    return
+                agents = list(self.agents)
+            for agent in agents:
+                agent.beat()
+
+
+_HEARTBEATS = _Heartbeats()
 
 
 class _Agent:
-    """The channel to one running ``_runwrap.py serve`` and its heartbeat thread."""
+    """The channel to one running agent (``_runwrap.py``)."""
 
     def __init__(self, chan, name: str) -> None:
         self.chan = chan
         self.name = name
         self.buffer = b""
         self.send_lock = threading.Lock()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._beat, name=f"heartbeat-{name}", daemon=True)
 
-    def _beat(self) -> None:
-        while not self.stop.wait(HEARTBEAT_S):
-            try:
-                with self.send_lock:
-                    self.chan.sendall(b"\n")
-            except Exception:  # noqa: BLE001 - a dead channel shows up in the next request
-                return
+    def beat(self) -> None:
+        # never wait for a send in progress (a request or an upload): it shows we are here, and
+        # the one heartbeat thread must not stall behind one host
+        if not self.send_lock.acquire(blocking=False):
+            return
+        try:
+            self.chan.sendall(b"\n")
+        except Exception:  # noqa: BLE001 - a dead channel shows up in the next request
+            _HEARTBEATS.discard(self)
+        finally:
+            self.send_lock.release()
 
     def send(self, data: dict) -> None:
+        self.send_bytes(json.dumps(data).encode() + b"\n")
+
+    def send_bytes(self, data: bytes) -> None:
         with self.send_lock:
-            self.chan.sendall(json.dumps(data).encode() + b"\n")
+            self.chan.sendall(data)
 
     def readline(self, deadline: float) -> bytes:
         while b"\n" not in self.buffer:
@@ -78,12 +121,38 @@ class _Agent:
         line, self.buffer = self.buffer.split(b"\n", 1)
         return line
 
+    def stderr_tail(self) -> str:
+        """The last line the command wrote on stderr (why it ended before it said anything)."""
+        data = b""
+        with contextlib.suppress(Exception):
+            self.chan.settimeout(2.0)
+            while chunk := self.chan.recv_stderr(1 << 16):
+                data += chunk
+        lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else ""
+
     def close(self) -> None:
-        self.stop.set()
+        _HEARTBEATS.discard(self)
         with contextlib.suppress(Exception):
             self.chan.shutdown_write()  # EOF: the agent exits and drops the lock
         with contextlib.suppress(Exception):
             self.chan.close()
+
+
+class BecomeRefused(HostError):
+    """socketlab_become is set and `sudo -n` fails for the login user (nothing was written)."""
+
+
+#: how long opening a host may take (login, sudo check, tools, facts, the agent's start)
+BOOT_S = 60.0
+
+
+#: what the boot runs in memory to read the facts (nothing is copied for them)
+SCRIPT_FACTS = paths.COLLECTORS / "host_facts.py"
+
+
+def _boot_source() -> str:
+    return (paths.COLLECTORS / "_boot.py").read_text()
 
 
 class SshExecutor(Executor):
@@ -104,7 +173,7 @@ class SshExecutor(Executor):
         self._conn = None
         self._dest = ""  #: host:port (and gateway) the connection really goes to
         self._agent: _Agent | None = None
-        self._locked = False
+        self._waiting: _Agent | None = None  #: a boot that read the facts, until install_tools
         self._request_lock = threading.Lock()
         self._stops: set[str] = set()  #: interrupt()'s pidfiles: a later agent must know too
 
@@ -178,47 +247,102 @@ class SshExecutor(Executor):
 
     # -- the agent ---------------------------------------------------------------------------
 
-    def _start_agent(self, lock_info: dict | None) -> None:
+    def read_facts(self, state_dir: str | None = None) -> dict:
+        """The host's facts (collectors/host_facts.py's snapshot, read as the login user) in
+        the session that will install the tools and start the agent (collectors/_boot.py),
+        which waits for ``install_tools`` until then; nothing is written on the host before.
+        BecomeRefused where socketlab_become is set and `sudo -n` fails."""
+        with self._request_lock:
+            self._stop_agent()
+            source = SCRIPT_FACTS.read_bytes()
+            boot = self._boot(["--facts", *(["--state-dir", state_dir] if state_dir else [])])
+            try:
+                boot.send_bytes(f"{len(source)}\n".encode() + source)
+                facts = self._boot_reply(boot, time.monotonic() + BOOT_S)["facts"]
+            except BaseException as exc:
+                boot.close()
+                raise self._boot_error(exc) from None
+            self._waiting = boot
+            return facts
+
+    def install_tools(self, scratch=None) -> None:
+        """Install the tools where the host's copy differs and start the agent, in the session
+        ``read_facts`` opened or in a new one: one exec (collectors/_boot.py). ``scratch`` is
+        not needed: the tools go as one tar on the channel."""
+        with self._request_lock:
+            self._start_agent()
+
+    def _start_agent(self) -> None:
+        boot, self._waiting = self._waiting, None
         self._stop_agent()
-        command = self.tool("_runwrap.py", "serve", "--idle", str(AGENT_IDLE_S))
+        if boot is not None:
+            with contextlib.suppress(*_NET_ERRORS):  # a dead channel shows in the reply
+                boot.send_bytes(b"go\n")
+        else:
+            boot = self._boot([])
+        bundle = tools_bundle()
+        deadline = time.monotonic() + BOOT_S
+        try:
+            if self._boot_reply(boot, deadline).get("boot") == "need":
+                boot.send_bytes(f"{len(bundle.tar)}\n".encode() + bundle.tar)
+            hello = self._boot_reply(boot, deadline)
+            if not hello.get("ready"):
+                raise HostUnreachable(f"{self.name}: agent did not start: {hello!r}")
+        except BaseException as exc:
+            boot.close()
+            raise self._boot_error(exc) from None
+        _HEARTBEATS.add(boot)
+        self._agent = boot
+
+    def _boot(self, options: list[str]) -> _Agent:
+        """collectors/_boot.py started on a channel of its own (the login shell's one exec)."""
+        command = [self.python, "-I", "-S", "-c", _boot_source(), self.tools,
+                   tools_bundle().sha256, "--idle", str(AGENT_IDLE_S), *options]  # fmt: skip
         if self.become:
-            command = ["sudo", "-n", "--", *command]  # -n: fail at once, never ask a password
-        if lock_info is not None:
-            command += ["--lock", f"{self.workdir}/host.lock", "--info", _b64(lock_info)]
+            command.append("--become")
         try:
             chan = self._transport().open_session(timeout=self.connect_timeout)
             chan.exec_command(shlex.join(command))
-            agent = _Agent(chan, self.name)
-            line = agent.readline(time.monotonic() + 30)
-        except (TimeoutError, *_NET_ERRORS) as exc:
+        except _NET_ERRORS as exc:
             raise self._lost(exc, "starting the agent on") from None
+        return _Agent(chan, self.name)
+
+    def _boot_error(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, (TimeoutError, *_NET_ERRORS)):
+            return self._lost(exc, "starting the agent on")
+        return exc
+
+    def _boot_reply(self, agent: _Agent, deadline: float) -> dict:
+        """The boot's or agent's next line; HostError saying why when there is none."""
         try:
-            hello = json.loads(line)
+            line = agent.readline(deadline)
+        except EOFError:
+            line = b""
+        try:
+            reply = json.loads(line) if line else None
         except ValueError:
-            agent.close()
+            reply = None
+        if isinstance(reply, dict) and reply.get("boot") == "become-refused":
+            raise BecomeRefused(f"{self.name}: sudo -n refused")
+        if isinstance(reply, dict) and "error" in reply:
+            raise HostError(f"{self.name}: {reply['error']}")
+        if not isinstance(reply, dict):
             hint = (" (socketlab_become: the login user needs passwordless sudo; "
                     "roles/host_packages does not grant it)" if self.become else "")
-            raise HostUnreachable(f"{self.name}: agent did not start: {line[:200]!r}{hint}"
-                                  ) from None  # fmt: skip
-        if not hello.get("ready"):
-            agent.close()
-            raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
-                           f"({hello.get('holder') or 'unknown holder'}; lock file "
-                           f"{self.workdir}/host.lock)")  # fmt: skip
-        agent.thread.start()
-        self._agent = agent
-        self._locked = lock_info is not None
+            said = agent.stderr_tail() or line[:200].decode("utf-8", "replace") or "no output"
+            raise HostUnreachable(f"{self.name}: agent did not start: {said}{hint}")
+        return reply
 
     def _stop_agent(self) -> None:
-        if self._agent is not None:
-            self._agent.close()
-            self._agent = None
-            self._locked = False
+        for agent in (self._agent, self._waiting):
+            if agent is not None:
+                agent.close()
+        self._agent = self._waiting = None
 
     def _request(self, request: dict, deadline_s: float) -> dict:
         with self._request_lock:
             if self._agent is None:
-                self._start_agent(None)
+                self._start_agent()
             agent = self._agent
             try:
                 agent.send(request)
@@ -236,8 +360,6 @@ class SshExecutor(Executor):
 
     def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
             pidfile=None) -> Result:  # fmt: skip
-        from socketlab.cpulist import parse_cpulist
-
         if pidfile is not None and pidfile in self._stops:  # e.g. an agent started after it
             return Result(None, "", "interrupted before it started", 0.0, started=time.time())
         request = {
@@ -296,9 +418,12 @@ class SshExecutor(Executor):
             raise self._lost(exc, f"copy of {remote} from") from None
 
     def lock(self, info: dict) -> None:
-        """Start the agent holding flock(<workdir>/host.lock) for as long as it serves us."""
-        with self._request_lock:
-            self._start_agent(info)
+        """The agent takes flock(<workdir>/host.lock) and holds it for as long as it serves us."""
+        path = f"{self.workdir}/host.lock"
+        reply = self._request({"op": "lock", "path": path, "info": info}, 30.0)
+        if not reply.get("locked"):
+            raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
+                           f"({reply.get('holder') or 'unknown holder'}; lock file {path})")
 
     def unlock(self) -> None:
         with self._request_lock:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from socketlab.store.status import RunStatus
+
 
 @dataclass
 class Data:
@@ -46,9 +48,9 @@ def load(store, campaign: str, results_dir: Path) -> Data:
         machine, experiment = key.removeprefix(META_PREFIX).split(":", 2)[:2]
         data.stops[(machine, experiment)] = json.loads(value)
     stored = store.runs(campaign)
-    runs = {r.run_key: r for r in stored if r.status == "ok"}
+    runs = {r.run_key: r for r in stored if r.status == RunStatus.OK}
     data.not_ok = [(r.host, r.experiment, dict(r.params), r.status, r.reason or "")
-                   for r in stored if r.status != "ok"]  # fmt: skip
+                   for r in stored if r.status != RunStatus.OK]  # fmt: skip
     for row in store.metric_rows(campaign):
         run = runs.get(row["run_key"])
         if run is None:

@@ -11,6 +11,8 @@ import json
 import math
 from typing import Any
 
+from socketlab.store.status import RunStatus
+
 BASE_COLUMNS = {
     "run_key", "campaign", "experiment", "host", "repetition", "status", "metric", "value",
     "unit", "parser",
@@ -44,7 +46,7 @@ def experiment_tables(frame) -> list[tuple[str, list[str], list[list[str]]]]:
     """[(experiment, headers, rows)] in order of first appearance; medians of ok runs."""
     if frame is None or frame.empty:
         return []
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"] == RunStatus.OK]
     out = []
     for experiment in dict.fromkeys(ok["experiment"]):
         sub = ok[ok["experiment"] == experiment]

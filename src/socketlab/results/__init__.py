@@ -21,6 +21,7 @@ import pandas as pd
 from socketlab.results import frames
 from socketlab.results.schema import FRAMES, SCHEMA_VERSION, Column
 from socketlab.results.source import STORE_FILE, Located, locate
+from socketlab.store.status import RunStatus
 
 __all__ = ["FRAMES", "SCHEMA_VERSION", "Column", "Results", "load"]
 
@@ -54,7 +55,7 @@ class Results:
     def metrics_with_runs(self, ok_only: bool = False) -> pd.DataFrame:
         """Each metric value with its run's columns (what `orchestrate export` writes)."""
         out = frames.with_runs(self.metrics, self.runs)
-        return out[out["status"] == "ok"].reset_index(drop=True) if ok_only else out
+        return out[out["status"] == RunStatus.OK].reset_index(drop=True) if ok_only else out
 
     @cached_property
     def verdicts(self) -> pd.DataFrame:

@@ -27,6 +27,7 @@ import pandas as pd
 from scipy import stats
 
 from socketlab.results.schema import DIM, RUNS
+from socketlab.store.status import RunStatus
 from socketlab.units import UNITS
 
 FASTER, SLOWER, HIGHER, LOWER, SAME, INCONCLUSIVE = (
@@ -89,7 +90,7 @@ def per_run(frame: pd.DataFrame, point: list[str]) -> tuple[dict[str, Any], dict
     """(point key -> one value per run, point key -> the point's columns as first stored): a
     run's value is the median of its values; ok runs, no warm-ups. The key is the point's
     values as text, so two stores' column types (categories, Int64, NA) can't split a point."""
-    ok = frame[(frame["status"] == "ok") & (frame["repetition"] >= 0)]
+    ok = frame[(frame["status"] == RunStatus.OK) & (frame["repetition"] >= 0)]
     key = pd.Series("", index=ok.index, dtype="string")
     for c in point:
         key = key + "\x1f" + ok[c].astype("string").fillna("<NA>")

@@ -14,7 +14,7 @@ import pandas as pd
 
 from socketlab.cpulist import parse_cpulist
 from socketlab.errors import SocketlabError
-from socketlab.fingerprint import drift
+from socketlab.hostside.fingerprint import drift
 from socketlab.results import schema
 from socketlab.results.schema import DIM, PARAM, RESERVED
 

@@ -5,7 +5,8 @@ the way vLLM's ``bench serve`` does, and compare arms.
 - ``server``: the server process group's lifecycle (start pinned, wait ready, always stop).
 - ``loadgen``: asyncio + httpx streaming client, raw per-request timestamps.
 - ``metrics``: TTFT/TPOT/ITL/E2E, windowed throughput, goodput (pure).
-- ``procstats``: peak PSS of the server tree and CPU time per thread group (stdlib only).
+- collectors/procstats.py (``socketlab.hostside.procstats``): peak PSS of the server tree and
+  CPU time per thread group (stdlib only, runs on the host beside the server).
 - ``prompts``: the pinned corpus and synthetic prompts of exact token lengths.
 - ``report``: the seed's comparison columns and the placement A/B table.
 - ``vllm_import``: a vLLM bench-serve JSON as a run.

@@ -25,16 +25,17 @@ from typing import Any
 
 from socketlab.cpulist import format_cpulist, parse_cpulist
 from socketlab.execute import process
+from socketlab.hostside import procstats
 from socketlab.parse import Metric
 from socketlab.runkinds import Outcome, RunContext
 from socketlab.serve import metrics as metrics_mod
-from socketlab.serve import procstats
 from socketlab.serve.config import Level, ServingConfig
 from socketlab.serve.dram import DramCounter
 from socketlab.serve.loadgen import LoadConfig, LoadResult, Prompt, read_result
 from socketlab.serve.prompts import PromptError, ServerTokenizer, corpus_prompts, synthetic_prompts
 from socketlab.serve.records import RequestRecord
 from socketlab.serve.server import Server, ServerFailure
+from socketlab.store.status import RunStatus
 
 PARSER = "serving/1"
 
@@ -52,13 +53,13 @@ class ServingOutcome(Outcome):
     levels: list[LevelResult] = field(default_factory=list)
 
     def fail(self, reason: str) -> None:
-        self.status = "failed"
+        self.status = RunStatus.FAILED
         self.reason = f"{self.reason}; {reason}" if self.reason else reason
 
     def invalid(self, reason: str) -> None:
         """The run finished but its numbers can't be trusted (a failure stays a failure)."""
-        if self.status == "ok":
-            self.status = "invalid"
+        if self.status == RunStatus.OK:
+            self.status = RunStatus.INVALID
         self.reason = f"{self.reason}; {reason}" if self.reason else reason
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from socketlab.serve.campaign import PARSER
+from socketlab.store.status import RunStatus
 
 SPREAD = 0.10
 COLUMNS = {  # metric -> short column name
@@ -147,7 +148,7 @@ def notes(runs: list[Any]) -> list[tuple[str, str, list[str]]]:
                     [f"{r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
                      f"({r.extra.get('source_format', 'import')}): {line}"
                      for r in limited for line in r.extra["limitations"]]))
-    failed = [r for r in runs if r.status != "ok"]
+    failed = [r for r in runs if r.status != RunStatus.OK]
     if failed:  # their numbers are in the tables above when they have any: say which
         out.append(("Runs not ok", "", [f"{r.experiment} arm {r.extra.get('arm')} rep "
                                         f"{r.repetition}: {r.status}: {r.reason}"

@@ -29,6 +29,7 @@ from socketlab.serve import metrics as metrics_mod
 from socketlab.serve import vllm_defs
 from socketlab.serve.campaign import PARSER
 from socketlab.serve.records import RequestRecord
+from socketlab.store.status import RunStatus
 
 VLLM_PARSER = "vllm-bench/1"
 NS = 1_000_000_000
@@ -185,8 +186,9 @@ def store_imported_level(store: Any, path: Path, level: dict[str, Any], *, campa
     key = hashlib.sha256(json.dumps([campaign, experiment, host, params, repetition,
                                      file_sha256]).encode()).hexdigest()
     s = level["summary"]
-    status = "ok" if s["completed"] and not s["failed"] else "failed"
-    reason = "" if status == "ok" else f"{s['failed']} of {s['num_prompts']} requests failed"
+    status = RunStatus.OK if s["completed"] and not s["failed"] else RunStatus.FAILED
+    reason = "" if status == RunStatus.OK else (
+        f"{s['failed']} of {s['num_prompts']} requests failed")
     record = RunRecord(
         run_key=key, campaign=campaign, experiment=experiment, host=host,
         repetition=repetition, params=params, status=status, reason=reason,

@@ -25,6 +25,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from socketlab.store.status import RunStatus
+
 META_PREFIX = "adaptive:"
 
 
@@ -173,7 +175,7 @@ def stored_steps(store, campaign: str, host: str, experiment: str, adaptive: Ada
         value = float(run.params.get(adaptive.param))
         if value not in steps:
             continue
-        if run.status == "ok":
+        if run.status == RunStatus.OK:
             steps[value]["ok"] += 1
             ok_keys[run.run_key] = value
         elif not steps[value]["bad"]:

@@ -26,7 +26,7 @@ from socketlab.spec.render import ENV, base_context
 #: a host runs; THP, NUMA balancing, hugepages, the workqueue mask and cpufreq governors are
 #: knobs that an operator (or playbooks/isolate.yml) sets. They stay out of the host profile, so
 #: flipping one doesn't change every run key (a resume would run the whole campaign again). The
-#: fingerprint taken before and after each run (socketlab.fingerprint) records them on the run
+#: fingerprint taken before and after each run (collectors/fingerprint.py) records them on the run
 #: and marks it invalid when one changes during it; whether the isolation plan is applied is
 #: part of the profile (``isolation_applied``).
 VOLATILE_FACTS = ("irqs", "irqbalance", "thp", "numa_balancing", "hugepages_2m",

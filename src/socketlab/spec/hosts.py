@@ -83,19 +83,25 @@ def isolation_applied(topology_facts: dict[str, Any], isolation: dict[str, Any] 
 
 
 def gather_host_facts(
-    spec: Spec, hosts: list[Any], errors: dict[str, SocketlabError] | None = None
+    spec: Spec, hosts: list[Any], errors: dict[str, SocketlabError] | None = None, *,
+    executors: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """inventory name -> host entry for expand_points, gathered in parallel, in input order.
 
     A host whose facts can't be gathered raises its HostError, or, when `errors` is given,
     is left out and its error recorded there (so one unreachable host doesn't stop a plan).
+    With `executors` (a dict) the hosts are opened for a run (socketlab.facts.open_all: one
+    session per host) and each reached host's executor is put there, for the runner.
     """
-    from socketlab.facts import gather_all
+    from socketlab.facts import Opened, gather_all, open_all
 
-    gathered = gather_all(hosts)
+    gathered: dict[str, Any] = gather_all(hosts) if executors is None else open_all(hosts)
     out: dict[str, dict[str, Any]] = {}
     for host in hosts:
         facts = gathered[host.name]
+        if isinstance(facts, Opened):
+            executors[host.name] = facts.executor
+            facts = facts.facts
         if isinstance(facts, SocketlabError):
             if errors is None:
                 raise facts
