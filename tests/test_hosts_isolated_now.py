@@ -9,8 +9,8 @@ import copy
 
 import pytest
 
-from socketlab.commands.hosts import isolation_now
 from socketlab.plan.isolation import plan_isolation
+from socketlab.report.hosts import isolation_now
 from socketlab.topology import host_facts_module, topology_from_snapshot
 
 

@@ -18,7 +18,8 @@ from socketlab import paths
 from socketlab.errors import HostError, SocketlabError, StoreError
 from socketlab.runner import Runner, combined_profile
 from socketlab.safepath import inside
-from socketlab.spec.expand import Plan, expand_points
+from socketlab.spec.estimate import estimate
+from socketlab.spec.expand import Plan, Skip, expand_points
 from socketlab.spec.hosts import assumed_host_facts, gather_host_facts, select_hosts
 from socketlab.spec.load import load_spec
 from socketlab.spec.model import Spec
@@ -66,6 +67,23 @@ def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str |
         raise
     reached = {h.name: h for h in hosts if h.name in facts}
     return Campaign(spec, plan, reached, facts, unreachable, profile, executors)
+
+
+def preview(spec_file: str | Path, *, profile: str | None = None, pattern: str | None = None,
+            inventory: str | Path | None = None, repetitions: int | None = None,
+            assume: list[str] | None = None, results: str | Path | None = None,
+            ) -> tuple[Plan, dict[str, Any]]:  # fmt: skip
+    """What `orchestrate plan` shows: the plan (every experiment of an unreachable host
+    skipped, with why) and its estimated time (socketlab.spec.estimate). HostError when no
+    host answered."""
+    campaign = prepare(spec_file, profile=profile, pattern=pattern, inventory=inventory,
+                       repetitions=repetitions, assume=assume)  # fmt: skip
+    require_a_host(campaign)
+    plan = campaign.plan
+    plan.skipped.extend(Skip(name, exp.name, f"host unreachable: {exc}")
+                        for name, exc in campaign.unreachable.items()
+                        for exp in campaign.spec.experiments)  # fmt: skip
+    return plan, estimate(plan, results, assumed=bool(assume))
 
 
 def require_a_host(campaign: Campaign) -> None:

@@ -20,13 +20,7 @@ import sys
 from typing import Any
 
 from socketlab.commands._options import add_host_arguments
-from socketlab.errors import PlanError, SocketlabError
-from socketlab.facts import gather_all
-from socketlab.inventory import InventoryHost, load_inventory
-from socketlab.plan.isolation import plan_isolation
-from socketlab.report.isolation import verify_text
-from socketlab.spec.hosts import isolation_applied
-from socketlab.topology import topology_from_snapshot
+from socketlab.report.hosts import host_entries
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,60 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_host_arguments(p)
     p.add_argument("--strict", action="store_true", help="exit 1 if any host has no valid plan")
     p.set_defaults(func=run)
-
-
-def isolation_now(name: str, facts: dict, plan: dict | None) -> dict[str, Any]:
-    """{"isolated", "verified", "text"}: whether isolate.yml's plan runs on the host now.
-
-    Isolated: verify.yml's record of this inventory host names a plan whose workqueue mask the
-    host has now; without a record, a host on the mask of ``plan`` (this command's) is isolated
-    but not verified. Pure: the gathered facts in, the row out."""
-    record = (facts["snapshot"].get("isolation_verify") or {}).get(name)
-    if isinstance(record, dict) and record:
-        checked = record.get("plan") if isinstance(record.get("plan"), dict) else None
-        applied = isolation_applied(facts["topology"], checked)
-        entry = {"isolation_verify": record, "isolation_applied": applied, "isolation": checked}
-        verified = record.get("passed") is True and applied
-        if applied:
-            text = (f"isolated: isolate.yml's plan (housekeeping {checked['housekeeping_list']}, "
-                    f"workers {checked['workers_list']}); {verify_text(entry)}")
-        else:
-            text = f"not isolated (the workqueue mask is not the plan's); {verify_text(entry)}"
-        return {"isolated": applied, "verified": verified, "text": text}
-    if isolation_applied(facts["topology"], plan):
-        return {"isolated": True, "verified": False,
-                "text": "isolated: the workqueue mask is the plan's; not verified (run "
-                        "playbooks/verify.yml)"}  # fmt: skip
-    return {"isolated": False, "verified": False, "text": "not isolated"}
-
-
-def describe(
-    host: InventoryHost, facts: dict | SocketlabError, housekeeping: int, prefer_irq: bool
-) -> dict[str, Any]:
-    """One host's entry of the report: facts, plan, or the reason for either missing."""
-    entry: dict[str, Any] = {
-        "name": host.name,
-        "connection": host.connection,
-        "address": host.address,
-        "port": host.port,
-        "groups": list(host.groups),
-        "error": None,
-        "topology": None,
-        "isolation": None,
-        "plan_error": None,
-        "isolated_now": None,
-    }
-    if isinstance(facts, SocketlabError):
-        entry["error"] = str(facts)
-        return entry
-    entry["topology"] = facts["topology"]
-    try:
-        topology = topology_from_snapshot(facts["snapshot"])
-        entry["isolation"] = plan_isolation(topology, housekeeping, prefer_irq).facts()
-    except PlanError as exc:
-        entry["plan_error"] = str(exc)
-    entry["isolated_now"] = isolation_now(host.name, facts, entry["isolation"])
-    return entry
 
 
 def _yes(value: bool) -> str:
@@ -147,13 +87,8 @@ def _table(entry: dict[str, Any]):
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.housekeeping < 1:
-        raise PlanError(f"--housekeeping: expected a whole number >= 1, got {args.housekeeping}")
-    hosts = load_inventory(args.inventory, args.limit)
-    gathered = gather_all(hosts, timeout=args.timeout)
-    report = [
-        describe(h, gathered[h.name], args.housekeeping, args.prefer_irq_cores) for h in hosts
-    ]
+    report = host_entries(args.inventory, args.limit, timeout=args.timeout,
+                          housekeeping=args.housekeeping, prefer_irq=args.prefer_irq_cores)
     if args.json:
         json.dump({"hosts": report}, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

@@ -78,49 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-#: what a points file's point may set (the flags of the same names)
-POINT_KEYS = {"model": str, "layer": int, "gather_output": bool, "split": str,
-              "budget_kib": int, "experts": str, "batch": int, "context": int, "project": bool,
-              "hop_us": float, "allreduce_us": float}
-_DIMS: dict = {}
-
-
 def _points(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    """Every point of the points file planned as if its keys were given as flags, each as
+    JSON-lines records carrying the point's keys as dimensions."""
+    from socketlab.spec.plan_points import load_points
 
-    import yaml
-
-    from socketlab.errors import SpecError
-    from socketlab.paths import EXPERIMENTS
-
-    f = Path(args.points)
-    if not f.suffix and "/" not in args.points:
-        f = EXPERIMENTS / "models" / "points" / f"{args.points}.yaml"
-    try:
-        doc = yaml.safe_load(f.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{f}: can't read the points file ({str(exc).splitlines()[0]})") from None
-    pts = doc.get("points") if isinstance(doc, dict) else None
-    if not isinstance(pts, list) or not pts:
-        raise SpecError(f"{f}: points: expected a list of mappings")
-    for i, pt in enumerate(pts):
-        bad = sorted(set(pt) - set(POINT_KEYS)) if isinstance(pt, dict) else ["(not a mapping)"]
-        if bad or "model" not in pt:
-            raise SpecError(f"{f}: points[{i}]: " + (f"unknown key '{bad[0]}' (expected one of: "
-                            f"{', '.join(POINT_KEYS)})" if bad else "model: missing"))
-        for k, kind in POINT_KEYS.items():
-            if k in pt and not isinstance(pt[k], kind) and not (kind is float and isinstance(
-                    pt[k], int) and not isinstance(pt[k], bool)):
-                raise SpecError(f"{f}: points[{i}].{k}: expected {kind.__name__}, got {pt[k]!r}")
+    for point in load_points(args.points):
         one = argparse.Namespace(**{**vars(args), "points": None, "jsonl": True, "json": False})
-        for k, v in pt.items():
+        for k, v in point.items():
             setattr(one, k, ("yes" if v else "no") if k == "gather_output" else v)
-        _DIMS.clear()
-        _DIMS.update(pt)
-        try:
-            run(one)
-        finally:
-            _DIMS.clear()
+        _plan(one, point)
     return 0
 
 
@@ -131,6 +98,11 @@ def run(args: argparse.Namespace) -> int:
         from socketlab.errors import SpecError
 
         raise SpecError("stage-plan: MODEL is required (or --points FILE)")
+    return _plan(args, {})
+
+
+def _plan(args: argparse.Namespace, dims: dict) -> int:
+    """One plan (or one layer's prediction); ``dims`` go on every metric record."""
     from socketlab.plan.stage import Budget, plan
     from socketlab.plan.stage_cluster import SENSITIVITY, project, sensitivity
     from socketlab.plan.stage_constants import SEED, constants_from_store, load_constants
@@ -152,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
                     expert_tier=args.experts, l3_bytes_per_core=args.l3_kib * 1024)
     us = units(model)
     if args.layer is not None:
-        return _layer(args, model, us, budget, c)
+        return _layer(args, model, us, budget, c, dims)
     pl = plan(us, budget, c)
     s = pl.summary
     proj = []
@@ -168,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         for x in proj:
             x.setdefault("batch", args.batch)
     if args.jsonl:
-        _emit_plan(args, model, budget, c, pl, proj)
+        _emit_plan(args, model, budget, c, pl, proj, dims)
         return 0
     if args.json:
         doc = {
@@ -226,9 +198,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _metric(name: str, value: float, unit: str, **dims) -> None:
-    print(json.dumps({"type": "metric", "name": name, "value": value, "unit": unit, **_DIMS,
-                      **dims}))
+def _metric(name: str, value: float, unit: str, dims: dict, **more) -> None:
+    print(json.dumps({"type": "metric", "name": name, "value": value, "unit": unit, **dims,
+                      **more}))
 
 
 def _meta(args, model, budget, c) -> None:
@@ -242,28 +214,28 @@ def _meta(args, model, budget, c) -> None:
                       "provenance": c.provenance}))
 
 
-def _emit_plan(args, model, budget, c, pl, proj) -> None:
+def _emit_plan(args, model, budget, c, pl, proj, dims: dict) -> None:
     """The plan as metric records: the §5.10 plan-table columns, and with --project one record
     per (batch, hop, all-reduce) row (dims say which)."""
     s = pl.summary
     _meta(args, model, budget, c)
-    _metric("stages", s.stages, "count")
-    _metric("sockets", s.sockets, "count")
-    _metric("layers_per_stage", s.layers_per_stage, "ratio")
-    _metric("bottleneck_us", s.bottleneck_us, "us")
-    _metric("token_latency_ms", s.token_latency_us / 1e3, "ms")
-    _metric("tokens_per_s", s.tokens_per_s, "tok/s")
-    _metric("sequences_in_flight", s.sequences_in_flight, "count")
+    _metric("stages", s.stages, "count", dims)
+    _metric("sockets", s.sockets, "count", dims)
+    _metric("layers_per_stage", s.layers_per_stage, "ratio", dims)
+    _metric("bottleneck_us", s.bottleneck_us, "us", dims)
+    _metric("token_latency_ms", s.token_latency_us / 1e3, "ms", dims)
+    _metric("tokens_per_s", s.tokens_per_s, "tok/s", dims)
+    _metric("sequences_in_flight", s.sequences_in_flight, "count", dims)
     _metric("expert_sockets", sum(st.sockets for st in pl.stages if ".experts" in st.label),
-            "count")
+            "count", dims)
     for x in proj:
         if x["batch"] != budget.batch:  # one batch per record set: a run is one point
             continue
         d = { "hop_us": x["hop_us"], "allreduce_us": x["allreduce_us"]}
-        _metric("tpot_b1_ms", x["token_latency_us"] / 1e3, "ms", **d)
-        _metric("tpot_saturated_ms", x["tpot_saturated_us"] / 1e3, "ms", **d)
-        _metric("cluster_tokens_per_s", x["tokens_per_s"], "tok/s", **d)
-        _metric("tokens_per_s_per_socket", x["tokens_per_s_per_socket"], "tok/s", **d)
+        _metric("tpot_b1_ms", x["token_latency_us"] / 1e3, "ms", dims, **d)
+        _metric("tpot_saturated_ms", x["tpot_saturated_us"] / 1e3, "ms", dims, **d)
+        _metric("cluster_tokens_per_s", x["tokens_per_s"], "tok/s", dims, **d)
+        _metric("tokens_per_s_per_socket", x["tokens_per_s_per_socket"], "tok/s", dims, **d)
     if proj:
         # against the published base links (hop 5 µs, all-reduce 10 µs): the §5.10 sensitivity
         # ("B=1 TPOT +4-41%, B=16 throughput -3-7%" with hop 10 / all-reduce 25)
@@ -271,11 +243,12 @@ def _emit_plan(args, model, budget, c, pl, proj) -> None:
 
         base = project(pl, *SENSITIVITY[0], args.calibration)
         here = project(pl, c.hop_us, c.allreduce_us, args.calibration)
-        _metric("tpot_rise", here.tpot_saturated_us / base.tpot_saturated_us - 1, "fraction")
-        _metric("throughput_drop", 1 - here.tokens_per_s / base.tokens_per_s, "fraction")
+        _metric("tpot_rise", here.tpot_saturated_us / base.tpot_saturated_us - 1, "fraction",
+                dims)
+        _metric("throughput_drop", 1 - here.tokens_per_s / base.tokens_per_s, "fraction", dims)
 
 
-def _layer(args, model, us, budget, c) -> int:
+def _layer(args, model, us, budget, c, dims: dict) -> int:
     """One layer alone on one socket (`layer_stage`): the prediction by term, and the published
     check's form (§5.10: the B=1 prediction + (B - 1) x gathered bytes / all-gather rate, which
     leaves out the extra rows' KV)."""
@@ -294,8 +267,8 @@ def _layer(args, model, us, budget, c) -> int:
             return 0
         _meta(args, model, budget, c)
         for k, v in pred.terms().items():
-            _metric("layer_us" if k == "total_us" else f"layer_{k}", v, "us")
-        _metric("layer_check_us", check, "us")
+            _metric("layer_us" if k == "total_us" else f"layer_{k}", v, "us", dims)
+        _metric("layer_check_us", check, "us", dims)
         return 0
     print(f"{model.name} layer {args.layer} alone on {budget.cores} cores, B={budget.batch}, "
           f"ctx {budget.context}: {pred.total_us:.1f} µs (gemv {pred.gemv_us:.1f}, sync "
