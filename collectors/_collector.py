@@ -29,22 +29,13 @@ import subprocess
 import sys
 import time
 
-
 # ---------------------------------------------------------------- CPU lists
-# CPU lists: _cpulist.py, shipped beside this file (and to Ansible as module_utils). Loaded by
-# its path: tailor.py and socketlab.topology load this file by path, without collectors/ on
-# sys.path.
-def _sibling(name: str):
-    import importlib.util
+# CPU lists: _cpulist.py, shipped beside this file (and to Ansible as module_utils).
+if __package__:  # imported by the orchestrator, as socketlab.hostside._collector
+    from . import _cpulist
+else:  # beside the collector that imports it, whose folder is on sys.path
+    import _cpulist
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_cpulist = _sibling("_cpulist")
 parse_cpulist, format_cpulist = _cpulist.parse_cpulist, _cpulist.format_cpulist
 
 

@@ -41,21 +41,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CONTROL_ISA = "AVX512_CORE_BF16"
 
 
-def _sibling(name: str):
-    """platform_onednn.py beside this file, loaded by path (the controller imports this file
-    too, and must not get collectors/ put on its sys.path; it has loaded the sibling already
-    under this name, see socketlab.platform.onednn)."""
-    key = f"socketlab_collectors_{name}"
-    if key in sys.modules:
-        return sys.modules[key]
-    spec = importlib.util.spec_from_file_location(key, os.path.join(HERE, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
-
-
-onednn = _sibling("platform_onednn")
+if __package__:  # imported by the orchestrator, as socketlab.hostside.platform_amx
+    from . import platform_onednn as onednn
+else:  # a script on a host: its sibling is beside it
+    sys.path.insert(0, HERE)
+    import platform_onednn as onednn
 
 
 @dataclass(frozen=True)

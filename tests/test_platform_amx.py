@@ -1,4 +1,4 @@
-"""AMX verdicts from oneDNN kernel-selection traces (socketlab.platform.onednn).
+"""AMX verdicts from oneDNN kernel-selection traces (collectors/platform_onednn.py).
 
 Recorded traces of a Granite Rapids guest (tests/fixtures/onednn/gnr-kvm-2vcpu/), SYNTHESIZED
 traces of an AVX-512-only host and of older oneDNN naming (tests/fixtures/onednn/synthesized/),
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from socketlab.platform.amx_probe import cpu_flags
-from socketlab.platform.onednn import EXECUTING, NOT_USED, parse_trace, verdict
+from socketlab.hostside.platform_amx import cpu_flags
+from socketlab.hostside.platform_onednn import EXECUTING, NOT_USED, parse_trace, verdict
 
 FIX = Path(__file__).parent / "fixtures" / "onednn"
 GNR = FIX / "gnr-kvm-2vcpu"

@@ -81,7 +81,9 @@ def test_together_hosts_start_at_one_moment(tmp_path):
         groups.meet(point)
         met[point.host] = time.monotonic()
 
-    threads = [threading.Thread(target=host, args=(p, d)) for p, d in zip(points, (0, 0.3, 0.6))]
+    delays = (0, 0.3, 0.6)
+    threads = [threading.Thread(target=host, args=(p, d))
+               for p, d in zip(points, delays, strict=True)]
     started = time.monotonic()
     for t in threads:
         t.start()

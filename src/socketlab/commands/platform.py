@@ -19,7 +19,7 @@ from pathlib import Path
 
 from socketlab.commands._options import add_results_argument
 from socketlab.errors import SocketlabError
-from socketlab.platform.onednn import PRECISIONS, Verdict
+from socketlab.hostside.platform_onednn import PRECISIONS, Verdict
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +58,7 @@ def _amx(args: argparse.Namespace) -> int:
         print("not available on this host: torch is not installed (pip install -e '.[ref]')",
               file=sys.stderr)  # fmt: skip
         return 3
-    from socketlab.platform.amx_probe import probe
+    from socketlab.hostside.platform_amx import probe
 
     results = probe(precisions, not args.no_control, args.out, args.timeout)
     failed = False
@@ -76,7 +76,7 @@ def _amx(args: argparse.Namespace) -> int:
 
 
 def _recorded(args: argparse.Namespace, precisions: list[str]) -> int:
-    from socketlab.platform.onednn import parse_trace, verdict
+    from socketlab.hostside.platform_onednn import parse_trace, verdict
 
     try:
         text = args.trace.read_text(errors="replace")

@@ -6,8 +6,8 @@
     orchestrate tailor timeline              # what it sampled and applied, one row per period
     orchestrate tailor simulate TRACE --topology SNAPSHOT.json [...]
 
-start/stop/restore run the host side, collectors/tailor.py (stdlib only), on this machine;
-its options are listed by `python3 collectors/tailor.py start --help`. The state folder
+start/stop/restore run the host side, socketlab/daemons/tailor.py, on this machine with this
+interpreter; its options are the daemon's own (``add_options``). The state folder
 (--state-dir, default /run/socketlab/tailor) holds the pidfile, the state file with every
 cgroup's original cpuset, and the timeline.
 """
@@ -21,12 +21,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from socketlab import paths
+from socketlab.daemons import tailor as daemon
 from socketlab.errors import HostError, SocketlabError
-from socketlab.topology.read import collector_module
 
 STATE_DIR = "/run/socketlab/tailor"
-SCRIPT = paths.COLLECTORS / "tailor.py"
+#: the daemon runs as a script of its own (a pidfile, a detached process) named tailor.py
+SCRIPT = Path(daemon.__file__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--state-dir", default=STATE_DIR, help=f"default {STATE_DIR}")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     start = sub.add_parser("start", help="start the controller (a daemon with a pidfile)")
-    # One list of options: the host side's own (collectors/tailor.py add_options).
-    collector_module("tailor").add_options(start, state_dir=False)
+    # One list of options: the host side's own (the daemon's add_options).
+    daemon.add_options(start, state_dir=False)
     start.set_defaults(start_parser=start)
     sub.add_parser("stop", help="stop it; it restores every cpuset first")
     sub.add_parser("restore", help="the same as --restore")
@@ -52,10 +52,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def start_argv(args: argparse.Namespace) -> list[str]:
-    """The start options given, as collectors/tailor.py arguments."""
+    """The start options given, as the daemon's arguments."""
     out: list[str] = []
     own = argparse.ArgumentParser(add_help=False)  # the host side's options, not -v/-q/--log-file
-    collector_module("tailor").add_options(own, state_dir=False)
+    daemon.add_options(own, state_dir=False)
     for action in own._actions:
         if not action.option_strings:
             continue
@@ -69,7 +69,7 @@ def start_argv(args: argparse.Namespace) -> list[str]:
 
 
 def host_side(*argv: str) -> subprocess.CompletedProcess:
-    """collectors/tailor.py with this interpreter; its one-line errors become ours."""
+    """The daemon's script with this interpreter; its one-line errors become ours."""
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), *argv], capture_output=True, text=True, timeout=120
     )

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """The host side of `orchestrate tailor` (docs/tailor.md): sample cgroups, apply CPU sets.
 
-    python3 tailor.py start   --state-dir DIR --workload NAME=CGROUP... [options]
-    python3 tailor.py run     (the same, in the foreground)
-    python3 tailor.py stop    --state-dir DIR      # restores every cpuset, then exits
-    python3 tailor.py restore --state-dir DIR      # after a SIGKILL: undo from the state file
+    python3 .../socketlab/daemons/tailor.py start   --state-dir DIR --workload NAME=CGROUP...
+    ... run     (the same, in the foreground)
+    ... stop    --state-dir DIR      # restores every cpuset, then exits
+    ... restore --state-dir DIR      # after a SIGKILL: undo from the state file
 
-Stdlib only, like the collectors beside it; the decisions come from socketlab's pure planner
-modules (socketlab.plan.tailor, socketlab.plan.cpuset: stdlib too), imported from the
-package when it is installed or from the repository's src/ beside this folder.
+`orchestrate tailor` runs this file with its own interpreter on the machine it tailors; the
+decisions come from socketlab's pure planner (socketlab.plan.tailor, socketlab.plan.cpuset),
+the pidfile, detaching and stopping from collectors/_collector.py (socketlab.hostside).
 
 Workloads are cgroups, given by their path below the hierarchy root: cgroup v2 when the
 unified hierarchy has the cpuset controller (``cpuset.cpus``, usage from ``cpu.stat``), else
@@ -23,36 +23,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import signal
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _sibling(name: str):
-    """A module beside this file, loaded by path: `orchestrate tailor` imports this file too,
-    and must not get collectors/ put on its sys.path."""
-    spec = importlib.util.spec_from_file_location(
-        f"socketlab_collectors_{name}", os.path.join(HERE, f"{name}.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_collector = _sibling("_collector")
-
-try:  # the package where it is installed, else the repository's src/ beside collectors/
-    import socketlab  # noqa: F401
-except ImportError:
-    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "src"))
-
-from socketlab.cpulist import parse_cpulist  # noqa: E402
-from socketlab.errors import SocketlabError  # noqa: E402
+from socketlab.cpulist import parse_cpulist
+from socketlab.errors import SocketlabError
+from socketlab.hostside import _collector
+from socketlab.plan.cpuset import node_distances
+from socketlab.plan.isolation import plan_isolation
+from socketlab.plan.tailor import EstimatorConfig, Tailor, demand_sample, universe_plan
+from socketlab.topology import read_snapshot, topology_from_snapshot
 
 NAME = "tailor"
 STATE = "tailor-state.json"
@@ -229,10 +212,6 @@ def parse_workloads(items: list[str]) -> dict[str, str]:
 
 def make_controller(args: argparse.Namespace):
     """The topology, the managed CPUs and the controller (socketlab.plan.tailor)."""
-    from socketlab.plan.cpuset import node_distances
-    from socketlab.plan.isolation import plan_isolation
-    from socketlab.plan.tailor import EstimatorConfig, Tailor, universe_plan
-    from socketlab.topology import read_snapshot, topology_from_snapshot
 
     snap = read_snapshot("/")
     topology = topology_from_snapshot(snap)
@@ -271,7 +250,6 @@ def prepare(args: argparse.Namespace):
 
 def loop(args: argparse.Namespace, tailor, groups: dict, report) -> None:
     """Record the originals, then sample / decide / apply every period until told to stop."""
-    from socketlab.plan.tailor import demand_sample
 
     state_dir = args.state_dir
     state = {

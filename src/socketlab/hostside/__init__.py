@@ -5,8 +5,9 @@ wheel's copy), stdlib only and Python 3.9, since they run on target hosts too.
 ``from socketlab.hostside import _process`` loads collectors/_process.py through Python's own
 import system: one module object per file, named ``socketlab.hostside._process``, with nothing
 put on sys.path and no module swapped for another in sys.modules. On a host the same files run
-as scripts from the tools folder the runner copies (socketlab.execute.Executor.tool_files);
-there a file finds its siblings beside it. A file that imports a sibling does it both ways:
+as scripts from the tools folder the runner copies (socketlab.execute.tool_files);
+there a file finds its siblings beside it. A file the orchestrator imports too and that imports
+a sibling does it both ways:
 
     if __package__:  # imported by the orchestrator, as socketlab.hostside.<name>
         from . import _collector
