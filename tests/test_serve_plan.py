@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from socketlab.errors import PlanError, SpecError
-from socketlab.serve import dram, placement, procstats
+from socketlab.hostside import procstats
+from socketlab.serve import dram, placement
 from socketlab.spec.expand import expand_points
 from socketlab.spec.load import load_spec
 

@@ -4,8 +4,8 @@ Seed 002 (Ng et al., arXiv 2604.27915; shared/reference/isolation.md §7): a con
 estimates each workload's CPU demand online and gives it a preferred CPU set sized to that
 demand, as disjoint as possible from the others and spanning as few LLCs as possible. Here the
 sets come from the multi-job planner (``socketlab.plan.cpuset.plan_jobs``, docs/cpuset.md) and
-are applied as hard cgroup cpusets by the host side (collectors/tailor.py); this module only
-decides. Rules (docs/tailor.md):
+are applied as hard cgroup cpusets by the host side (socketlab/daemons/tailor.py); this module
+only decides. Rules (docs/tailor.md):
 
 - A sample is the larger of the CPUs a workload used over one period (usage delta / period)
   and the mean number of its threads that were runnable during it (``demand_sample``): with
