@@ -9,34 +9,57 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from socketlab.build import ensure_built
+from socketlab.build import BuildJob, ensure_built
 from socketlab.errors import HostError, PathError, StoreError
 from socketlab.execute import Executor, HostBusy, HostUnreachable, make_executor
 from socketlab.execute.dumps import ship_dump
 from socketlab.execute.local import LocalExecutor
+from socketlab.execute.progress import Reporter
 from socketlab.execute.ssh import AGENT_IDLE_S
+from socketlab.runner.groups import GroupSync
 from socketlab.runner.point import Build, LostAfterStore, controller_id, run_point
-from socketlab.runner.record import point_label
+from socketlab.runner.record import Recorder, point_label
+from socketlab.runner.stop import StopFlag
 from socketlab.safepath import inside
 from socketlab.spec.command import dump_dir
 from socketlab.spec.points import RunPoint
+from socketlab.store import Store
 
-if TYPE_CHECKING:  # the supervisor starts host loops: a type, not an import at run time
-    from socketlab.runner.supervisor import Runner
+
+@dataclass(frozen=True)
+class Session:
+    """What every host loop of a session shares (the supervisor makes it)."""
+
+    campaign: str
+    store: Store
+    reporter: Reporter
+    recorder: Recorder
+    groups: GroupSync
+    stop: StopFlag
+    jobs: dict[str, BuildJob]  #: build name -> its job
+    host_facts: dict[str, dict]  #: host -> facts entry, copied to each run
+    workroot: str | None
+    #: (host, executor, pidfile, collectors folder, collectors): listed for the stop
+    in_flight: Callable[..., AbstractContextManager[None]]
+    #: host -> its executor, tools installed and agent started (HostError if it can't be)
+    take_executor: Callable[[str], Executor]
 
 
 class HostLoop:
-    def __init__(self, runner: Runner, name: str, items: list[tuple[RunPoint, str]]) -> None:
-        self.runner = runner
+    def __init__(self, session: Session, name: str, items: list[tuple[RunPoint, str]],
+                 scratch: Path) -> None:  # fmt: skip
+        self.session = session
         self.name = name
         self.items = items
-        self.recorder = runner.recorder
-        self.groups = runner.groups
-        self.stop = runner.stop
-        self.scratch: Path = runner.scratch[name]
+        self.recorder = session.recorder
+        self.groups = session.groups
+        self.stop = session.stop
+        self.scratch = scratch
         self.executor: Executor | None = None
         self.controller: Executor | None = None  #: for `runs_on: controller` points
         self.manifests: dict[str, dict] = {}  #: build name -> manifest, built on this host
@@ -69,29 +92,29 @@ class HostLoop:
     def _hold(self) -> bool:
         """The host opened (or the session's open one taken) and locked; False when it can't
         be: its error is noted, and its points are stored failed unless it is only busy."""
-        runner, store = self.runner, self.runner.store
+        session, store = self.session, self.session.store
         try:
-            self.executor = runner.take_executor(self.name)
+            self.executor = session.take_executor(self.name)
             self._lock(self.executor)
         except HostBusy as exc:  # no point ran: a host-level note, retried next session
             self.recorder.host_error(self.name, str(exc))
             # the holder runs this campaign itself: it stores those points, and a note of
             # ours would outlive its session (status would say the host was never reached)
-            if json.dumps({"campaign": runner.campaign})[1:-1] not in str(exc):
-                store.record_host_failure(runner.campaign, self.name, "lock", str(exc))
+            if json.dumps({"campaign": session.campaign})[1:-1] not in str(exc):
+                store.record_host_failure(session.campaign, self.name, "lock", str(exc))
             return False
         except HostError as exc:
             self.recorder.host_error(self.name, str(exc))
             self.recorder.fail_all(self.items, f"host unreachable: {exc}")
             return False
-        store.clear_host_failure(runner.campaign, self.name)  # reached and held: worked on
+        store.clear_host_failure(session.campaign, self.name)  # reached and held: worked on
         return True
 
     def _lock(self, ex: Executor, busy_wait_s: float = 0.0) -> None:
         deadline = time.monotonic() + busy_wait_s
         while True:
             try:
-                ex.lock({"campaign": self.runner.campaign, "controller": controller_id()})
+                ex.lock({"campaign": self.session.campaign, "controller": controller_id()})
                 return
             except HostBusy:
                 if time.monotonic() >= deadline:
@@ -109,7 +132,7 @@ class HostLoop:
         """Where this host's `runs_on: controller` points run: this machine, with this
         interpreter (it has socketlab), in a work folder of its own per host."""
         if self.controller is None:
-            workroot = self.runner.workroot
+            workroot = self.session.workroot
             ex = LocalExecutor(f"{self.name}.controller", python=sys.executable,
                                **({"workroot": workroot} if workroot else {}))  # fmt: skip
             ex.connect()
@@ -147,7 +170,7 @@ class HostLoop:
             return False
         if stop is not None and float(point.params[stop[0]]) > stop[1].value:
             self.groups.abandon(point)
-            self.runner.reporter.message(self.name, f"{point_label(point)}: not run: "
+            self.session.reporter.message(self.name, f"{point_label(point)}: not run: "
                                          f"{stop[1].reason}")  # fmt: skip
             return True
         new_build = point.build and point.build not in self.manifests | self.broken
@@ -161,31 +184,31 @@ class HostLoop:
             self.executor)  # fmt: skip
         self._ship(ex, point)
         coll_dir = inside(ex.workdir, "runs", key, "collectors", what="run key")
-        job = self.runner.jobs[point.build] if point.build else None
+        job = self.session.jobs[point.build] if point.build else None
         build = Build(job.remote_dir(ex) if job else None, self.manifests.get(point.build))
-        with self.runner.in_flight(self.name, ex, f"{coll_dir}/target.pid", coll_dir,
+        with self.session.in_flight(self.name, ex, f"{coll_dir}/target.pid", coll_dir,
                                    point.collectors):  # fmt: skip
             self.groups.meet(point)
             run_point(ex, point, key, build=build, recorder=self.recorder,
-                      facts=self.runner.host_facts.get(point.host))  # fmt: skip
+                      facts=self.session.host_facts.get(point.host))  # fmt: skip
         self.groups.adaptive_stop(point)  # records the stop as soon as it is known
         return True
 
     def _build(self, name: str) -> bool:
         """Build ``name`` on the host (or find it cached); False when the session's stop
         killed the build (no point ran)."""
-        job = self.runner.jobs[name]
+        job = self.session.jobs[name]
         try:
-            with self.runner.in_flight(self.name, self.executor, job.pidfile(self.executor)):
+            with self.session.in_flight(self.name, self.executor, job.pidfile(self.executor)):
                 self.manifests[name] = ensure_built(
                     job, self.executor, self.scratch,
-                    log=lambda text: self.runner.reporter.message(self.name, text),
+                    log=lambda text: self.session.reporter.message(self.name, text),
                 )  # fmt: skip
         except HostUnreachable:
             raise
         except HostError as exc:
             if self.stop.stopping:  # make was stopped: no point ran
-                self.runner.reporter.message(self.name, f"build {job.name} stopped: {exc}")
+                self.session.reporter.message(self.name, f"build {job.name} stopped: {exc}")
                 return False
             self.broken[name] = str(exc)
         return True
@@ -195,9 +218,9 @@ class HostLoop:
         dump = point.extra.get("layer_dump")
         if dump and dump["key"] not in self.shipped:
             how = ship_dump(ex, dump, dump_dir(ex.tools, dump["key"]),
-                            log=lambda text: self.runner.reporter.message(self.name, text))
+                            log=lambda text: self.session.reporter.message(self.name, text))
             self.shipped.add(dump["key"])
-            self.runner.reporter.message(self.name, f"layer dump {dump['key']}: {how}")
+            self.session.reporter.message(self.name, f"layer dump {dump['key']}: {how}")
 
 
 def opened(host, workroot: str | None, scratch: Path) -> Executor:

@@ -27,7 +27,7 @@ from socketlab.build import BuildJob
 from socketlab.execute import Executor
 from socketlab.execute.progress import Reporter
 from socketlab.runner.groups import GroupSync
-from socketlab.runner.host import HostLoop, opened
+from socketlab.runner.host import HostLoop, Session, opened
 from socketlab.runner.record import Recorder, Summary
 from socketlab.runner.stop import StopFlag
 from socketlab.safepath import inside
@@ -137,10 +137,17 @@ class Runner:
             self._close_opened(idle)
         self.groups.plan(todo)
         self.reporter.start(self.campaign, total, len(busy), self.summary.skipped_done)
+        session = Session(
+            campaign=self.campaign, store=self.store, reporter=self.reporter,
+            recorder=self.recorder, groups=self.groups, stop=self.stop, jobs=self.jobs,
+            host_facts=self.host_facts, workroot=self.workroot, in_flight=self.in_flight,
+            take_executor=self.take_executor,
+        )  # fmt: skip
         threads = [
-            threading.Thread(target=HostLoop(self, h, todo[h]).run, name=f"host-{h}", daemon=True)
+            threading.Thread(target=HostLoop(session, h, todo[h], self.scratch[h]).run,
+                             name=f"host-{h}", daemon=True)
             for h in busy
-        ]
+        ]  # fmt: skip
         try:
             with _stop_signals(self._on_signal):
                 for t in threads:
