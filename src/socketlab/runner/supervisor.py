@@ -26,6 +26,7 @@ from typing import Any
 from socketlab.build import BuildJob
 from socketlab.execute import Executor
 from socketlab.execute.progress import Reporter
+from socketlab.facts import SETUP_WORKERS
 from socketlab.runner.groups import GroupSync
 from socketlab.runner.host import HostLoop, Session, opened
 from socketlab.runner.record import Recorder, Summary
@@ -87,6 +88,9 @@ class Runner:
         #: host -> (executor, pidfile, collectors folder, collectors) of its current run or build
         self._inflight: dict[str, tuple[Executor, str, str, tuple[str, ...]]] = {}
         self._opened = dict(executors or {})
+        #: hosts installing their tools and starting their agents at once, as many as the
+        #: facts were gathered with (the host loops of a thousand hosts start together)
+        self._setup_slots = threading.BoundedSemaphore(SETUP_WORKERS)
 
     @property
     def interrupted(self) -> int | None:
@@ -164,13 +168,14 @@ class Runner:
         that read its facts (socketlab.facts.open_all), or in a new one; HostError if the
         host can't be opened."""
         executor = self._opened.pop(name, None)
-        if executor is None:
-            return opened(self.hosts[name], self.workroot, self.scratch[name])
-        try:
-            executor.install_tools(self.scratch[name])
-        except BaseException:
-            executor.close()
-            raise
+        with self._setup_slots:
+            if executor is None:
+                return opened(self.hosts[name], self.workroot, self.scratch[name])
+            try:
+                executor.install_tools(self.scratch[name])
+            except BaseException:
+                executor.close()
+                raise
         return executor
 
     def _close_opened(self, name: str) -> None:
