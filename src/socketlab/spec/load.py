@@ -415,8 +415,8 @@ def _experiment(
     known = collector_names()
     for i, name in enumerate(collectors):
         if name not in known:
-            hint = suggest(name, known) or f"; collectors: {', '.join(known)}"
-            raise ctx.error(f"{origins['collectors']}[{i}]", f"unknown collector '{name}'{hint}")
+            raise ctx.error(f"{origins['collectors']}[{i}]",
+                            f"unknown collector '{name}'{suggest(name, known)}; collectors: {', '.join(known)}")
     requires = _requirements(
         [("requires", data.get("requires")), ("defaults", defaults.get("requires")),
          (base, body.get("requires"))]
