@@ -109,6 +109,16 @@ void sl_watchdog(double seconds)
     alarm((unsigned)(seconds + 0.999));
 }
 
+void* sl_zalloc_lines(size_t bytes)
+{
+    bytes = (bytes + SL_PAD - 1) / SL_PAD * SL_PAD + SL_PAD;
+    void* p = aligned_alloc(SL_PAD, bytes);
+    if (!p)
+        sl_fatal("out of memory (%zu bytes)", bytes);
+    memset(p, 0, bytes);
+    return p;
+}
+
 void sl_barrier_init(sl_barrier* b, int n)
 {
     b->count = 0;

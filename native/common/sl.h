@@ -171,5 +171,9 @@ static inline void sl_barrier_wait(sl_barrier* b, int* local_sense)
 /* Watchdog: after the given seconds the process prints one line and exits 1, so a stuck
  * spin (a participant descheduled forever) never hangs a caller. 0 disables. */
 void sl_watchdog(double seconds);
+/* zeroed memory that starts a SL_PAD line pair and ends on one (rounded up), so no other
+ * allocation shares its first or last line; exits on failure. Touched here: homed on the
+ * caller's node */
+void* sl_zalloc_lines(size_t bytes);
 
 #endif

@@ -141,8 +141,15 @@ static struct {
     l_vec vec[NVEC];
     int vused[NVEC]; /* vectors this layer exchanges (no V with k_eq_v, no PLE pair, MoE ones) */
     l_barrier bar;
-    pthread_barrier_t start;
-    float *pm, *pl, *po; /* [2 parity][nw][B][heads] (po: [..][heads * head_dim]) */
+    /* ready: every worker has set up; go: main has written its meta record, the steps start.
+     * Nothing of this process runs beside the timed steps: main's write to stdout wakes the
+     * reader (a bench, orchestrate), which on a host with as many CPUs as workers preempts a
+     * worker mid-step (the original wrote nothing before joining its workers) */
+    pthread_barrier_t ready, go;
+    /* attention partials: per parity and worker a block of [B][heads] (po: [B][heads *
+     * head_dim]) floats, each block on lines of its own (part()) */
+    float *pm, *pl, *po;
+    size_t pm_stride, po_stride; /* floats per block, whole SL_PAD lines */
     float* snap[2][NBND]; /* first / last step, [B][len] */
     int blen[NBND];
     void* slice_src[NVEC]; /* slice mode: the source of the local copies */
@@ -309,15 +316,23 @@ static void gemv_timed(scratch* s, int m, worker* w, const uint16_t* x, float* y
     s->gcyc += sl_rdtsc() - t0;
 }
 
+/* worker u's partials of row b at parity par (n: heads for pm / pl, heads * head_dim for po).
+ * Each (parity, worker) block starts a line pair of its own: blocks packed back to back share
+ * the line where one ends and the next begins, and both workers write theirs in the same phase */
+static float* part(float* base, size_t stride, int par, int u, int b, int n)
+{
+    return base + ((size_t)par * g.nw + u) * stride + (size_t)b * n;
+}
+
 /* attention of one row b over this worker's positions: partials m, l (per head) and
  * unnormalised o (per head x hd) into pm/pl/po */
 static void attention(worker* w, scratch* s, int b, const float* qn, int par)
 {
     const int NH = g.d.heads, KVH = g.d.kv_heads, hd = g.d.head_dim, grp = NH / KVH;
-    const int B = g.batch, nw = g.nw, wid = w->id;
-    float* pm = g.pm + (((size_t)par * nw + wid) * B + b) * NH;
-    float* pl = g.pl + (((size_t)par * nw + wid) * B + b) * NH;
-    float* po = g.po + (((size_t)par * nw + wid) * B + b) * (size_t)NH * hd;
+    const int wid = w->id;
+    float* pm = part(g.pm, g.pm_stride, par, wid, b, NH);
+    float* pl = part(g.pl, g.pm_stride, par, wid, b, NH);
+    float* po = part(g.po, g.po_stride, par, wid, b, NH * hd);
     const float scale = (float)g.d.attn_scale;
     for (int h = 0; h < NH; h++) {
         pm[h] = -INFINITY;
@@ -754,7 +769,13 @@ static void* worker_main(void* arg)
             if (g.vused[v])
                 l_vec_alloc_node(&g.vec[v], w->node);
     l_kernel_thread_init(g.kernel);
-    pthread_barrier_wait(&g.start);
+    /* the per-step records are written once a step: untouched, every 4 KiB of them is a page
+     * fault inside a timed step (gm_step: one every 64 steps, which is the p99); touched here,
+     * on this worker's node */
+    memset(w->step_cyc, 0, sizeof(uint64_t) * (size_t)g.steps);
+    memset(w->gm_step, 0, sizeof(uint64_t) * (size_t)g.steps * NPH);
+    pthread_barrier_wait(&g.ready);
+    pthread_barrier_wait(&g.go);
 
     uint64_t epoch = 0;
     const int skip = g.steps / 10;
@@ -841,15 +862,14 @@ static void* worker_main(void* arg)
                     const int h = e / hd, he = (h + 1) * hd < w->e1 ? (h + 1) * hd : w->e1;
                     float mx = -INFINITY, L = 0;
                     for (int u = 0; u < g.nw; u++) {
-                        const float mu = g.pm[(((size_t)par * g.nw + u) * B + b) * NH + h];
+                        const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
                         mx = mu > mx ? mu : mx;
                     }
                     for (int u = 0; u < g.nw; u++) {
-                        const size_t i = ((size_t)par * g.nw + u) * B + b;
-                        const float mu = g.pm[i * NH + h];
+                        const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
                         /* planted error (--debug drop-combine): no rescale, no division */
                         f[u] = g.drop_combine ? 1.0f : mu == -INFINITY ? 0.0f : expf(mu - mx);
-                        L += g.pl[i * NH + h] * f[u];
+                        L += part(g.pl, g.pm_stride, par, u, b, NH)[h] * f[u];
                     }
                     if (g.drop_combine)
                         L = 1;
@@ -857,7 +877,7 @@ static void* worker_main(void* arg)
                     for (; e < he; e++) {
                         float acc = 0;
                         for (int u = 0; u < g.nw; u++)
-                            acc += g.po[(((size_t)par * g.nw + u) * B + b) * (size_t)QD + e] * f[u];
+                            acc += part(g.po, g.po_stride, par, u, b, QD)[e] * f[u];
                         out[e] = acc / L;
                     }
                 }
@@ -1517,11 +1537,13 @@ int main(int argc, char** argv)
         }
     }
     l_barrier_init(&g.bar, g.barrier, g.nrun, node_of);
-    const size_t nparts = (size_t)2 * g.nw * B;
-    g.pm = calloc(nparts * NH, sizeof(float));
-    g.pl = calloc(nparts * NH, sizeof(float));
-    g.po = calloc(nparts * QD, sizeof(float));
-    for (size_t i = 0; i < nparts * NH; i++)
+    const size_t nparts = (size_t)2 * g.nw, line = SL_PAD / sizeof(float);
+    g.pm_stride = ((size_t)B * NH + line - 1) / line * line;
+    g.po_stride = ((size_t)B * QD + line - 1) / line * line;
+    g.pm = sl_zalloc_lines(nparts * g.pm_stride * sizeof(float));
+    g.pl = sl_zalloc_lines(nparts * g.pm_stride * sizeof(float));
+    g.po = sl_zalloc_lines(nparts * g.po_stride * sizeof(float));
+    for (size_t i = 0; i < nparts * g.pm_stride; i++)
         g.pm[i] = -INFINITY; /* workers that never run here (slice mode) have no positions */
     const int blen[NBND] = { d->hidden, QD, QD, d->kv_heads * hd, d->kv_heads * hd, d->kv_heads * hd,
                              d->kv_heads * hd, QD, d->hidden, d->hidden, d->hidden, d->inter,
@@ -1554,12 +1576,13 @@ int main(int argc, char** argv)
                 }
         }
     }
-    pthread_barrier_init(&g.start, NULL, (unsigned)g.nrun + 1);
+    pthread_barrier_init(&g.ready, NULL, (unsigned)g.nrun + 1);
+    pthread_barrier_init(&g.go, NULL, (unsigned)g.nrun + 1);
     sl_tsc_ghz();
     for (int i = 0; i < g.nrun; i++)
         if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
             sl_fatal("pthread_create failed");
-    pthread_barrier_wait(&g.start);
+    pthread_barrier_wait(&g.ready);
     size_t page_min = g.w[0].page_size;
     for (int i = 1; i < g.nrun; i++)
         page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
@@ -1619,6 +1642,7 @@ int main(int argc, char** argv)
     if (g.lock)
         lock_meta(&g.dev);
     sl_json_end();
+    pthread_barrier_wait(&g.go);
     for (int i = 0; i < g.nrun; i++)
         pthread_join(g.w[i].thread, NULL);
 

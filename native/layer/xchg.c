@@ -15,14 +15,12 @@
 const char* const l_xchg_names[] = { "direct", "rep", "repcld", "repnt", "fid", NULL };
 const char* const l_barrier_names[] = { "diss", "hier", NULL };
 
+/* vectors, replicas and barrier flags on line pairs of their own (the adjacent-line prefetcher
+ * fetches 128 B): a vector's first or last line shared with another allocation would be written
+ * by two cores; first touch homes the pages on the caller's node */
 static void* zalloc(size_t bytes)
 {
-    bytes = (bytes + 63) / 64 * 64 + 64;
-    void* p = aligned_alloc(64, bytes);
-    if (!p)
-        sl_fatal("out of memory (%zu bytes)", bytes);
-    memset(p, 0, bytes); /* first touch: homes the pages on the caller's node */
-    return p;
+    return sl_zalloc_lines(bytes);
 }
 
 static bool fid_nt; /* 64-byte non-temporal line stores (AVX-512) or ordered plain stores */
