@@ -23,25 +23,33 @@ def cases() -> dict[str, str]:
     many = "".join(f"  - {{name: e{i}, command: 'true'}}\n" for i in range(55_999))
     some = "".join(f"  - {{name: e{i}, command: 'true'}}\n" for i in range(1_999))
     laughs = "l0: &l0 [lol]\n" + "".join(
-        f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 10))
+        f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]\n" for i in range(1, 10)
+    )
     return {
         "sweep of 10,000,000 points": HEAD + "experiments:\n  - name: a\n    command: 'true'\n"
         "    sweep:\n      matrix:\n" + axes,
-        "56,000 experiments, error in the last": HEAD + "experiments:\n" + many
+        "56,000 experiments, error in the last": HEAD
+        + "experiments:\n"
+        + many
         + "  - {name: last, comand: 'true'}\n",
-        "2,000 experiments, error in the last": HEAD + "experiments:\n" + some
+        "2,000 experiments, error in the last": HEAD
+        + "experiments:\n"
+        + some
         + "  - {name: last, comand: 'true'}\n",
         "alias expansion (10^9 values)": HEAD + laughs,
-        "nested range(100000) loops": HEAD + "experiments:\n  - name: a\n    command: \"echo "
-        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}\"\n",
-        "10 ** 3000000000": HEAD + "experiments:\n  - {name: a, command: 'echo {{ 10 ** 3000000000 }}'}\n",
+        "nested range(100000) loops": HEAD + 'experiments:\n  - name: a\n    command: "echo '
+        '{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"\n',
+        "10 ** 3000000000": HEAD
+        + "experiments:\n  - {name: a, command: 'echo {{ 10 ** 3000000000 }}'}\n",
         "cpus 0-4000000000": HEAD + "experiments:\n  - {name: a, command: 'true', "
         "cpus: '0-4000000000'}\n",
         "49,000-point sweep (accepted)": HEAD + "experiments:\n  - name: a\n    command: "
-        "'echo {{ x }} {{ y }}'\n    sweep:\n      matrix:\n        x: [" +
-        ", ".join(map(str, range(490))) + "]\n        y: [" + ", ".join(map(str, range(100)))
+        "'echo {{ x }} {{ y }}'\n    sweep:\n      matrix:\n        x: ["
+        + ", ".join(map(str, range(490)))
+        + "]\n        y: ["
+        + ", ".join(map(str, range(100)))
         + "]\n",
-    }  # fmt: skip
+    }
 
 
 def main() -> None:
@@ -51,8 +59,10 @@ def main() -> None:
     from tests.test_hardening_fuzz import _host_facts
 
     facts = _host_facts()
-    print(f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
-          f"Python {platform.python_version()}")
+    print(
+        f"{time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
+        f"Python {platform.python_version()}"
+    )
     print("| case | file size | seconds | outcome |\n|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in cases().items():

@@ -48,8 +48,18 @@ def threads_of(pid: int) -> int:
 
 def one_run(inventory: Path, spec: Path, results: Path, hosts: int) -> dict:
     """One `orchestrate run --json`; the times of its events relative to its start."""
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--inventory", str(inventory), "--json"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(inventory),
+        "--json",
+    ]
     t0 = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples: list[tuple[float, int]] = []
@@ -87,11 +97,19 @@ def one_run(inventory: Path, spec: Path, results: Path, hosts: int) -> dict:
     skipped = [line for line in err.splitlines() if "skipped" in line]
     running = sorted(first_point.values())
     peak = max(samples, key=lambda s: s[1]) if samples else (0.0, 0)
-    return {"start": started, "first_running": running[0], "last_running": running[-1],
-            "finish": finished, "wall": time.time() - t0, "statuses": statuses,
-            "threads_peak": peak[1], "threads_peak_at": peak[0],
-            "threads_at_last_running": _threads_near(samples, running[-1]),
-            "running": len(first_point), "errors": errors + skipped}  # fmt: skip
+    return {
+        "start": started,
+        "first_running": running[0],
+        "last_running": running[-1],
+        "finish": finished,
+        "wall": time.time() - t0,
+        "statuses": statuses,
+        "threads_peak": peak[1],
+        "threads_peak_at": peak[0],
+        "threads_at_last_running": _threads_near(samples, running[-1]),
+        "running": len(first_point),
+        "errors": errors + skipped,
+    }
 
 
 def _threads_near(samples: list[tuple[float, int]], at: float) -> int:
@@ -125,39 +143,67 @@ def main() -> None:
                     hosts.append(pool.add())
             made = time.monotonic() - t_made
             inventory = tmp_path / "hosts.yml"
-            inventory.write_text(yaml.safe_dump({"all": {"children": {"bench": {"hosts": {
-                h.name: {**h.inventory_vars(), "socketlab_workroot": f"{tmp}/work"}
-                for h in hosts}}}}}))  # fmt: skip
+            inventory.write_text(
+                yaml.safe_dump(
+                    {
+                        "all": {
+                            "children": {
+                                "bench": {
+                                    "hosts": {
+                                        h.name: {
+                                            **h.inventory_vars(),
+                                            "socketlab_workroot": f"{tmp}/work",
+                                        }
+                                        for h in hosts
+                                    }
+                                }
+                            }
+                        }
+                    }
+                )
+            )
             figures = []
             for rep in range(args.repeat):
                 spec = tmp_path / f"spec{rep}.yaml"
-                spec.write_text(yaml.safe_dump({
-                    "schema_version": 1, "campaign": f"bench-hosts-{rep}",
-                    "hosts": {"pattern": "bench"},
-                    "experiments": [{"name": "noop", "command": ["/bin/true"],
-                                     "timeout_s": 60}],
-                }))  # fmt: skip
+                spec.write_text(
+                    yaml.safe_dump(
+                        {
+                            "schema_version": 1,
+                            "campaign": f"bench-hosts-{rep}",
+                            "hosts": {"pattern": "bench"},
+                            "experiments": [
+                                {"name": "noop", "command": ["/bin/true"], "timeout_s": 60}
+                            ],
+                        }
+                    )
+                )
                 figures.append(one_run(inventory, spec, tmp_path / "results", len(hosts)))
         finally:
             for pool in pools:
                 pool.close()
     which = "this checkout" if not os.environ.get("PYTHONPATH") else os.environ["PYTHONPATH"]
-    print(f"{len(hosts)} netns sshd hosts (made in {made:.1f} s), socketlab from {which}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{len(hosts)} netns sshd hosts (made in {made:.1f} s), socketlab from {which}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
     for f in figures:
-        print(f"  runner start (facts + plan) {f['start']:.2f} s; first host running "
-              f"{f['first_running']:.2f} s; last host running {f['last_running']:.2f} s "
-              f"(runner start -> last {f['last_running'] - f['start']:.2f} s); finished "
-              f"{f['finish']:.2f} s; statuses {f['statuses']}; threads: peak "
-              f"{f['threads_peak']} at {f['threads_peak_at']:.1f} s, "
-              f"{f['threads_at_last_running']} when the last host ran")  # fmt: skip
+        print(
+            f"  runner start (facts + plan) {f['start']:.2f} s; first host running "
+            f"{f['first_running']:.2f} s; last host running {f['last_running']:.2f} s "
+            f"(runner start -> last {f['last_running'] - f['start']:.2f} s); finished "
+            f"{f['finish']:.2f} s; statuses {f['statuses']}; threads: peak "
+            f"{f['threads_peak']} at {f['threads_peak_at']:.1f} s, "
+            f"{f['threads_at_last_running']} when the last host ran"
+        )
         if f["running"] != len(hosts):
             print(f"  only {f['running']} of {len(hosts)} hosts ran; first errors:")
             for line in f["errors"][:5]:
                 print(f"    {line[:300]}")
     if len(figures) > 1:
-        print(f"  median last host running: "
-              f"{statistics.median(f['last_running'] for f in figures):.2f} s")
+        print(
+            f"  median last host running: "
+            f"{statistics.median(f['last_running'] for f in figures):.2f} s"
+        )
 
 
 if __name__ == "__main__":

@@ -50,10 +50,28 @@ def slice_rows(a) -> list[dict]:
             nbytes: dict[str, dict[str, float]] = {}
             for _ in range(a.repeats):
                 for k in KERNELS:
-                    recs = run_json([orchestrate, "layer-stage", "--shape", shape, "--context",
-                                     "2048", "--batch", "16", "--cache", a.cache, "--", layer,
-                                     "--cpus", a.cpu, "--slice=0/90", f"--gemv={k}",
-                                     f"--batch={batch}", f"--steps={a.steps}"])
+                    recs = run_json(
+                        [
+                            orchestrate,
+                            "layer-stage",
+                            "--shape",
+                            shape,
+                            "--context",
+                            "2048",
+                            "--batch",
+                            "16",
+                            "--cache",
+                            a.cache,
+                            "--",
+                            layer,
+                            "--cpus",
+                            a.cpu,
+                            "--slice=0/90",
+                            f"--gemv={k}",
+                            f"--batch={batch}",
+                            f"--steps={a.steps}",
+                        ]
+                    )
                     p50s[k].append(by_phase(recs, "phase_gemv_p50"))
                     nbytes[k] = by_phase(recs, "phase_weight_bytes")
             for ph in PHASES:
@@ -73,12 +91,31 @@ def gemv_rows(a) -> list[dict]:
         bw: dict[str, list[float]] = {k: [] for k in GEMV}
         for _ in range(a.repeats):
             for k, kern in GEMV.items():
-                recs = run_json([gemv, "--kernel", kern, "--rows", str(a.rows), "--cols",
-                                 str(a.cols), "--batch", str(batch), "--cpus", a.cpu,
-                                 "--steps", "3000"])
+                recs = run_json(
+                    [
+                        gemv,
+                        "--kernel",
+                        kern,
+                        "--rows",
+                        str(a.rows),
+                        "--cols",
+                        str(a.cols),
+                        "--batch",
+                        str(batch),
+                        "--cpus",
+                        a.cpu,
+                        "--steps",
+                        "3000",
+                    ]
+                )
                 bw[k].append(next(float(r["value"]) for r in recs if r.get("name") == "weight_bw"))
-        row = {"part": "gemv", "rows": a.rows, "cols": a.cols, "batch": batch,
-               **{f"{k}_gbs": statistics.median(v) for k, v in bw.items()}}
+        row = {
+            "part": "gemv",
+            "rows": a.rows,
+            "cols": a.cols,
+            "batch": batch,
+            **{f"{k}_gbs": statistics.median(v) for k, v in bw.items()},
+        }
         print(json.dumps(row), flush=True)
         out.append(row)
     return out
@@ -96,19 +133,24 @@ def main() -> None:
     a = ap.parse_args()
     sl = slice_rows(a)
     gm = gemv_rows(a)
-    print("\n| shape | B | phase | avx512 (rows) | avx512-vnni | avx2 | vnni / rows | "
-          "avx2 / rows |")
+    print(
+        "\n| shape | B | phase | avx512 (rows) | avx512-vnni | avx2 | vnni / rows | avx2 / rows |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in sl:
         cell = {k: f"{r[f'{k}_us']:.2f} us, {int(r[f'{k}_bytes']):,} B" for k in KERNELS}
-        print(f"| {r['shape'].removeprefix('gemma4-')} | {r['batch']} | {r['phase']} | "
-              f"{cell['avx512']} | {cell['avx512-vnni']} | {cell['avx2']} | "
-              f"{r['avx512-vnni_us'] / r['avx512_us']:.2f} | {r['avx2_us'] / r['avx512_us']:.2f} |")
+        print(
+            f"| {r['shape'].removeprefix('gemma4-')} | {r['batch']} | {r['phase']} | "
+            f"{cell['avx512']} | {cell['avx512-vnni']} | {cell['avx2']} | "
+            f"{r['avx512-vnni_us'] / r['avx512_us']:.2f} | {r['avx2_us'] / r['avx512_us']:.2f} |"
+        )
     print("\n| gemv R x C | B | avx512-bf16-rows | avx512-bf16 (VNNI blocks) | rows / blocks |")
     print("|---|---|---|---|---|")
     for r in gm:
-        print(f"| {r['rows']} x {r['cols']} | {r['batch']} | {r['avx512_gbs']:.1f} GB/s | "
-              f"{r['avx512-vnni_gbs']:.1f} GB/s | {r['avx512_gbs'] / r['avx512-vnni_gbs']:.2f} |")
+        print(
+            f"| {r['rows']} x {r['cols']} | {r['batch']} | {r['avx512_gbs']:.1f} GB/s | "
+            f"{r['avx512-vnni_gbs']:.1f} GB/s | {r['avx512_gbs'] / r['avx512-vnni_gbs']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

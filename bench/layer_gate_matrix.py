@@ -26,20 +26,33 @@ MODES: dict[str, tuple[list[str], str, str] | tuple[list[str], str, str, tuple[s
     "one-copy": ([], "perturb-row", "boundary q"),
     "copies": (["--kv-copies", "4"], "corrupt-copy", "kv copy"),
     "cold": (["--kv-cold-mib", "64"], "corrupt-copy", "gate failed at"),
-    "path-c": (["--kv-cold-mib", "64", "--prefetch-dist", "8", "--prefetch-hint", "t0"],
-               "corrupt-copy", "gate failed at"),
+    "path-c": (
+        ["--kv-cold-mib", "64", "--prefetch-dist", "8", "--prefetch-hint", "t0"],
+        "corrupt-copy",
+        "gate failed at",
+    ),
     "one-tile": (["--kv-tile-kib", "0"], "drop-combine", "boundary attn"),
-    "nta": (["--prefetch-hint", "nta", "--prefetch-dist", "8", "--kv-tile-kib", "64"],
-            "perturb-row", "boundary q"),
-    "staging": (["--kv-stage-kib", "64", "--prefetch-hint", "t2", "--prefetch-dist", "0"],
-                "perturb-row", "boundary q"),
+    "nta": (
+        ["--prefetch-hint", "nta", "--prefetch-dist", "8", "--kv-tile-kib", "64"],
+        "perturb-row",
+        "boundary q",
+    ),
+    "staging": (
+        ["--kv-stage-kib", "64", "--prefetch-hint", "t2", "--prefetch-dist", "0"],
+        "perturb-row",
+        "boundary q",
+    ),
     "moe": ([], "swap-expert", "boundary rw", ("moe",)),
     "moe-copies": (["--kv-copies", "4"], "corrupt-copy", "kv copy", ("moe",)),
     "tp": ([], "drop-rest", "boundary h1", ("tp2-r1",)),
 }
 #: name -> (shape, context[, tp, rank])
-DUMPS = {"full": ("tiny-full", 512), "sliding": ("tiny", 100), "moe": ("tiny-moe", 256),
-         "tp2-r1": ("tiny", 100, 2, 1)}
+DUMPS = {
+    "full": ("tiny-full", 512),
+    "sliding": ("tiny", 100),
+    "moe": ("tiny-moe", 256),
+    "tp2-r1": ("tiny", 100, 2, 1),
+}
 DENSE = ("full", "sliding")
 
 
@@ -49,9 +62,24 @@ def dump(dumps: Path, name: str) -> Path:
     if not (out / "meta.json").is_file():
         orchestrate = Path(sys.executable).parent / "orchestrate"
         split = ["--tp", str(tp[0]), "--rank", str(tp[1])] if tp else []
-        subprocess.run([str(orchestrate), "layer-dump", shape, "--context", str(context),
-                        "--batch", "16", "--seed", "3", *split, "--out", str(out), "--quiet"],
-                       check=True)
+        subprocess.run(
+            [
+                str(orchestrate),
+                "layer-dump",
+                shape,
+                "--context",
+                str(context),
+                "--batch",
+                "16",
+                "--seed",
+                "3",
+                *split,
+                "--out",
+                str(out),
+                "--quiet",
+            ],
+            check=True,
+        )
     return out
 
 
@@ -77,13 +105,17 @@ def main() -> int:
     a = ap.parse_args()
     binary = a.build / "layer"
     if not binary.is_file():
-        print(f"layer_gate_matrix: error: {binary} missing (make -C native BUILD={a.build} "
-              f"{binary})", file=sys.stderr)
+        print(
+            f"layer_gate_matrix: error: {binary} missing (make -C native BUILD={a.build} {binary})",
+            file=sys.stderr,
+        )
         return 2
     a.dumps.mkdir(parents=True, exist_ok=True)
     dumps = {name: dump(a.dumps, name) for name in DUMPS}
-    print("| mode | layer | kernel | B=1/16 x 1/2 workers: exit, worst rel RMS / limit, "
-          "copies checked | planted error (B=16, 2 workers) |")
+    print(
+        "| mode | layer | kernel | B=1/16 x 1/2 workers: exit, worst rel RMS / limit, "
+        "copies checked | planted error (B=16, 2 workers) |"
+    )
     print("|---|---|---|---|---|")
     failed = 0
     for mode in a.modes.split(","):
@@ -95,14 +127,28 @@ def main() -> int:
                 cells = []
                 for batch in (1, 16):
                     for cpus in ("0", a.cpus2):
-                        rc, recs, err = run(binary, ["--dump", str(path), "--gemv", kernel,
-                                                     "--batch", str(batch), "--cpus", cpus,
-                                                     "--steps", str(a.steps), *flags])
+                        rc, recs, err = run(
+                            binary,
+                            [
+                                "--dump",
+                                str(path),
+                                "--gemv",
+                                kernel,
+                                "--batch",
+                                str(batch),
+                                "--cpus",
+                                cpus,
+                                "--steps",
+                                str(a.steps),
+                                *flags,
+                            ],
+                        )
                         if rc == 3:
                             cells.append(err)
                             break
-                        copies = next((r["value"] for r in recs
-                                       if r.get("name") == "gate_kv_copies"), 0)
+                        copies = next(
+                            (r["value"] for r in recs if r.get("name") == "gate_kv_copies"), 0
+                        )
                         cells.append(f"{rc} {worst_ratio(recs):.3f} c{copies:g}")
                         failed += rc != 0
                     if cells and "not available" in cells[-1]:
@@ -110,13 +156,30 @@ def main() -> int:
                 if "not available" in cells[-1]:
                     print(f"| {mode} | {layer} | {kernel} | {cells[-1]} | - |")
                     continue
-                rc, _, err = run(binary, ["--dump", str(path), "--gemv", kernel, "--batch", "16",
-                                          "--cpus", a.cpus2, "--steps", str(a.steps),
-                                          "--debug", planted, *flags])
+                rc, _, err = run(
+                    binary,
+                    [
+                        "--dump",
+                        str(path),
+                        "--gemv",
+                        kernel,
+                        "--batch",
+                        "16",
+                        "--cpus",
+                        a.cpus2,
+                        "--steps",
+                        str(a.steps),
+                        "--debug",
+                        planted,
+                        *flags,
+                    ],
+                )
                 caught = rc == 1 and names in err
                 failed += not caught
-                print(f"| {mode} | {layer} | {kernel} | {'; '.join(cells)} | {planted}: "
-                      f"exit {rc}, {err.removeprefix('layer: self-check failed: ')[:90]} |")
+                print(
+                    f"| {mode} | {layer} | {kernel} | {'; '.join(cells)} | {planted}: "
+                    f"exit {rc}, {err.removeprefix('layer: self-check failed: ')[:90]} |"
+                )
     print(f"\n{'all passed, every planted error caught' if not failed else f'{failed} FAILED'}")
     return 1 if failed else 0
 

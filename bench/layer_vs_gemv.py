@@ -29,8 +29,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 # the layer's --gemv -> gemv's --kernel (one source each: native/gemv/)
-GEMV_KERNEL = {"avx2": "avx2-bf16", "avx512": "avx512-bf16-rows", "avx512-vnni": "avx512-bf16",
-               "amx": "amx-bf16"}
+GEMV_KERNEL = {
+    "avx2": "avx2-bf16",
+    "avx512": "avx512-bf16-rows",
+    "avx512-vnni": "avx512-bf16",
+    "amx": "amx-bf16",
+}
 PHASE_MATS = {"gateup": [("inter", "hidden"), ("inter", "hidden")], "down": [("hidden", "inter")]}
 MODES = ("direct", "rep", "repcld", "repnt", "fid")
 
@@ -50,10 +54,25 @@ def metric(recs: list[dict], name: str, **dims) -> float:
 
 
 def dump(shape: str, out: Path) -> Path:
-    subprocess.run([str(Path(sys.executable).parent / "orchestrate"), "layer-dump",
-                    str(REPO / f"experiments/shapes/{shape}.yaml"), "--context", "2048",
-                    "--batch", "1", "--seed", "1", "--out", str(out), "--quiet"],
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [
+            str(Path(sys.executable).parent / "orchestrate"),
+            "layer-dump",
+            str(REPO / f"experiments/shapes/{shape}.yaml"),
+            "--context",
+            "2048",
+            "--batch",
+            "1",
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return out
 
 
@@ -80,8 +99,21 @@ def worker0_bytes(meta: dict, workers: int, unit: int) -> int:
 
 
 def gemv_rows(a, layer: str, dump_dir: Path, cpu: str, slice_of: int) -> list[dict]:
-    sl = run_json([layer, "--dump", str(dump_dir), "--slice", f"0/{slice_of}", "--cpus", cpu,
-                   "--gemv", a.kernel, "--steps", str(a.steps)])
+    sl = run_json(
+        [
+            layer,
+            "--dump",
+            str(dump_dir),
+            "--slice",
+            f"0/{slice_of}",
+            "--cpus",
+            cpu,
+            "--gemv",
+            a.kernel,
+            "--steps",
+            str(a.steps),
+        ]
+    )
     meta = sl[0]
     unit = meta["row_unit"]
     rows = []
@@ -91,12 +123,34 @@ def gemv_rows(a, layer: str, dump_dir: Path, cpu: str, slice_of: int) -> list[di
         mats = PHASE_MATS[phase]
         cols = meta[mats[0][1]]
         r = int(nbytes / len(mats) / (2 * cols))
-        row = {"part": "gemv", "phase": phase, "kernel": a.kernel, "slice_of": slice_of,
-               "slice_bytes": worker0_bytes(meta, slice_of, unit), "l2_bytes": l2_bytes(cpu),
-               "rows": r, "cols": cols, "stage_us": us, "stage_gbs": nbytes / (us * 1e3),
-               "bytes": nbytes}
-        g = run_json([str(Path(a.build) / "gemv"), "--kernel", GEMV_KERNEL[a.kernel], "--rows",
-                      str(r), "--cols", str(cols), "--cpus", cpu, "--steps", "3000"])
+        row = {
+            "part": "gemv",
+            "phase": phase,
+            "kernel": a.kernel,
+            "slice_of": slice_of,
+            "slice_bytes": worker0_bytes(meta, slice_of, unit),
+            "l2_bytes": l2_bytes(cpu),
+            "rows": r,
+            "cols": cols,
+            "stage_us": us,
+            "stage_gbs": nbytes / (us * 1e3),
+            "bytes": nbytes,
+        }
+        g = run_json(
+            [
+                str(Path(a.build) / "gemv"),
+                "--kernel",
+                GEMV_KERNEL[a.kernel],
+                "--rows",
+                str(r),
+                "--cols",
+                str(cols),
+                "--cpus",
+                cpu,
+                "--steps",
+                "3000",
+            ]
+        )
         row["gemv_gbs"] = metric(g, "weight_bw")
         row["ratio"] = row["stage_gbs"] / row["gemv_gbs"]
         rows.append(row)
@@ -104,19 +158,44 @@ def gemv_rows(a, layer: str, dump_dir: Path, cpu: str, slice_of: int) -> list[di
 
 
 def step_rows(a, layer: str, dump_dir: Path, name: str) -> list[dict]:
-    common = [layer, "--dump", str(dump_dir), "--cpus", a.cpus, "--gemv", a.kernel, "--steps",
-              str(a.steps)]
+    common = [
+        layer,
+        "--dump",
+        str(dump_dir),
+        "--cpus",
+        a.cpus,
+        "--gemv",
+        a.kernel,
+        "--steps",
+        str(a.steps),
+    ]
     base = run_json([*common, "--nobcast"])
     nob = metric(base, "step_p50")
-    rows = [{"part": "step", "dump": name, "mode": "nobcast", "step_p50_us": nob,
-             "step_p99_us": metric(base, "step_p99")}]
+    rows = [
+        {
+            "part": "step",
+            "dump": name,
+            "mode": "nobcast",
+            "step_p50_us": nob,
+            "step_p99_us": metric(base, "step_p99"),
+        }
+    ]
     for mode in MODES:
         for bar in ("diss", "hier"):
             r = run_json([*common, "--xchg", mode, "--barrier", bar])
             p50 = metric(r, "step_p50")
-            rows.append({"part": "step", "dump": name, "mode": mode, "barrier": bar,
-                         "step_p50_us": p50, "step_p99_us": metric(r, "step_p99"),
-                         "sync_bcast_us": p50 - nob, "fid_store": r[0].get("fid_store")})
+            rows.append(
+                {
+                    "part": "step",
+                    "dump": name,
+                    "mode": mode,
+                    "barrier": bar,
+                    "step_p50_us": p50,
+                    "step_p99_us": metric(r, "step_p99"),
+                    "sync_bcast_us": p50 - nob,
+                    "fid_store": r[0].get("fid_store"),
+                }
+            )
     return rows
 
 
@@ -146,25 +225,35 @@ def main() -> None:
     rows += step_rows(a, layer, e2b, "e2b-l0") + step_rows(a, layer, tiny, "tiny")
     for r in rows:
         print(json.dumps(r))
-    print("\n| slice | phase (rows x cols) | slice / L2 | stage | gemv | ratio |\n"
-          "|---|---|---|---|---|---|")
+    print(
+        "\n| slice | phase (rows x cols) | slice / L2 | stage | gemv | ratio |\n"
+        "|---|---|---|---|---|---|"
+    )
     for r in rows:
         if r["part"] == "gemv":
-            print(f"| 0/{r['slice_of']} | {r['phase']} ({r['rows']} x {r['cols']}) | "
-                  f"{r['slice_bytes'] / 1024:.0f} / {r['l2_bytes'] / 1024:.0f} KiB | "
-                  f"{r['stage_us']:.2f} us = {r['stage_gbs']:.1f} GB/s | "
-                  f"{r['gemv_gbs']:.1f} GB/s | {r['ratio']:.2f} |")
-    print("\n| dump | mode / barrier | step p50 | step p99 | sync + broadcast (p50 - nobcast) |\n"
-          "|---|---|---|---|---|")
+            print(
+                f"| 0/{r['slice_of']} | {r['phase']} ({r['rows']} x {r['cols']}) | "
+                f"{r['slice_bytes'] / 1024:.0f} / {r['l2_bytes'] / 1024:.0f} KiB | "
+                f"{r['stage_us']:.2f} us = {r['stage_gbs']:.1f} GB/s | "
+                f"{r['gemv_gbs']:.1f} GB/s | {r['ratio']:.2f} |"
+            )
+    print(
+        "\n| dump | mode / barrier | step p50 | step p99 | sync + broadcast (p50 - nobcast) |\n"
+        "|---|---|---|---|---|"
+    )
     for r in rows:
         if r["part"] != "step":
             continue
         if r["mode"] == "nobcast":
-            print(f"| {r['dump']} | no all-gather (--nobcast) | {r['step_p50_us']:.1f} us | "
-                  f"{r['step_p99_us']:.1f} us | - |")
+            print(
+                f"| {r['dump']} | no all-gather (--nobcast) | {r['step_p50_us']:.1f} us | "
+                f"{r['step_p99_us']:.1f} us | - |"
+            )
         else:
-            print(f"| {r['dump']} | {r['mode']}/{r['barrier']} | {r['step_p50_us']:.1f} us | "
-                  f"{r['step_p99_us']:.1f} us | {r['sync_bcast_us']:+.1f} us |")
+            print(
+                f"| {r['dump']} | {r['mode']}/{r['barrier']} | {r['step_p50_us']:.1f} us | "
+                f"{r['step_p99_us']:.1f} us | {r['sync_bcast_us']:+.1f} us |"
+            )
 
 
 if __name__ == "__main__":

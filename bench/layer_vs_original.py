@@ -31,7 +31,7 @@ MODES = ("direct", "rep", "repcld", "repnt", "fid")
 # cases the original can't run, and why (ours runs them)
 ORIG_CANNOT = {
     ("fid", "hier"): "hangs: its hier barrier waits for node_count x epoch arrivals, and fid "
-                     "advances the epoch at all 8 phases but waits at 1",
+    "advances the epoch at all 8 phases but waits at 1",
 }
 
 
@@ -41,10 +41,24 @@ def fail(msg: str) -> None:
 
 
 def ours(a, mode: str, bar: str, nobcast: bool) -> dict:
-    cmd = [str(Path(a.build) / "layer"), "--dump", a.dump, "--cpus", a.cpus, "--gemv", a.gemv,
-           "--steps", str(a.steps), "--xchg", mode, "--barrier", bar]
-    proc = subprocess.run(cmd + (["--nobcast"] if nobcast else []), capture_output=True,
-                          text=True, timeout=900)
+    cmd = [
+        str(Path(a.build) / "layer"),
+        "--dump",
+        a.dump,
+        "--cpus",
+        a.cpus,
+        "--gemv",
+        a.gemv,
+        "--steps",
+        str(a.steps),
+        "--xchg",
+        mode,
+        "--barrier",
+        bar,
+    ]
+    proc = subprocess.run(
+        cmd + (["--nobcast"] if nobcast else []), capture_output=True, text=True, timeout=900
+    )
     if proc.returncode != 0:
         fail(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()}")
     recs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
@@ -53,17 +67,28 @@ def ours(a, mode: str, bar: str, nobcast: bool) -> dict:
 
 
 def original(a, mode: str, bar: str, nobcast: bool) -> dict:
-    env = dict(os.environ, L2R_CPUS=a.cpus, L2R_GEMV=ORIG_GEMV[a.gemv], L2R_BCAST=mode,
-               L2R_BARRIER=bar, L2R_NOBCAST="1" if nobcast else "0")
+    env = dict(
+        os.environ,
+        L2R_CPUS=a.cpus,
+        L2R_GEMV=ORIG_GEMV[a.gemv],
+        L2R_BCAST=mode,
+        L2R_BARRIER=bar,
+        L2R_NOBCAST="1" if nobcast else "0",
+    )
     try:
-        proc = subprocess.run([a.original, a.dump, str(a.steps)], capture_output=True, text=True,
-                              timeout=900, env=env)
+        proc = subprocess.run(
+            [a.original, a.dump, str(a.steps)], capture_output=True, text=True, timeout=900, env=env
+        )
     except subprocess.TimeoutExpired:
-        fail(f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode} L2R_BARRIER={bar}): no result "
-             "in 900 s")
+        fail(
+            f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode} L2R_BARRIER={bar}): no result "
+            "in 900 s"
+        )
     if proc.returncode != 0:
-        fail(f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode}): exit {proc.returncode}: "
-             f"{proc.stderr.strip()[-300:]}")
+        fail(
+            f"{a.original} {a.dump} {a.steps} (L2R_BCAST={mode}): exit {proc.returncode}: "
+            f"{proc.stderr.strip()[-300:]}"
+        )
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
     if line is None:
         fail(f"{a.original}: no JSON line on stdout")
@@ -100,30 +125,49 @@ def main() -> None:
     med = statistics.median
     for mode, bar, nob in cases:
         cannot = ORIG_CANNOT.get((mode, bar))
-        pairs = [(ours(a, mode, bar, nob), None if cannot else original(a, mode, bar, nob))
-                 for _ in range(a.repeats)]
-        row = {"mode": "nobcast" if nob else mode, "barrier": bar, "gemv": a.gemv,
-               "cpus": a.cpus, "dump": a.dump, "repeats": a.repeats,
-               "ours_p50_us": med(o["p50"] for o, _ in pairs),
-               "ours_p99_us": med(o["p99"] for o, _ in pairs)}
+        pairs = [
+            (ours(a, mode, bar, nob), None if cannot else original(a, mode, bar, nob))
+            for _ in range(a.repeats)
+        ]
+        row = {
+            "mode": "nobcast" if nob else mode,
+            "barrier": bar,
+            "gemv": a.gemv,
+            "cpus": a.cpus,
+            "dump": a.dump,
+            "repeats": a.repeats,
+            "ours_p50_us": med(o["p50"] for o, _ in pairs),
+            "ours_p99_us": med(o["p99"] for o, _ in pairs),
+        }
         if cannot:
             row["original"] = cannot
         else:
-            row.update({"orig_p50_us": med(r["p50"] for _, r in pairs),
-                        "orig_p99_us": med(r["p99"] for _, r in pairs),
-                        "ratio_p50": med(o["p50"] / r["p50"] for o, r in pairs),
-                        "ratios_p50": [round(o["p50"] / r["p50"], 3) for o, r in pairs]})
+            row.update(
+                {
+                    "orig_p50_us": med(r["p50"] for _, r in pairs),
+                    "orig_p99_us": med(r["p99"] for _, r in pairs),
+                    "ratio_p50": med(o["p50"] / r["p50"] for o, r in pairs),
+                    "ratios_p50": [round(o["p50"] / r["p50"], 3) for o, r in pairs],
+                }
+            )
         rows.append(row)
         print(json.dumps(row), flush=True)
     load1 = os.getloadavg()
     print(json.dumps({"loadavg_before": load0, "loadavg_after": load1}))
-    print("\n| mode / barrier | ours p50 / p99 | original p50 / p99 | ours / original (p50, median"
-          " of pairs) |\n|---|---|---|---|")
+    print(
+        "\n| mode / barrier | ours p50 / p99 | original p50 / p99 | ours / original (p50, median"
+        " of pairs) |\n|---|---|---|---|"
+    )
     for r in rows:
-        orig, ratio = (f"{r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us",
-                       f"{r['ratio_p50']:.2f}") if "ratio_p50" in r else (r["original"], "-")
-        print(f"| {r['mode']}/{r['barrier']} | {r['ours_p50_us']:.1f} / {r['ours_p99_us']:.1f} us"
-              f" | {orig} | {ratio} |")
+        orig, ratio = (
+            (f"{r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us", f"{r['ratio_p50']:.2f}")
+            if "ratio_p50" in r
+            else (r["original"], "-")
+        )
+        print(
+            f"| {r['mode']}/{r['barrier']} | {r['ours_p50_us']:.1f} / {r['ours_p99_us']:.1f} us"
+            f" | {orig} | {ratio} |"
+        )
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def caches(files: dict[str, str], cpu: int) -> dict[str, int]:
     """Data/unified cache sizes in bytes seen by `cpu`, keyed L1, L2, L3."""
     out: dict[str, int] = {}
     base = f"{SYSFS_CPU}/cpu{cpu}/cache/"
-    for index in sorted({p[len(base):].split("/")[0] for p in files if p.startswith(base)}):
+    for index in sorted({p[len(base) :].split("/")[0] for p in files if p.startswith(base)}):
         attr = {k: files.get(f"{base}{index}/{k}", "") for k in ("level", "type", "size")}
         if attr["type"] == "Instruction" or not attr["level"]:
             continue
@@ -139,7 +139,8 @@ def plan_sizes(cache: dict[str, int], mem_available: int | None) -> dict[str, di
     caps = {"likwid-bench's size parser (2^31 - 1 bytes)": floor_to(LIKWID_MAX_BYTES, SET_ALIGN)}
     if mem_available is not None:
         caps[f"1/{MEM_FRACTION} of MemAvailable ({mem_available} B)"] = floor_to(
-            mem_available // MEM_FRACTION, SET_ALIGN)
+            mem_available // MEM_FRACTION, SET_ALIGN
+        )
     name, cap = min(caps.items(), key=lambda kv: kv[1])
     if want <= cap:
         plan["DRAM"] = {"bytes": want, "why": "8 x L3"}
@@ -167,9 +168,11 @@ def machine(cpu: int, cache: dict[str, int]) -> str:
         info.setdefault(key.strip(), value.strip())
     sizes = ", ".join(f"{k} {v >> 10} KiB" for k, v in sorted(cache.items()))
     version = sh(["likwid-bench", "-v"], rt=False).strip().split()[-1]
-    return (f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model "
-            f"{info.get('model', '?')}), {len(online())} online CPUs, cpu {cpu}: {sizes}; "
-            f"kernel {platform.release()}; likwid-bench {version}")
+    return (
+        f"{info.get('model name', '?')} (family {info.get('cpu family', '?')} model "
+        f"{info.get('model', '?')}), {len(online())} online CPUs, cpu {cpu}: {sizes}; "
+        f"kernel {platform.release()}; likwid-bench {version}"
+    )
 
 
 def online() -> list[int]:
@@ -184,11 +187,28 @@ def records(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
-def ladder(build: Path, kernel: str, cpu: int, size: int, page: str = "4k",
-           seconds: float = SAMPLE_S) -> dict:
-    out = records(sh([str(build / "ladder"), "--kernel", kernel, "--size", str(size),
-                      "--cpus", str(cpu), "--seconds", str(seconds), "--reps", "1",
-                      "--page", page]))
+def ladder(
+    build: Path, kernel: str, cpu: int, size: int, page: str = "4k", seconds: float = SAMPLE_S
+) -> dict:
+    out = records(
+        sh(
+            [
+                str(build / "ladder"),
+                "--kernel",
+                kernel,
+                "--size",
+                str(size),
+                "--cpus",
+                str(cpu),
+                "--seconds",
+                str(seconds),
+                "--reps",
+                "1",
+                "--page",
+                page,
+            ]
+        )
+    )
     bw = next(r["value"] for r in out if r.get("name") == "bw_total" and r.get("stat") == "rep")
     return {"gbs": bw, "page_size": out[0]["page_size"], "thp_fraction": out[0]["thp_fraction"]}
 
@@ -210,20 +230,44 @@ def likwid(test: str, size: int) -> tuple[float, int, int]:
 
 
 def gemv(build: Path, cpu: int, rows: int, cols: int) -> dict:
-    out = records(sh([str(build / "gemv"), "--kernel", "avx512-bf16", "--rows", str(rows),
-                      "--cols", str(cols), "--batch", "1", "--cpus", str(cpu), "--steps", "20000",
-                      "--warmup", "500"]))
+    out = records(
+        sh(
+            [
+                str(build / "gemv"),
+                "--kernel",
+                "avx512-bf16",
+                "--rows",
+                str(rows),
+                "--cols",
+                str(cols),
+                "--batch",
+                "1",
+                "--cpus",
+                str(cpu),
+                "--steps",
+                "20000",
+                "--warmup",
+                "500",
+            ]
+        )
+    )
     return {r["name"]: r["value"] for r in out[1:]}
 
 
 def summary(values: list[float]) -> dict:
-    return {"best": max(values), "median": statistics.median(values), "min": min(values),
-            "all": values}
+    return {
+        "best": max(values),
+        "median": statistics.median(values),
+        "min": min(values),
+        "all": values,
+    }
 
 
 def print_plan(kernels: dict[str, str], plan: dict[str, dict], gemv_why: str) -> None:
-    print(f"Kernels: ladder {kernels['ladder']} vs likwid-bench {kernels['likwid']} "
-          f"({kernels['why']}); gemv: {gemv_why}")
+    print(
+        f"Kernels: ladder {kernels['ladder']} vs likwid-bench {kernels['likwid']} "
+        f"({kernels['why']}); gemv: {gemv_why}"
+    )
     for tier, entry in plan.items():
         print(f"Size {tier}: {entry['bytes']} B ({entry['why']})")
     print()
@@ -235,10 +279,17 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5, help="alternating repetitions per point")
     ap.add_argument("--cc", default="gcc", help="compiler for native/ (gcc or clang-16)")
     ap.add_argument("--out", type=Path, help="write raw results as JSON here")
-    ap.add_argument("--rt-priority", type=int, default=10,
-                    help="run both tools under chrt -f PRIO (0 = normal scheduling)")
-    ap.add_argument("--plan-only", action="store_true",
-                    help="print the kernels and working sets it would use, run nothing")
+    ap.add_argument(
+        "--rt-priority",
+        type=int,
+        default=10,
+        help="run both tools under chrt -f PRIO (0 = normal scheduling)",
+    )
+    ap.add_argument(
+        "--plan-only",
+        action="store_true",
+        help="print the kernels and working sets it would use, run nothing",
+    )
     args = ap.parse_args()
     if args.reps < 1:
         die(f"--reps {args.reps}: expected at least 1", 2)
@@ -247,8 +298,11 @@ def main() -> int:
     cache = caches(live_cache_files(args.cpu), args.cpu)
     plan = plan_sizes(cache, mem_available())
     has_bf16 = {"avx512f", "avx512bw", "avx512_bf16"} <= flags
-    gemv_why = ("avx512-bf16 from half of L2" if has_bf16
-                else "skipped: CPU lacks AVX-512 BF16 (gemv has no AVX2 kernel)")
+    gemv_why = (
+        "avx512-bf16 from half of L2"
+        if has_bf16
+        else "skipped: CPU lacks AVX-512 BF16 (gemv has no AVX2 kernel)"
+    )
     if args.plan_only:
         print_plan(kernels, plan, gemv_why)
         return 0
@@ -259,14 +313,39 @@ def main() -> int:
     build = REPO / "native" / "build" / f"bench-{Path(args.cc).name}"
     sh(["make", "-C", str(REPO / "native"), f"BUILD={build}", f"CC={args.cc}", "-j2"], rt=False)
     kernel = kernels["ladder"]
-    meta = records(sh([str(build / "ladder"), "--kernel", kernel, "--size", "16K",
-                       "--cpus", str(args.cpu), "--seconds", "0.01", "--reps", "1"]))[0]
+    meta = records(
+        sh(
+            [
+                str(build / "ladder"),
+                "--kernel",
+                kernel,
+                "--size",
+                "16K",
+                "--cpus",
+                str(args.cpu),
+                "--seconds",
+                "0.01",
+                "--reps",
+                "1",
+            ]
+        )
+    )[0]
     print_plan(kernels, plan, gemv_why)
 
-    result: dict = {"cpu": args.cpu, "reps": args.reps, "rt_priority": args.rt_priority,
-                    "sample_s": SAMPLE_S, "compiler": meta["compiler"],
-                    "flags": meta["flags"], "machine": machine(args.cpu, cache),
-                    "kernels": kernels, "plan": plan, "tiers": {}, "gemv": {}, "thp": {}}
+    result: dict = {
+        "cpu": args.cpu,
+        "reps": args.reps,
+        "rt_priority": args.rt_priority,
+        "sample_s": SAMPLE_S,
+        "compiler": meta["compiler"],
+        "flags": meta["flags"],
+        "machine": machine(args.cpu, cache),
+        "kernels": kernels,
+        "plan": plan,
+        "tiers": {},
+        "gemv": {},
+        "thp": {},
+    }
     # 1. ladder vs likwid, interleaved, order alternating per repetition
     for tier, entry in plan.items():
         size = entry["bytes"]
@@ -281,13 +360,19 @@ def main() -> int:
                 else:
                     gbs, used, hw = likwid(kernels["likwid"], size)
                     if hw != args.cpu:
-                        die(f"likwid ran on hwthread {hw}, not --cpu {args.cpu}; pass --cpu {hw}",
-                            2)
+                        die(
+                            f"likwid ran on hwthread {hw}, not --cpu {args.cpu}; pass --cpu {hw}", 2
+                        )
                     theirs.append(gbs)
         o, t = summary(ours), summary(theirs)
-        result["tiers"][tier] = {"bytes": size, "likwid_bytes": used, "ladder": o, "likwid": t,
-                                 "ratio_best": o["best"] / t["best"],
-                                 "ratio_median": o["median"] / t["median"]}
+        result["tiers"][tier] = {
+            "bytes": size,
+            "likwid_bytes": used,
+            "ladder": o,
+            "likwid": t,
+            "ratio_best": o["best"] / t["best"],
+            "ratio_median": o["median"] / t["median"],
+        }
     # 2. gemv from an L2-resident slice vs ladder's L2 read on the same core (AVX-512 BF16 only)
     cols = 1024
     rows = cache["L2"] // 2 // (cols * 2) // 16 * 16  # half of L2 in bf16 weights, whole tiles
@@ -298,14 +383,19 @@ def main() -> int:
             gemv_bw.append(gemv(build, args.cpu, rows, cols)["weight_bw"])
             l2_read.append(ladder(build, kernel, args.cpu, rows * cols * 2)["gbs"])
         g, r = summary(gemv_bw), summary(l2_read)
-        result["gemv"] = {"rows": rows, "cols": cols, "weight_bytes": rows * cols * 2,
-                          "gemv_weight_bw": g, "ladder_l2_read": r,
-                          "ratio_median": g["median"] / r["median"]}
+        result["gemv"] = {
+            "rows": rows,
+            "cols": cols,
+            "weight_bytes": rows * cols * 2,
+            "gemv_weight_bw": g,
+            "ladder_l2_read": r,
+            "ratio_median": g["median"] / r["median"],
+        }
     # 3. 4k vs THP at the L2 size, half of it and twice it
     for size in (cache["L2"] // 2, cache["L2"], cache["L2"] * 2):
         runs: dict[str, list[dict]] = {"4k": [], "thp": []}
         for rep in range(args.reps):
-            for page in (("4k", "thp") if rep % 2 == 0 else ("thp", "4k")):
+            for page in ("4k", "thp") if rep % 2 == 0 else ("thp", "4k"):
                 runs[page].append(ladder(build, kernel, args.cpu, size, page=page))
         entry = {}
         for page, rs in runs.items():
@@ -315,31 +405,41 @@ def main() -> int:
         entry["noise_4k"] = (entry["4k"]["best"] - entry["4k"]["min"]) / entry["4k"]["median"]
         result["thp"][str(size)] = entry
 
-    print(f"# ladder {kernel} vs likwid-bench {kernels['likwid']} on cpu {args.cpu} "
-          f"({meta['compiler']}, {meta['flags']}), {args.reps} alternating reps of ~{SAMPLE_S} s, "
-          f"SCHED_FIFO {args.rt_priority or 'off'}, GB/s = 1e9 B/s\n\n"
-          f"Machine: {result['machine']}\n")
-    print("| tier | bytes | ladder best | ladder median | likwid best | likwid median "
-          "| ratio best | ratio median |")
+    print(
+        f"# ladder {kernel} vs likwid-bench {kernels['likwid']} on cpu {args.cpu} "
+        f"({meta['compiler']}, {meta['flags']}), {args.reps} alternating reps of ~{SAMPLE_S} s, "
+        f"SCHED_FIFO {args.rt_priority or 'off'}, GB/s = 1e9 B/s\n\n"
+        f"Machine: {result['machine']}\n"
+    )
+    print(
+        "| tier | bytes | ladder best | ladder median | likwid best | likwid median "
+        "| ratio best | ratio median |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for tier, e in result["tiers"].items():
-        print(f"| {tier} | {e['bytes']} | {e['ladder']['best']:.1f} | {e['ladder']['median']:.1f} "
-              f"| {e['likwid']['best']:.1f} | {e['likwid']['median']:.1f} "
-              f"| {e['ratio_best']:.3f} | {e['ratio_median']:.3f} |")
+        print(
+            f"| {tier} | {e['bytes']} | {e['ladder']['best']:.1f} | {e['ladder']['median']:.1f} "
+            f"| {e['likwid']['best']:.1f} | {e['likwid']['median']:.1f} "
+            f"| {e['ratio_best']:.3f} | {e['ratio_median']:.3f} |"
+        )
     if result["gemv"]:
         e = result["gemv"]
-        print(f"\ngemv avx512-bf16 {rows}x{cols} batch 1 weight GB/s median "
-              f"{e['gemv_weight_bw']['median']:.1f} (best {e['gemv_weight_bw']['best']:.1f}) vs "
-              f"ladder L2 read {e['ladder_l2_read']['median']:.1f}: ratio "
-              f"{e['ratio_median']:.3f}\n")
+        print(
+            f"\ngemv avx512-bf16 {rows}x{cols} batch 1 weight GB/s median "
+            f"{e['gemv_weight_bw']['median']:.1f} (best {e['gemv_weight_bw']['best']:.1f}) vs "
+            f"ladder L2 read {e['ladder_l2_read']['median']:.1f}: ratio "
+            f"{e['ratio_median']:.3f}\n"
+        )
     else:
         print(f"\ngemv: {gemv_why}\n")
     print("| bytes per core | 4k median (page) | thp median (page) | thp/4k | 4k spread |")
     print("|---|---|---|---|---|")
     for size, e in result["thp"].items():
-        print(f"| {size} | {e['4k']['median']:.1f} ({e['4k']['page_size']}) "
-              f"| {e['thp']['median']:.1f} ({e['thp']['page_size']}) "
-              f"| {e['ratio_median_thp_over_4k']:.3f} | {e['noise_4k']:.3f} |")
+        print(
+            f"| {size} | {e['4k']['median']:.1f} ({e['4k']['page_size']}) "
+            f"| {e['thp']['median']:.1f} ({e['thp']['page_size']}) "
+            f"| {e['ratio_median_thp_over_4k']:.3f} | {e['noise_4k']:.3f} |"
+        )
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     return 0

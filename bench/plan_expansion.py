@@ -67,14 +67,24 @@ SHAPES = {
 
 def expansion_figures(fixture: str = "c8i-metal-48xl", repeat: int = 5) -> list[dict]:
     """Per shape: label, points, median and min expansion seconds, load_spec seconds."""
-    snapshot = json.loads((REPO / "tests" / "fixtures" / "topology" / f"{fixture}.json").read_text())
+    snapshot = json.loads(
+        (REPO / "tests" / "fixtures" / "topology" / f"{fixture}.json").read_text()
+    )
     figures = []
     for label, (a, b, reps) in SHAPES.items():
         text = SPEC.format(a=json.dumps(a), b=json.dumps(b), reps=reps)
         entry = host_entry(topology_from_snapshot(snapshot), load_spec_for_entry(text))
         times, npoints, load_s = measure(text, entry, repeat)
-        figures.append({"label": label, "points": npoints, "median": statistics.median(times),
-                        "min": min(times), "load_s": load_s, "repeat": repeat})  # fmt: skip
+        figures.append(
+            {
+                "label": label,
+                "points": npoints,
+                "median": statistics.median(times),
+                "min": min(times),
+                "load_s": load_s,
+                "repeat": repeat,
+            }
+        )
     return figures
 
 

@@ -37,21 +37,30 @@ def main(argv: list[str] | None = None) -> int:
     took = []
     for _ in range(args.n):
         t0 = time.monotonic()
-        out = subprocess.run([str(args.ladder), "--probe", "--cpus", args.cpu, "--size",
-                              args.size], capture_output=True, text=True, timeout=60, check=True)
+        out = subprocess.run(
+            [str(args.ladder), "--probe", "--cpus", args.cpu, "--size", args.size],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         took.append(time.monotonic() - t0)
         for line in out.stdout.splitlines():
             rec = json.loads(line)
             if rec.get("name") == "probe":
                 rates.setdefault(rec["probe"], []).append(rec["value"])
-    print(f"ladder --probe --cpus {args.cpu} --size {args.size}, {args.n} runs from {started}; "
-          f"one run {statistics.median(took):.2f} s (median)")
+    print(
+        f"ladder --probe --cpus {args.cpu} --size {args.size}, {args.n} runs from {started}; "
+        f"one run {statistics.median(took):.2f} s (median)"
+    )
     print("| unit | median GB/s | min | max | min / median | max / median |")
     print("|---|---:|---:|---:|---:|---:|")
     for unit, vals in rates.items():
         med = statistics.median(vals)
-        print(f"| {unit} | {med:.1f} | {min(vals):.1f} | {max(vals):.1f} | "
-              f"{min(vals) / med:.2f} | {max(vals) / med:.2f} |")
+        print(
+            f"| {unit} | {med:.1f} | {min(vals):.1f} | {max(vals):.1f} | "
+            f"{min(vals) / med:.2f} | {max(vals) / med:.2f} |"
+        )
     return 0
 
 

@@ -76,8 +76,10 @@ def main() -> None:
     from bench.plan_expansion import expansion_figures
 
     worst = max(expansion_figures(repeat=3), key=lambda f: f["median"])
-    print(f"plan expansion: {worst['points']:,} points in {worst['median']:.3f} s (median of 3, "
-          f"{worst['label']}; target < 1 s)")  # fmt: skip
+    print(
+        f"plan expansion: {worst['points']:,} points in {worst['median']:.3f} s (median of 3, "
+        f"{worst['label']}; target < 1 s)"
+    )
 
     from socketlab.execute.local import LocalExecutor
 
@@ -97,9 +99,11 @@ def main() -> None:
         base_p, pinned = paired(direct, lambda: local.run(argv, timeout=60, cpus="0"), args.runs)
         local.close()
     print(f"direct subprocess.run: {ms(base)}")
-    print(f"local executor: {ms(loc)}; overhead {overhead(base, loc) * 1e3:.2f} ms per run "
-          f"(target < 20 ms); pinned (taskset): {ms(pinned)}, overhead "
-          f"{overhead(base_p, pinned) * 1e3:.2f} ms")  # fmt: skip
+    print(
+        f"local executor: {ms(loc)}; overhead {overhead(base, loc) * 1e3:.2f} ms per run "
+        f"(target < 20 ms); pinned (taskset): {ms(pinned)}, overhead "
+        f"{overhead(base_p, pinned) * 1e3:.2f} ms"
+    )
 
     from tests.support.netns import netns_available, ssh_hosts
 
@@ -124,9 +128,11 @@ def main() -> None:
             ex.call(["true"])
             call_s = time.perf_counter() - t0
             ex.close()
-        print(f"ssh executor (connection + agent reused): {ms(remote)}; overhead "
-              f"{overhead(base_r, remote) * 1e3:.2f} ms per run (target < 60 ms); one helper call "
-              f"{call_s * 1e3:.1f} ms")  # fmt: skip
+        print(
+            f"ssh executor (connection + agent reused): {ms(remote)}; overhead "
+            f"{overhead(base_r, remote) * 1e3:.2f} ms per run (target < 60 ms); one helper call "
+            f"{call_s * 1e3:.1f} ms"
+        )
 
     for _ in range(args.repeat):
         runner_figure(args.points)
@@ -134,8 +140,10 @@ def main() -> None:
     from bench.store_insert import insert_rows
 
     r = insert_rows(args.rows)
-    print(f"store insert: {r['rows']:,} metric rows in {r['runs']:,} runs (one transaction "
-          f"each): {r['seconds']:.2f} s, {r['rows_per_s']:,.0f} rows/s (target < 15 s)")  # fmt: skip
+    print(
+        f"store insert: {r['rows']:,} metric rows in {r['runs']:,} runs (one transaction "
+        f"each): {r['seconds']:.2f} s, {r['rows_per_s']:,.0f} rows/s (target < 15 s)"
+    )
 
 
 def runner_figure(points: int) -> None:
@@ -161,15 +169,37 @@ def runner_figure(points: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "spec.yaml"
-        spec.write_text(yaml.safe_dump({
-            "schema_version": 1, "campaign": "bench-runner",
-            "experiments": [{"name": "noop", "command": ["/bin/true", "{{ i }}"],
-                             "sweep": {"matrix": {"i": list(range(points))}}}],
-        }))  # fmt: skip
+        spec.write_text(
+            yaml.safe_dump(
+                {
+                    "schema_version": 1,
+                    "campaign": "bench-runner",
+                    "experiments": [
+                        {
+                            "name": "noop",
+                            "command": ["/bin/true", "{{ i }}"],
+                            "sweep": {"matrix": {"i": list(range(points))}},
+                        }
+                    ],
+                }
+            )
+        )
         inv = Path(tmp) / "inv.yml"
-        inv.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": "/usr/bin/python3",
-            "socketlab_workroot": f"{tmp}/work"}}}}))  # fmt: skip
+        inv.write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "hosts": {
+                            "localhost": {
+                                "ansible_connection": "local",
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                                "socketlab_workroot": f"{tmp}/work",
+                            }
+                        }
+                    }
+                }
+            )
+        )
         reporter = Timed()
         t0 = time.perf_counter()
         campaign = session.prepare(spec, inventory=inv)
@@ -179,10 +209,13 @@ def runner_figure(points: int) -> None:
     if not runner.summary.ok or len(reporter.stored) != points:
         raise SystemExit(f"runner figure: the campaign failed: {runner.summary.as_dict()}")
     whole = (reporter.stored[-1] - reporter.started[0]) / points
-    print(f"runner, whole campaign of {points} no-op points on localhost (facts, plan, "
-          f"setup, points, store): {total:.2f} s, {total / points * 1e3:.0f} ms per point; "
-          f"whole point (first started to last stored, / {points}): {whole * 1e3:.1f} ms "
-          "(target < 20 ms)")
+    print(
+        f"runner, whole campaign of {points} no-op points on localhost (facts, plan, "
+        f"setup, points, store): {total:.2f} s, {total / points * 1e3:.0f} ms per point; "
+        f"whole point (first started to last stored, / {points}): {whole * 1e3:.1f} ms "
+        "(target < 20 ms)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -33,13 +33,23 @@ def screenshot(html: Path, png: Path, size: str = "1400,2400", timeout: float = 
     png.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="socketlab-chromium-") as profile:
         argv = [
-            exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run",
-            "--hide-scrollbars", f"--user-data-dir={profile}", f"--screenshot={png.resolve()}",
-            f"--window-size={size}", html.resolve().as_uri(),
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            f"--screenshot={png.resolve()}",
+            f"--window-size={size}",
+            html.resolve().as_uri(),
         ]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -47,8 +57,10 @@ def screenshot(html: Path, png: Path, size: str = "1400,2400", timeout: float = 
             proc.communicate()
             raise RuntimeError(f"chromium did not finish in {timeout:g} s") from None
     if not png.exists() or png.stat().st_size == 0:
-        raise RuntimeError(f"chromium wrote no screenshot (exit {proc.returncode}): "
-                           f"{err.decode(errors='replace').strip()[-300:]}")
+        raise RuntimeError(
+            f"chromium wrote no screenshot (exit {proc.returncode}): "
+            f"{err.decode(errors='replace').strip()[-300:]}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,11 +35,20 @@ def main() -> None:
     sweeps = {
         # the campaign's plans (plan/all.sh, pipe.sh): 12 / 14 lock ways x B 1/4/8/16, tp and
         # pipe, 2K and 16K
-        "lock-way budgets": [(k, b, ctx, split) for k in (1344, 1568) for b in (1, 4, 8, 16)
-                             for ctx in (2048, 16384) for split in ("tp", "pipe")],
+        "lock-way budgets": [
+            (k, b, ctx, split)
+            for k in (1344, 1568)
+            for b in (1, 4, 8, 16)
+            for ctx in (2048, 16384)
+            for split in ("tp", "pipe")
+        ],
         # any budget: 1,024..4,096 KiB in 32 KiB steps, tp
-        "1,024-4,096 KiB every 32": [(k, b, ctx, "tp") for k in range(1024, 4097, 32)
-                                      for b in (1, 4, 8, 16) for ctx in (2048, 16384)],
+        "1,024-4,096 KiB every 32": [
+            (k, b, ctx, "tp")
+            for k in range(1024, 4097, 32)
+            for b in (1, 4, 8, 16)
+            for ctx in (2048, 16384)
+        ],
     }
     print(f"{a.model}: {len(us)} units; model + constants load {t_load * 1e3:.1f} ms")
     for name, grid in sweeps.items():
@@ -54,9 +63,11 @@ def main() -> None:
                     failed += 1
             walls.append(time.perf_counter() - t)
         med = statistics.median(walls)
-        print(f"  {name}: {len(grid)} plans ({failed} infeasible: PlanError) in {med:.3f} s "
-              f"median of {a.reps} (min {min(walls):.3f}, max {max(walls):.3f}); "
-              f"{med / len(grid) * 1e3:.2f} ms per plan")
+        print(
+            f"  {name}: {len(grid)} plans ({failed} infeasible: PlanError) in {med:.3f} s "
+            f"median of {a.reps} (min {min(walls):.3f}, max {max(walls):.3f}); "
+            f"{med / len(grid) * 1e3:.2f} ms per plan"
+        )
 
 
 if __name__ == "__main__":

@@ -21,13 +21,21 @@ def insert_rows(rows: int = 1_000_000, per_run: int = 1000, folder: Path | None 
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         store = Store(Path(tmp) / "store.sqlite")
         runs = max(1, rows // per_run)
-        metrics = [Metric(f"m{i % 20}", float(i), "GB/s", {"cpu": i % 64}, "jsonl/1")
-                   for i in range(per_run)]  # fmt: skip
+        metrics = [
+            Metric(f"m{i % 20}", float(i), "GB/s", {"cpu": i % 64}, "jsonl/1")
+            for i in range(per_run)
+        ]
         t0 = time.perf_counter()
         for r in range(runs):
-            record = RunRecord(run_key=f"{r:064x}", campaign="bench", experiment="e", host="h",
-                               repetition=r % 5, params={"size": r % 7, "threads": r % 3},
-                               status="ok")  # fmt: skip
+            record = RunRecord(
+                run_key=f"{r:064x}",
+                campaign="bench",
+                experiment="e",
+                host="h",
+                repetition=r % 5,
+                params={"size": r % 7, "threads": r % 3},
+                status="ok",
+            )
             store.add_run(record, metrics)
         seconds = time.perf_counter() - t0
         count = store.metric_count()
@@ -35,8 +43,14 @@ def insert_rows(rows: int = 1_000_000, per_run: int = 1000, folder: Path | None 
         frame_rows = len(store.metrics_frame("bench"))
         frame_s = time.perf_counter() - t1
         store.close()
-    return {"rows": count, "runs": runs, "seconds": seconds, "rows_per_s": count / seconds,
-            "frame_rows": frame_rows, "frame_s": frame_s}  # fmt: skip
+    return {
+        "rows": count,
+        "runs": runs,
+        "seconds": seconds,
+        "rows_per_s": count / seconds,
+        "frame_rows": frame_rows,
+        "frame_s": frame_s,
+    }
 
 
 def main() -> None:
@@ -45,9 +59,11 @@ def main() -> None:
     parser.add_argument("--per-run", type=int, default=1000)
     args = parser.parse_args()
     r = insert_rows(args.rows, args.per_run)
-    print(f"store insert: {r['rows']:,} metric rows in {r['runs']:,} runs: {r['seconds']:.2f} s "
-          f"({r['rows_per_s']:,.0f} rows/s; target < 15 s); metrics_frame of all rows: "
-          f"{r['frame_s']:.2f} s")  # fmt: skip
+    print(
+        f"store insert: {r['rows']:,} metric rows in {r['runs']:,} runs: {r['seconds']:.2f} s "
+        f"({r['rows_per_s']:,.0f} rows/s; target < 15 s); metrics_frame of all rows: "
+        f"{r['frame_s']:.2f} s"
+    )
 
 
 if __name__ == "__main__":

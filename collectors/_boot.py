@@ -88,8 +88,12 @@ def main(argv):
     parser.add_argument("--idle", default="30")
     args = parser.parse_args(argv)
     if args.become:
-        refused = subprocess.call(["sudo", "-n", "true"], stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        refused = subprocess.call(
+            ["sudo", "-n", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         if refused:
             say({"boot": "become-refused"})
             return BECOME_REFUSED
@@ -117,8 +121,10 @@ def main(argv):
         install(args.tools, args.sha256, read_exact(int(read_line())))
     agent = os.path.join(args.tools, "_runwrap.py")
     if args.become:  # -n: fail at once, never ask a password (checked above)
-        os.execvp("sudo", ["sudo", "-n", "--", sys.executable, "-I", "-S", agent, "serve",
-                           "--idle", args.idle])
+        os.execvp(
+            "sudo",
+            ["sudo", "-n", "--", sys.executable, "-I", "-S", agent, "serve", "--idle", args.idle],
+        )
     sys.path.insert(0, args.tools)
     import _runwrap
 

@@ -104,8 +104,9 @@ def stop_pid(pid: int, prog: str, timeout: float = 10.0) -> bool:
 
 def start_child(argv: list[str]) -> subprocess.Popen:
     """A tool the daemon runs (perf, turbostat): no stdin, stdout dropped, stderr kept."""
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    return subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
 
 
 def end_children(children: list[subprocess.Popen], timeout: float = 10.0) -> list[str]:
@@ -226,8 +227,9 @@ def _stop(name: str, args: argparse.Namespace) -> int:
     return 0
 
 
-def run(argv: list[str], name: str, loop, unsupported, doc: str = "",
-        interval: float = 1.0, extend=None) -> int:  # fmt: skip
+def run(
+    argv: list[str], name: str, loop, unsupported, doc: str = "", interval: float = 1.0, extend=None
+) -> int:
     """The command line of collector ``name``; ``extend(parser, subparsers)`` may add options
     and subcommands (each sets ``func(args) -> int``)."""
     parser = argparse.ArgumentParser(prog=f"{name}.py", description=doc.split("\n\n")[0])
@@ -238,8 +240,9 @@ def run(argv: list[str], name: str, loop, unsupported, doc: str = "",
     p.add_argument("--out", required=True, help="directory for the JSON lines and pidfile")
     p.add_argument("--cpus", default="", help="CPU list to record (default: all)")
     p.add_argument("--interval", type=float, default=interval, help="seconds between samples")
-    p.add_argument("--max-seconds", type=float, default=24 * 3600,
-                   help="stop by itself after this long")  # fmt: skip
+    p.add_argument(
+        "--max-seconds", type=float, default=24 * 3600, help="stop by itself after this long"
+    )
     p = sub.add_parser("stop", help="stop the daemon started with the same --out")
     p.add_argument("--out", required=True)
     args = parser.parse_args(argv)

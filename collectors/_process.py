@@ -49,8 +49,15 @@ def start(argv: list, *, env=None, cwd=None, cpus=None, stdout=None, stderr=None
     if path is None or not os.access(path, os.X_OK):
         code = errno.EACCES if path and os.path.exists(path) else errno.ENOENT
         raise OSError(code, os.strerror(code), argv[0])
-    return subprocess.Popen(argv_for(argv, cpus), stdin=subprocess.DEVNULL, stdout=stdout,
-                            stderr=stderr, cwd=cwd or None, env=environ, start_new_session=True)
+    return subprocess.Popen(
+        argv_for(argv, cpus),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd or None,
+        env=environ,
+        start_new_session=True,
+    )
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
@@ -104,8 +111,20 @@ def _read(path: str) -> str:
         return ""
 
 
-def run(argv, *, env=None, cwd=None, cpus=None, timeout=None, out_dir=None, pidfile=None,
-        merged=False, watch=None, tick=None, started_hook=None) -> dict:
+def run(
+    argv,
+    *,
+    env=None,
+    cwd=None,
+    cpus=None,
+    timeout=None,
+    out_dir=None,
+    pidfile=None,
+    merged=False,
+    watch=None,
+    tick=None,
+    started_hook=None,
+) -> dict:
     """Run argv to its end (own group, killed at the timeout, leftovers killed after); output in
     ``out_dir``/stdout and stderr (a temporary folder without it). Returns the result fields.
     ``started_hook(pid)``: told the PID (= group id) once it runs."""
@@ -117,12 +136,19 @@ def run(argv, *, env=None, cwd=None, cpus=None, timeout=None, out_dir=None, pidf
         started, t0 = time.time(), time.perf_counter()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             try:
-                child = start(argv, env=env, cwd=cwd, cpus=cpus, stdout=out,
-                              stderr=out if merged else err)
+                child = start(
+                    argv, env=env, cwd=cwd, cpus=cpus, stdout=out, stderr=out if merged else err
+                )
             except (OSError, subprocess.SubprocessError) as exc:
-                return {"exit_code": 127, "timed_out": False, "started": started,
-                        "duration_s": 0.0, "pgid": None, "stdout": "",
-                        "stderr": f"cannot start {argv[0]}: {exc}"}
+                return {
+                    "exit_code": 127,
+                    "timed_out": False,
+                    "started": started,
+                    "duration_s": 0.0,
+                    "pgid": None,
+                    "stdout": "",
+                    "stderr": f"cannot start {argv[0]}: {exc}",
+                }
             if pidfile:
                 with open(pidfile, "w") as fh:
                     fh.write(f"{child.pid}\n")
@@ -130,9 +156,15 @@ def run(argv, *, env=None, cwd=None, cpus=None, timeout=None, out_dir=None, pidf
                 started_hook(child.pid)
             code, timed_out = wait(child, timeout, watch, tick)
             kill_group(child.pid)  # members that outlive the leader would hold the cores
-        return {"exit_code": code, "timed_out": timed_out, "started": started,
-                "duration_s": time.perf_counter() - t0, "pgid": child.pid,
-                "stdout": _read(out_path), "stderr": "" if merged else _read(err_path)}
+        return {
+            "exit_code": code,
+            "timed_out": timed_out,
+            "started": started,
+            "duration_s": time.perf_counter() - t0,
+            "pgid": child.pid,
+            "stdout": _read(out_path),
+            "stderr": "" if merged else _read(err_path),
+        }
 
 
 # -- the process tree, from /proc ------------------------------------------------------------
@@ -170,7 +202,7 @@ def descendants(root: int) -> list:
 
 
 def affinity(pids) -> dict:
-    """"pid/tid" -> Cpus_allowed_list of every thread of ``pids``."""
+    """ "pid/tid" -> Cpus_allowed_list of every thread of ``pids``."""
     out = {}
     for pid in pids:
         try:
@@ -218,8 +250,14 @@ class Spawned:
         os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
         with open(log, "ab") as out:
             try:
-                child = start(request["argv"], env=request.get("env"), cwd=request.get("cwd"),
-                              cpus=request.get("cpus"), stdout=out, stderr=out)
+                child = start(
+                    request["argv"],
+                    env=request.get("env"),
+                    cwd=request.get("cwd"),
+                    cpus=request.get("cpus"),
+                    stdout=out,
+                    stderr=out,
+                )
             except (OSError, subprocess.SubprocessError) as exc:
                 return {"error": str(exc)}
         self.children[child.pid] = child
@@ -260,8 +298,13 @@ class Spawned:
             return error
         below = descendants(root)
         self._remember(root, below)
-        return {"exit_code": child.poll(), "pids": below, "affinity": affinity([root, *below]),
-                "peak_rss_kib": peak_rss_kib([root, *below]), **self._seen(root)}
+        return {
+            "exit_code": child.poll(),
+            "pids": below,
+            "affinity": affinity([root, *below]),
+            "peak_rss_kib": peak_rss_kib([root, *below]),
+            **self._seen(root),
+        }
 
     def stop(self, request: dict) -> dict:
         """Signal its group and every descendant by PID, SIGTERM then SIGKILL after ``grace``;

@@ -162,10 +162,17 @@ def serve(args: argparse.Namespace) -> int:
     channel = Channel(args.idle)
     spawned = _process.Spawned()
     lock = Lock()
-    ops = {"spawn": spawned.spawn, "tree": spawned.tree, "stop": spawned.stop,
-           "watch": spawned.watch, "lock": lock.take, "fresh_dir": fresh_dir, "remove": remove,
-           "fingerprint": lambda _: {"fingerprint": fingerprint.read_fingerprint()},
-           "ping": lambda _: {"pong": True}}  # fmt: skip
+    ops = {
+        "spawn": spawned.spawn,
+        "tree": spawned.tree,
+        "stop": spawned.stop,
+        "watch": spawned.watch,
+        "lock": lock.take,
+        "fresh_dir": fresh_dir,
+        "remove": remove,
+        "fingerprint": lambda _: {"fingerprint": fingerprint.read_fingerprint()},
+        "ping": lambda _: {"pong": True},
+    }
     interrupted = set()  #: pidfiles of runs to stop (an interrupt may come before its run)
     try:
         while True:
@@ -174,16 +181,27 @@ def serve(args: argparse.Namespace) -> int:
                 interrupted.add(request.get("pidfile"))
                 continue
             if request.get("op") == "run" and request.get("pidfile") in interrupted:
-                reply = {"exit_code": None, "timed_out": False, "started": time.time(),
-                         "duration_s": 0.0, "pgid": None, "stdout": "",
-                         "stderr": "interrupted before it started"}
+                reply = {
+                    "exit_code": None,
+                    "timed_out": False,
+                    "started": time.time(),
+                    "duration_s": 0.0,
+                    "pgid": None,
+                    "stdout": "",
+                    "stderr": "interrupted before it started",
+                }
             elif request.get("op") in ("run", "call"):
                 reply = _process.run(
-                    request["argv"], env=request.get("env"), cwd=request.get("cwd"),
-                    cpus=request.get("cpus"), timeout=request.get("timeout"),
-                    out_dir=request.get("out_dir"), pidfile=request.get("pidfile"),
-                    merged=request["op"] == "call", **_interruptible(channel, request,
-                                                                     interrupted))
+                    request["argv"],
+                    env=request.get("env"),
+                    cwd=request.get("cwd"),
+                    cpus=request.get("cpus"),
+                    timeout=request.get("timeout"),
+                    out_dir=request.get("out_dir"),
+                    pidfile=request.get("pidfile"),
+                    merged=request["op"] == "call",
+                    **_interruptible(channel, request, interrupted),
+                )
             elif request.get("op") in ops:
                 reply = ops[request["op"]](request)
             else:

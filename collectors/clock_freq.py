@@ -90,8 +90,12 @@ def _why_not_turbostat() -> str | None:
     if exe is None:
         return "turbostat not installed"
     try:
-        probe = subprocess.run([exe, "--quiet", "--num_iterations", "1", "--interval", "0.1",
-                                "--show", "Bzy_MHz"], capture_output=True, text=True, timeout=20)
+        probe = subprocess.run(
+            [exe, "--quiet", "--num_iterations", "1", "--interval", "0.1", "--show", "Bzy_MHz"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"turbostat: {exc}"
     if probe.returncode != 0:
@@ -116,9 +120,11 @@ def unsupported(args) -> str | None:
     """Pick the source (stored on args.mode) or say why none works."""
     cpus = _collector.parse_cpulist(args.cpus) if args.cpus else online_cpus()
     reasons = []
-    for mode, why in (("aperfmperf", lambda: _why_not_msr(cpus[0])),
-                      ("turbostat", _why_not_turbostat),
-                      ("cpufreq", lambda: _why_not_cpufreq(cpus[0]))):
+    for mode, why in (
+        ("aperfmperf", lambda: _why_not_msr(cpus[0])),
+        ("turbostat", _why_not_turbostat),
+        ("cpufreq", lambda: _why_not_cpufreq(cpus[0])),
+    ):
         reason = why()
         if reason is None:
             args.mode = mode
@@ -136,8 +142,14 @@ def _loop_msr(ctx, cpus: list[int]) -> None:
                 sample[str(cpu)] = [read_msr(cpu, MSR_APERF), read_msr(cpu, MSR_MPERF)]
             except OSError:
                 continue
-        ctx.write({"mode": "aperfmperf", "base_mhz": base_mhz, "aperf_mperf": sample,
-                   "temp_c_max": core_temp_max()})
+        ctx.write(
+            {
+                "mode": "aperfmperf",
+                "base_mhz": base_mhz,
+                "aperf_mperf": sample,
+                "temp_c_max": core_temp_max(),
+            }
+        )
         if not ctx.sleep(ctx.interval):
             break
     # one last sample so the final interval is counted
@@ -147,8 +159,16 @@ def _loop_msr(ctx, cpus: list[int]) -> None:
 
 def _loop_turbostat(ctx, cpus: list[int]) -> None:
     out = os.path.join(ctx.out, "turbostat.txt")
-    argv = [shutil.which("turbostat") or "turbostat", "--quiet", "--interval",
-            f"{ctx.interval:g}", "--show", TURBOSTAT_SHOW, "--out", out]
+    argv = [
+        shutil.which("turbostat") or "turbostat",
+        "--quiet",
+        "--interval",
+        f"{ctx.interval:g}",
+        "--show",
+        TURBOSTAT_SHOW,
+        "--out",
+        out,
+    ]
     if ctx.cpus:
         argv[1:1] = ["--cpu", ",".join(str(c) for c in cpus)]
     child = _collector.start_child(argv)
@@ -178,7 +198,8 @@ def loop(ctx) -> None:
     cpus = ctx.cpus or online_cpus()
     mode = getattr(ctx.args, "mode", "cpufreq")
     {"aperfmperf": _loop_msr, "turbostat": _loop_turbostat, "cpufreq": _loop_cpufreq}[mode](
-        ctx, cpus)
+        ctx, cpus
+    )
 
 
 if __name__ == "__main__":

@@ -163,8 +163,12 @@ def cmd_status(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, func in (("start", cmd_start), ("run", cmd_run), ("stop", cmd_stop),
-                       ("status", cmd_status)):  # fmt: skip
+    for name, func in (
+        ("start", cmd_start),
+        ("run", cmd_run),
+        ("stop", cmd_stop),
+        ("status", cmd_status),
+    ):
         p = sub.add_parser(name)
         p.add_argument("--pidfile", required=name != "run", default=None)
         p.add_argument("--device", default=DEVICE)

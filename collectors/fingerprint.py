@@ -21,10 +21,22 @@ import sys
 
 #: Knobs compared before/after a run. Each maps to a short, printable value.
 DRIFT_KNOBS = (
-    "kernel", "cmdline", "microcode", "online", "isolated", "nohz_full", "smt", "thp",
-    "thp_defrag", "numa_balancing", "governor", "irq_affinity", "irq_default_affinity",
-    "workqueue_cpumask", "nr_hugepages",
-)  # fmt: skip
+    "kernel",
+    "cmdline",
+    "microcode",
+    "online",
+    "isolated",
+    "nohz_full",
+    "smt",
+    "thp",
+    "thp_defrag",
+    "numa_balancing",
+    "governor",
+    "irq_affinity",
+    "irq_default_affinity",
+    "workqueue_cpumask",
+    "nr_hugepages",
+)
 UNSUPPORTED = "unsupported"
 
 

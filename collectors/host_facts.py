@@ -283,8 +283,11 @@ def write_tree(snap, root):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default="/", help="read a recorded tree under DIR (default /)")
-    parser.add_argument("--state-dir", default=STATE_DIR,
-                        help=f"where verify.yml's records are, under the root (default {STATE_DIR})")
+    parser.add_argument(
+        "--state-dir",
+        default=STATE_DIR,
+        help=f"where verify.yml's records are, under the root (default {STATE_DIR})",
+    )
     parser.add_argument("--indent", type=int, default=None)
     args = parser.parse_args(argv)
     if not os.path.isdir(args.root):

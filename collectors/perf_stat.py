@@ -63,16 +63,28 @@ def imc_events(root: str = EVENT_ROOT, cpu: tuple[int, int] | None = None) -> tu
         return "", "no uncore_imc PMU"
     names = set()
     for box in boxes:
-        names.update(os.listdir(os.path.join(box, "events")) if os.path.isdir(
-            os.path.join(box, "events")) else ())
+        names.update(
+            os.listdir(os.path.join(box, "events"))
+            if os.path.isdir(os.path.join(box, "events"))
+            else ()
+        )
     if {"cas_count_read_sch0", "cas_count_read_sch1"} <= names:
-        ev = [f"uncore_imc/{e}/" for e in ("cas_count_read_sch0", "cas_count_read_sch1",
-                                            "cas_count_write_sch0", "cas_count_write_sch1")]
+        ev = [
+            f"uncore_imc/{e}/"
+            for e in (
+                "cas_count_read_sch0",
+                "cas_count_read_sch1",
+                "cas_count_write_sch0",
+                "cas_count_write_sch1",
+            )
+        ]
         return ",".join(ev), ""
     if "cas_count_read" in names:
         if (cpu or cpu_id()) in TWO_SCHEDULERS:
-            return "", ("refused: only the legacy cas_count_read alias, which counts one of the "
-                        "two CAS schedulers on this CPU")
+            return "", (
+                "refused: only the legacy cas_count_read alias, which counts one of the "
+                "two CAS schedulers on this CPU"
+            )
         return "uncore_imc/cas_count_read/,uncore_imc/cas_count_write/", ""
     return "", "uncore_imc PMU has no cas_count events"
 
@@ -80,8 +92,12 @@ def imc_events(root: str = EVENT_ROOT, cpu: tuple[int, int] | None = None) -> tu
 def core_events_work(perf: str) -> str | None:
     """None when cycles and instructions count here, else why not."""
     try:
-        probe = subprocess.run([perf, "stat", "-x,", "-e", CORE_EVENTS, "--", "true"],
-                               capture_output=True, text=True, timeout=20)
+        probe = subprocess.run(
+            [perf, "stat", "-x,", "-e", CORE_EVENTS, "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"perf stat failed: {exc}"
     text = probe.stderr
@@ -106,8 +122,7 @@ def unsupported(args) -> str | None:
 
 
 def _start(perf: str, events: str, out: str, interval: float, cpus: str | None):
-    argv = [perf, "stat", "-x,", "-I", str(max(int(interval * 1000), 10)), "-e", events,
-            "-o", out]
+    argv = [perf, "stat", "-x,", "-I", str(max(int(interval * 1000), 10)), "-e", events, "-o", out]
     argv += ["-C", cpus] if cpus else ["-a"]
     return _collector.start_child(argv), argv
 
@@ -117,15 +132,17 @@ def loop(ctx) -> None:
     children = []
     if not a.core_reason:
         cpus = ",".join(str(c) for c in ctx.cpus) if ctx.cpus else None
-        child, argv = _start(a.perf, CORE_EVENTS, os.path.join(ctx.out, "perf_core.csv"),
-                             ctx.interval, cpus)
+        child, argv = _start(
+            a.perf, CORE_EVENTS, os.path.join(ctx.out, "perf_core.csv"), ctx.interval, cpus
+        )
         children.append(child)
         ctx.write({"part": "core", "pid": child.pid, "file": "perf_core.csv", "argv": argv})
     else:
         ctx.write({"part": "core", "unsupported": a.core_reason})
     if not a.imc_reason:
-        child, argv = _start(a.perf, a.imc_events, os.path.join(ctx.out, "perf_imc.csv"),
-                             ctx.interval, None)
+        child, argv = _start(
+            a.perf, a.imc_events, os.path.join(ctx.out, "perf_imc.csv"), ctx.interval, None
+        )
         children.append(child)
         ctx.write({"part": "imc", "pid": child.pid, "file": "perf_imc.csv", "argv": argv})
     else:

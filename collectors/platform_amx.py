@@ -76,8 +76,7 @@ def _interpreter() -> list[str]:
 
 def run_workload(run: ProbeRun, out_dir: str | None, timeout_s: float) -> tuple[str, int]:
     """(trace text, exit code) of one workload child; the trace kept in out_dir/<run>.log."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ONEDNN_", "DNNL_"))}  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ONEDNN_", "DNNL_"))}
     env["ONEDNN_VERBOSE"] = "1"
     if run.control:  # both names: oneDNN before 3.0 reads DNNL_*
         env["ONEDNN_MAX_CPU_ISA"] = env["DNNL_MAX_CPU_ISA"] = CONTROL_ISA
@@ -101,11 +100,14 @@ def _text(data) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
-def probe(precisions: list[str], control: bool, out_dir: str | None,
-          timeout_s: float = 300.0) -> list[tuple[ProbeRun, object, str]]:  # fmt: skip
+def probe(
+    precisions: list[str], control: bool, out_dir: str | None, timeout_s: float = 300.0
+) -> list[tuple[ProbeRun, object, str]]:
     """[(run, verdict or None, error)] for every run; flags from this host's CPUID."""
-    return [(run, v, error) for run, v, error, _ in
-            _probe(precisions, control, out_dir, timeout_s, cpu_flags())]  # fmt: skip
+    return [
+        (run, v, error)
+        for run, v, error, _ in _probe(precisions, control, out_dir, timeout_s, cpu_flags())
+    ]
 
 
 def _probe(precisions, control, out_dir, timeout_s, flags):
@@ -161,10 +163,17 @@ def workload(prec: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="platform_amx", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--precision", action="append", choices=list(onednn.PRECISIONS),
-                   help="precision(s) to run (default: all three)")
+    p = argparse.ArgumentParser(
+        prog="platform_amx",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--precision",
+        action="append",
+        choices=list(onednn.PRECISIONS),
+        help="precision(s) to run (default: all three)",
+    )
     p.add_argument("--no-control", action="store_true", help="skip the negative control")
     p.add_argument("--traces", help="keep each run's output in this folder (<run>.log)")
     p.add_argument("--timeout", type=float, default=300.0, help="per workload, seconds")
@@ -178,12 +187,21 @@ def main(argv: list[str]) -> int:
         print(f"platform_amx: not available on this host: {why}", file=sys.stderr)
         return 3
     flags = cpu_flags()
-    results = _probe(args.precision or list(onednn.PRECISIONS), not args.no_control,
-                     args.traces, args.timeout, flags)  # fmt: skip
+    results = _probe(
+        args.precision or list(onednn.PRECISIONS),
+        not args.no_control,
+        args.traces,
+        args.timeout,
+        flags,
+    )
     failed = broken = False
     for run, v, error, text in results:
-        head = {"type": "meta", "run": run.name, "precision": run.precision,
-                "control": "yes" if run.control else "no"}  # fmt: skip
+        head = {
+            "type": "meta",
+            "run": run.name,
+            "precision": run.precision,
+            "control": "yes" if run.control else "no",
+        }
         if v is None:
             failed = True
             if args.jsonl:

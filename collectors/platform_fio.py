@@ -50,22 +50,39 @@ def main(argv: list[str]) -> int:
     try:
         mode = os.stat(args.dir).st_mode
     except FileNotFoundError:
-        print(f"platform_fio: --dir {args.dir}: no such folder; expected an existing folder "
-              "(fio writes a scratch file there, never to a device)", file=sys.stderr)  # fmt: skip
+        print(
+            f"platform_fio: --dir {args.dir}: no such folder; expected an existing folder "
+            "(fio writes a scratch file there, never to a device)",
+            file=sys.stderr,
+        )
         return 2
     if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) or not stat.S_ISDIR(mode):
-        print(f"platform_fio: --dir {args.dir}: not a folder; expected a folder (raw devices "
-              "are never tested)", file=sys.stderr)  # fmt: skip
+        print(
+            f"platform_fio: --dir {args.dir}: not a folder; expected a folder (raw devices "
+            "are never tested)",
+            file=sys.stderr,
+        )
         return 2
     if shutil.which("fio") is None:
         print("not available on this host: fio is not installed", file=sys.stderr)
         return 3
     path = os.path.join(args.dir, f"socketlab-fio-{os.getpid()}.dat")
     direct = _direct_ok(args.dir)
-    argv = ["fio", "--name=socketlab", f"--filename={path}", f"--rw={args.pattern}",
-            f"--bs={args.bs}", f"--size={args.size}", f"--runtime={args.runtime:g}",
-            "--time_based", f"--iodepth={args.iodepth}", "--ioengine=libaio",
-            f"--direct={int(direct)}", "--group_reporting", "--output-format=json"]  # fmt: skip
+    argv = [
+        "fio",
+        "--name=socketlab",
+        f"--filename={path}",
+        f"--rw={args.pattern}",
+        f"--bs={args.bs}",
+        f"--size={args.size}",
+        f"--runtime={args.runtime:g}",
+        "--time_based",
+        f"--iodepth={args.iodepth}",
+        "--ioengine=libaio",
+        f"--direct={int(direct)}",
+        "--group_reporting",
+        "--output-format=json",
+    ]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.runtime + 300)
     finally:
@@ -75,9 +92,8 @@ def main(argv: list[str]) -> int:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-2:])
         print(f"fio failed (exit {proc.returncode}): {tail}", file=sys.stderr)
         return 1
-    job = json.loads(proc.stdout[proc.stdout.index("{"):])["jobs"][0]["read"]
-    dims = {"pattern": args.pattern, "bs": args.bs, "iodepth": args.iodepth,
-            "direct": int(direct)}  # fmt: skip
+    job = json.loads(proc.stdout[proc.stdout.index("{") :])["jobs"][0]["read"]
+    dims = {"pattern": args.pattern, "bs": args.bs, "iodepth": args.iodepth, "direct": int(direct)}
     _emit("read_bw", job["bw_bytes"] / 2**20, "MiB/s", **dims)
     _emit("read_iops", job["iops"], "1/s", **dims)
     pct = (job.get("clat_ns") or {}).get("percentile") or {}

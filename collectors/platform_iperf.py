@@ -45,8 +45,9 @@ def server(args: argparse.Namespace) -> int:
     argv = ["iperf3", "-s", "-1", "-p", str(args.port), "-J"]
     if args.bind:
         argv += ["-B", args.bind]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         out, err = proc.communicate(timeout=args.wait)
         how = f"exited {proc.returncode}"
@@ -59,22 +60,35 @@ def server(args: argparse.Namespace) -> int:
     print(json.dumps({"type": "meta", "role": "server", "pid": proc.pid, "ended": how}))
     _emit("server_served", 1.0 if proc.returncode == 0 else 0.0, "bool", role="server")
     if proc.returncode != 0 and "stopped" in how:
-        print(f"iperf3 server: no client finished within {args.wait:g} s ({how}, PID "
-              f"{proc.pid})", file=sys.stderr)  # fmt: skip
+        print(
+            f"iperf3 server: no client finished within {args.wait:g} s ({how}, PID {proc.pid})",
+            file=sys.stderr,
+        )
     return 0
 
 
 def client(args: argparse.Namespace) -> int:
     if not args.peer:
-        print("platform_iperf: --peer is required for the client (the server host's address)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "platform_iperf: --peer is required for the client (the server host's address)",
+            file=sys.stderr,
+        )
         return 2
-    argv = ["iperf3", "-c", args.peer, "-p", str(args.port), "-P", str(args.streams),
-            "-t", str(args.seconds), "-J"]  # fmt: skip
+    argv = [
+        "iperf3",
+        "-c",
+        args.peer,
+        "-p",
+        str(args.port),
+        "-P",
+        str(args.streams),
+        "-t",
+        str(args.seconds),
+        "-J",
+    ]
     deadline = time.monotonic() + args.connect_wait
     while True:
-        proc = subprocess.run(argv, capture_output=True, text=True,
-                              timeout=args.seconds + 60)  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=args.seconds + 60)
         try:
             report = json.loads(proc.stdout)
         except ValueError:
@@ -103,8 +117,14 @@ def client(args: argparse.Namespace) -> int:
     received = end["sum_received"]["bits_per_second"] / 1e9
     sent = end["sum_sent"]
     _emit("throughput", received, "Gbit/s", streams=args.streams, peer=args.peer, role="client")
-    _emit("retransmits", float(sent.get("retransmits", 0)), "1", streams=args.streams,
-          peer=args.peer, role="client")  # fmt: skip
+    _emit(
+        "retransmits",
+        float(sent.get("retransmits", 0)),
+        "1",
+        streams=args.streams,
+        peer=args.peer,
+        role="client",
+    )
     return 0
 
 

@@ -68,8 +68,11 @@ def main(argv: list[str]) -> int:
     names = sorted(os.listdir(NET)) if os.path.isdir(NET) else []
     if args.iface:
         if args.iface not in names:
-            print(f"platform_netfacts: --iface {args.iface}: no such interface; expected one of "
-                  f"{', '.join(names) or 'none'}", file=sys.stderr)  # fmt: skip
+            print(
+                f"platform_netfacts: --iface {args.iface}: no such interface; expected one of "
+                f"{', '.join(names) or 'none'}",
+                file=sys.stderr,
+            )
             return 2
         names = [args.iface]
     names = [n for n in names if n != "lo"]

@@ -34,8 +34,10 @@ EXECUTING = "AMX executing"
 NOT_USED = "AMX not used"
 
 _AMX_IMPL = re.compile(r"(^|[:_])(avx10_\d+_512_amx|avx512_core_amx|avx512_amx|amx)")
-_MD = re.compile(r"^(?P<arg>[a-z_]+?)[_:](?P<dt>f32|bf16|f16|s8|u8|s32|f64|f8_e5m2|f8_e4m3|s4|u4)"
-                 r"(?=[:_]|$)")  # fmt: skip
+_MD = re.compile(
+    r"^(?P<arg>[a-z_]+?)[_:](?P<dt>f32|bf16|f16|s8|u8|s32|f64|f8_e5m2|f8_e4m3|s4|u4)"
+    r"(?=[:_]|$)"
+)
 
 
 @dataclass(frozen=True)
@@ -178,12 +180,15 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> list[str] | None:
 
 def trace_lines(text: str) -> list[str]:
     """The oneDNN verbose lines of a process's output (what parse_trace reads), in order."""
-    return [line.strip() for line in text.splitlines()
-            if line.strip().split(",", 1)[0] in PREFIXES]  # fmt: skip
+    return [line.strip() for line in text.splitlines() if line.strip().split(",", 1)[0] in PREFIXES]
 
 
-def verdict(trace: Trace, precision: str, host_flags: list[str] | set[str] | None = None,
-            control: bool = False) -> Verdict:  # fmt: skip
+def verdict(
+    trace: Trace,
+    precision: str,
+    host_flags: list[str] | set[str] | None = None,
+    control: bool = False,
+) -> Verdict:
     """The AMX verdict for one precision of one trace (see the module docstring)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}; expected one of {', '.join(PRECISIONS)}")
@@ -194,7 +199,9 @@ def verdict(trace: Trace, precision: str, host_flags: list[str] | set[str] | Non
     isa = trace.isa
     if tiles:
         used = sorted({f"{p.primitive} {p.implementation}" for p in tiles})
-        reason = f"{len(tiles)} of {len(mine)} {precision} compute executions on AMX: " + ", ".join(used)
+        reason = f"{len(tiles)} of {len(mine)} {precision} compute executions on AMX: " + ", ".join(
+            used
+        )
         others = [i for i in impls if not _AMX_IMPL.search(i)]
         if others:
             reason += f" (also non-AMX: {', '.join(others)})"
@@ -206,8 +213,13 @@ def verdict(trace: Trace, precision: str, host_flags: list[str] | set[str] | Non
         parts.append(f"{precision} compute ran {', '.join(impls)}")
     else:
         parts.append(f"no oneDNN matmul/inner-product/convolution on {precision} data ran")
-    ignored = sorted({f"{p.primitive} {p.implementation}" for p in trace.primitives
-                      if p.amx_impl and not p.uses_tiles})  # fmt: skip
+    ignored = sorted(
+        {
+            f"{p.primitive} {p.implementation}"
+            for p in trace.primitives
+            if p.amx_impl and not p.uses_tiles
+        }
+    )
     if ignored:
         parts.append(f"not counted (ISA level, no tiles): {', '.join(ignored)}")
     parts.append(f"oneDNN ISA: {isa}" if isa else "oneDNN printed no ISA line")
@@ -218,12 +230,19 @@ def record(run: str, v: Verdict) -> dict[str, Any]:
     """The JSON-lines metric record of one verdict (one ``amx_executing`` metric per run, the
     dimensions the platform report shows)."""
     return {
-        "type": "metric", "name": "amx_executing", "value": int(v.executing), "unit": "bool",
-        "run": run, "precision": v.precision, "verdict": v.verdict,
-        "implementation": ",".join(v.implementations) or "none", "isa": v.isa or "unknown",
+        "type": "metric",
+        "name": "amx_executing",
+        "value": int(v.executing),
+        "unit": "bool",
+        "run": run,
+        "precision": v.precision,
+        "verdict": v.verdict,
+        "implementation": ",".join(v.implementations) or "none",
+        "isa": v.isa or "unknown",
         "host_amx": {True: "yes", False: "no", None: "unknown"}[v.host_amx],
-        "control": "yes" if v.control else "no", "reason": v.reason,
-    }  # fmt: skip
+        "control": "yes" if v.control else "no",
+        "reason": v.reason,
+    }
 
 
 def line(run: str, v: Verdict) -> str:

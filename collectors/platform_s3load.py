@@ -36,10 +36,15 @@ def _client(args: argparse.Namespace):
     from botocore.config import Config
 
     # no retries: an endpoint that refuses must fail the point now, with its reason
-    config = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5,
-                    read_timeout=60)  # fmt: skip
-    return session.client("s3", endpoint_url=args.endpoint_url or None, config=config,
-                          region_name=args.region or session.region_name or "us-east-1")  # fmt: skip
+    config = Config(
+        retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=60
+    )
+    return session.client(
+        "s3",
+        endpoint_url=args.endpoint_url or None,
+        config=config,
+        region_name=args.region or session.region_name or "us-east-1",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,8 +80,10 @@ def run(args: argparse.Namespace) -> int:
         t_end = time.time()
     except (BotoCoreError, ClientError) as exc:
         where = args.endpoint_url or "the profile's endpoint"
-        print(f"platform_s3load: S3 endpoint {where}: {type(exc).__name__}: {exc}".splitlines()[0],
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"platform_s3load: S3 endpoint {where}: {type(exc).__name__}: {exc}".splitlines()[0],
+            file=sys.stderr,
+        )
         return 2
     dims = {"direction": args.direction, "group": args.group}
     seconds = max(t_end - t_start, 1e-9)
@@ -93,8 +100,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--profile", default="", help="AWS profile (credentials, region)")
     p.add_argument("--region", default="")
     p.add_argument("--aws-config", default="", help="AWS config file (AWS_CONFIG_FILE)")
-    p.add_argument("--aws-credentials", default="",
-                   help="AWS credentials file (AWS_SHARED_CREDENTIALS_FILE)")
+    p.add_argument(
+        "--aws-credentials", default="", help="AWS credentials file (AWS_SHARED_CREDENTIALS_FILE)"
+    )
     p.add_argument("--bucket", required=True)
     p.add_argument("--prefix", required=True, help="this client's key prefix (e.g. its host)")
     p.add_argument("--direction", required=True, choices=["read", "write"])

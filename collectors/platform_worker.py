@@ -57,9 +57,12 @@ def _s3(args: argparse.Namespace):
     if args.aws_credentials:
         os.environ["AWS_SHARED_CREDENTIALS_FILE"] = args.aws_credentials
     session = boto3.Session(profile_name=args.profile or None)
-    return session.client("s3", endpoint_url=args.endpoint_url, region_name=session.region_name
-                          or "us-east-1", config=Config(retries={"max_attempts": 1},
-                                                        connect_timeout=5))  # fmt: skip
+    return session.client(
+        "s3",
+        endpoint_url=args.endpoint_url,
+        region_name=session.region_name or "us-east-1",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=5),
+    )
 
 
 def _keys(args: argparse.Namespace) -> list[str]:
@@ -70,8 +73,9 @@ def _keys(args: argparse.Namespace) -> list[str]:
 def _inputs(seed: int, count: int) -> list[array]:
     """count seeded inputs, each BATCH x FEATURES float32 values (row-major)."""
     rng = random.Random(seed)
-    return [array("f", [rng.gauss(0.0, 1.0) for _ in range(BATCH * FEATURES)])
-            for _ in range(count)]  # fmt: skip
+    return [
+        array("f", [rng.gauss(0.0, 1.0) for _ in range(BATCH * FEATURES)]) for _ in range(count)
+    ]
 
 
 def stage_inputs(args: argparse.Namespace) -> None:
@@ -97,11 +101,12 @@ def _weights(rng: random.Random, rows: int, cols: int) -> list[list[float]]:
 
 
 def _rows(flat: array) -> list[list[float]]:
-    return [list(flat[b * FEATURES:(b + 1) * FEATURES]) for b in range(BATCH)]
+    return [list(flat[b * FEATURES : (b + 1) * FEATURES]) for b in range(BATCH)]
 
 
-def mlp(x: list[list[float]], w1: list[list[float]], w2: list[list[float]],
-        layers: int) -> list[list[float]]:  # fmt: skip
+def mlp(
+    x: list[list[float]], w1: list[list[float]], w2: list[list[float]], layers: int
+) -> list[list[float]]:
     """``layers`` passes of relu(x @ W1) @ W2; w1 holds W1's columns, w2 W2's."""
     mul = operator.mul
     for _ in range(layers):
@@ -126,8 +131,11 @@ def child(args: argparse.Namespace) -> int:
             key = keys[i % len(keys)]
             body = s3.get_object(Bucket=args.bucket, Key=key)["Body"].read()
             if len(body) != INPUT_BYTES:
-                print(f"platform_worker: s3://{args.bucket}/{key}: {len(body)} bytes; expected "
-                      f"{INPUT_BYTES} ({BATCH}x{FEATURES} float32)", file=sys.stderr)  # fmt: skip
+                print(
+                    f"platform_worker: s3://{args.bucket}/{key}: {len(body)} bytes; expected "
+                    f"{INPUT_BYTES} ({BATCH}x{FEATURES} float32)",
+                    file=sys.stderr,
+                )
                 return 1
             flat = array("f")
             flat.frombytes(body)
@@ -138,9 +146,18 @@ def child(args: argparse.Namespace) -> int:
         t2 = time.perf_counter()
         if i >= args.warmup:
             check = sum(abs(v) for row in y for v in row) / (BATCH * FEATURES)
-            print(json.dumps({"i": i - args.warmup, "t_start": time.time() - (t2 - t0),
-                              "latency_ms": (t2 - t0) * 1e3, "s3_ms": (t1 - t0) * 1e3,
-                              "check": check}), flush=True)  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "i": i - args.warmup,
+                        "t_start": time.time() - (t2 - t0),
+                        "latency_ms": (t2 - t0) * 1e3,
+                        "s3_ms": (t1 - t0) * 1e3,
+                        "check": check,
+                    }
+                ),
+                flush=True,
+            )
     return 0
 
 
@@ -159,8 +176,11 @@ def parent(args: argparse.Namespace) -> int:
         try:
             stage_inputs(args)
         except (BotoCoreError, ClientError) as exc:
-            print(f"platform_worker: S3 endpoint {args.endpoint_url}: {type(exc).__name__}: "
-                  f"{exc}".splitlines()[0], file=sys.stderr)  # fmt: skip
+            print(
+                f"platform_worker: S3 endpoint {args.endpoint_url}: {type(exc).__name__}: "
+                f"{exc}".splitlines()[0],
+                file=sys.stderr,
+            )
             return 2
     cpus = sorted(os.sched_getaffinity(0))
     procs = []
@@ -169,14 +189,18 @@ def parent(args: argparse.Namespace) -> int:
         argv = list(base)
         if args.pinned:
             argv += ["--cpu-list", str(cpus[w % len(cpus)])]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
+        procs.append(
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        )
     latencies, s3_ms, starts, ends, failed = [], [], [], [], ""
     for w, proc in enumerate(procs):
         out, err = proc.communicate()
         if proc.returncode != 0:
-            failed = failed or f"worker {w} exited {proc.returncode}: " + (
-                err.strip().splitlines() or ["no output"])[-1]
+            failed = (
+                failed
+                or f"worker {w} exited {proc.returncode}: "
+                + (err.strip().splitlines() or ["no output"])[-1]
+            )
             continue
         for line in out.splitlines():
             rec = json.loads(line)
@@ -184,9 +208,18 @@ def parent(args: argparse.Namespace) -> int:
             s3_ms.append(rec["s3_ms"])
             starts.append(rec["t_start"])
             ends.append(rec["t_start"] + rec["latency_ms"] / 1e3)
-            print(json.dumps({"type": "metric", "name": "request_latency",
-                              "value": rec["latency_ms"], "unit": "ms", "worker": w,
-                              "request": rec["i"]}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "type": "metric",
+                        "name": "request_latency",
+                        "value": rec["latency_ms"],
+                        "unit": "ms",
+                        "worker": w,
+                        "request": rec["i"],
+                    }
+                )
+            )
     if failed:
         print(failed, file=sys.stderr)
         return 1
@@ -199,14 +232,33 @@ def parent(args: argparse.Namespace) -> int:
     ):
         print(json.dumps({"type": "metric", "name": name, "value": value, "unit": unit, **dims}))
     if args.endpoint_url:
-        print(json.dumps({"type": "metric", "name": "s3_latency_p95",
-                          "value": _percentile(s3_ms, 95), "unit": "ms", **dims}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "type": "metric",
+                    "name": "s3_latency_p95",
+                    "value": _percentile(s3_ms, 95),
+                    "unit": "ms",
+                    **dims,
+                }
+            )
+        )
     return 0
 
 
 def _forward(args: argparse.Namespace) -> list[str]:
-    out = ["--requests", str(args.requests), "--warmup", str(args.warmup), "--layers",
-           str(args.layers), "--inputs", str(args.inputs), "--prefix", args.prefix]  # fmt: skip
+    out = [
+        "--requests",
+        str(args.requests),
+        "--warmup",
+        str(args.warmup),
+        "--layers",
+        str(args.layers),
+        "--inputs",
+        str(args.inputs),
+        "--prefix",
+        args.prefix,
+    ]
     for flag in ("endpoint_url", "bucket", "profile", "aws_config", "aws_credentials"):
         value = getattr(args, flag)
         if value:
@@ -215,14 +267,22 @@ def _forward(args: argparse.Namespace) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="platform_worker", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="platform_worker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--requests", type=int, default=20)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--layers", type=int, default=4, help="MLP passes per request")
-    p.add_argument("--pinned", type=int, choices=[0, 1], default=0,
-                   help="1: pin each worker to its own CPU (a sweep parameter)")
+    p.add_argument(
+        "--pinned",
+        type=int,
+        choices=[0, 1],
+        default=0,
+        help="1: pin each worker to its own CPU (a sweep parameter)",
+    )
     p.add_argument("--inputs", type=int, default=8)
     p.add_argument("--prefix", default="socketlab-worker")
     p.add_argument("--endpoint-url", default="")
@@ -234,8 +294,10 @@ def main(argv: list[str]) -> int:
     p.add_argument("--cpu-list", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.workers < 1 or args.requests < 1 or args.layers < 1 or args.inputs < 1:
-        print("platform_worker: --workers, --requests, --layers and --inputs must be at least 1",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "platform_worker: --workers, --requests, --layers and --inputs must be at least 1",
+            file=sys.stderr,
+        )
         return 2
     if args.endpoint_url:
         try:

@@ -197,13 +197,19 @@ def cmd_sample(args) -> int:
     second = take_sample(args.proc)
     per_cpu = rates(first, second)
     summary = summarise(per_cpu, groups)
-    print(json.dumps({
-        "source": NAME,
-        "seconds": args.seconds,
-        "cpus": {str(c): {k: round(v, 2) for k, v in r.items()} for c, r in per_cpu.items()},
-        "groups": summary,
-        "table": table(summary, args.seconds),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "source": NAME,
+                "seconds": args.seconds,
+                "cpus": {
+                    str(c): {k: round(v, 2) for k, v in r.items()} for c, r in per_cpu.items()
+                },
+                "groups": summary,
+                "table": table(summary, args.seconds),
+            }
+        )
+    )
     return 0
 
 

@@ -40,7 +40,7 @@ def tree(root: int) -> list[int]:
                 raw = Path(f"/proc/{name}/stat").read_text()
             except OSError:
                 continue
-            ppid = int(raw[raw.rindex(")") + 2:].split()[1])
+            ppid = int(raw[raw.rindex(")") + 2 :].split()[1])
             parents.setdefault(ppid, []).append(int(name))
     out, todo = [root], [root]
     while todo:
@@ -72,8 +72,8 @@ def thread_times(pid: int) -> dict[int, tuple[str, int]]:
             raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
         except OSError:
             continue
-        comm = raw[raw.index("(") + 1:raw.rindex(")")]
-        f = raw[raw.rindex(")") + 2:].split()
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        f = raw[raw.rindex(")") + 2 :].split()
         out[int(tid)] = (comm, int(f[11]) + int(f[12]))
     return out
 
@@ -111,9 +111,15 @@ class Sampler:
             g = thread_group(comm)
             groups[g] = groups.get(g, 0.0) + (ticks - self.base[tid]) / TICK
             threads[g] = threads.get(g, 0) + 1
-        return {"type": "summary", "t": time.time(), "root_pid": self.root,
-                "peak_pss_bytes": self.peak, "cpu_s_by_group": groups,
-                "threads_by_group": threads, "clock_ticks_per_s": TICK}
+        return {
+            "type": "summary",
+            "t": time.time(),
+            "root_pid": self.root,
+            "peak_pss_bytes": self.peak,
+            "cpu_s_by_group": groups,
+            "threads_by_group": threads,
+            "clock_ticks_per_s": TICK,
+        }
 
 
 def read_summary(path: Path) -> dict | None:
@@ -140,8 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     s = Sampler(args.root_pid)
     with open(args.out, "a") as f:
         if pss_bytes(args.root_pid) is None:
-            f.write(json.dumps({"unsupported": f"no readable /proc/{args.root_pid}/smaps_rollup",
-                                "t": time.time()}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "unsupported": f"no readable /proc/{args.root_pid}/smaps_rollup",
+                        "t": time.time(),
+                    }
+                )
+                + "\n"
+            )
             return 0
         while not stop and os.path.exists(f"/proc/{args.root_pid}"):
             f.write(json.dumps(s.sample()) + "\n")

@@ -29,8 +29,11 @@ ROOT = os.environ.get("SOCKETLAB_POWERCAP", "/sys/class/powercap")
 def zones() -> list[str]:
     found = []
     for pattern in ("intel-rapl:*", "amd-rapl:*"):
-        found += [p for p in glob.glob(os.path.join(ROOT, pattern))
-                  if os.path.exists(os.path.join(p, "energy_uj"))]
+        found += [
+            p
+            for p in glob.glob(os.path.join(ROOT, pattern))
+            if os.path.exists(os.path.join(p, "energy_uj"))
+        ]
     return sorted(found)
 
 

@@ -36,10 +36,14 @@ def classes(path: Path) -> list[tuple[int, int, str]]:
     """(lines, methods, name) of each top-level class of ``path``."""
     tree = ast.parse(path.read_text(), str(path))
     return [
-        (_span(node), sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                          for n in node.body), node.name)
-        for node in tree.body if isinstance(node, ast.ClassDef)
-    ]  # fmt: skip
+        (
+            _span(node),
+            sum(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in node.body),
+            node.name,
+        )
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+    ]
 
 
 def main(argv: list[str]) -> int:

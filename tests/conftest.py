@@ -47,7 +47,9 @@ def _knobs_locked(mode: int, what: str):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
+                    pytest.fail(
+                        f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})"
+                    )
                 time.sleep(0.5)
         try:
             yield

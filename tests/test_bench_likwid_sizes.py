@@ -31,10 +31,17 @@ nvl = _load()
 def fake_listing(cpu: int, sizes: dict[str, str]) -> str:
     """A cache.txt-format listing: L1d, L1i, L2, L3 with the given sizes (keys L1, L2, L3)."""
     base = f"/sys/devices/system/cpu/cpu{cpu}/cache"
-    rows = [("index0", "1", "Data", sizes["L1"]), ("index1", "1", "Instruction", "64K"),
-            ("index2", "2", "Unified", sizes["L2"]), ("index3", "3", "Unified", sizes["L3"])]
-    return "\n".join(f"{base}/{i}/{attr} {value}" for i, level, kind, size in rows
-                     for attr, value in (("level", level), ("type", kind), ("size", size)))
+    rows = [
+        ("index0", "1", "Data", sizes["L1"]),
+        ("index1", "1", "Instruction", "64K"),
+        ("index2", "2", "Unified", sizes["L2"]),
+        ("index3", "3", "Unified", sizes["L3"]),
+    ]
+    return "\n".join(
+        f"{base}/{i}/{attr} {value}"
+        for i, level, kind, size in rows
+        for attr, value in (("level", level), ("type", kind), ("size", size))
+    )
 
 
 def test_recorded_granite_rapids_guest_gets_sizes_likwid_accepts():
@@ -56,11 +63,14 @@ def test_recorded_granite_rapids_guest_gets_sizes_likwid_accepts():
     assert "likwid-bench's size parser" in dram["why"] and "4.26 x L3 (>= 4 x L3)" in dram["why"]
 
 
-@pytest.mark.parametrize("l3,mem,want_bytes,why", [
-    ("32768K", None, 256 * MIB, "8 x L3"),  # this machine's shape: nothing to cap
-    ("491520K", 1 << 30, 512 * MIB, "1/2 of MemAvailable"),  # small guest: memory binds first
-    ("1048576K", None, 2046 * MIB, "below 4 x L3"),  # 1 GiB L3: the parser binds, < 4 x L3
-])
+@pytest.mark.parametrize(
+    "l3,mem,want_bytes,why",
+    [
+        ("32768K", None, 256 * MIB, "8 x L3"),  # this machine's shape: nothing to cap
+        ("491520K", 1 << 30, 512 * MIB, "1/2 of MemAvailable"),  # small guest: memory binds first
+        ("1048576K", None, 2046 * MIB, "below 4 x L3"),  # 1 GiB L3: the parser binds, < 4 x L3
+    ],
+)
 def test_faked_geometries(l3, mem, want_bytes, why):
     files = nvl.parse_cache_listing(fake_listing(3, {"L1": "32K", "L2": "512K", "L3": l3}))
     cache = nvl.caches(files, 3)
@@ -79,8 +89,11 @@ def test_kernel_pair_follows_the_flags():
 
 
 def test_missing_geometry_and_no_vector_isa_are_one_line_errors(capsys):
-    broken = "\n".join(ln for ln in fake_listing(0, {"L1": "32K", "L2": "1M", "L3": "32M"})
-                       .splitlines() if "index3" not in ln)
+    broken = "\n".join(
+        ln
+        for ln in fake_listing(0, {"L1": "32K", "L2": "1M", "L3": "32M"}).splitlines()
+        if "index3" not in ln
+    )
     with pytest.raises(SystemExit) as exc:
         nvl.caches(nvl.parse_cache_listing(broken), 0)
     assert exc.value.code == 2
@@ -93,8 +106,12 @@ def test_missing_geometry_and_no_vector_isa_are_one_line_errors(capsys):
 
 def test_plan_only_on_this_host_names_kernels_and_sizes():
     """Host-dependent (prints its branch): the plan printed for this machine, nothing run."""
-    proc = subprocess.run(["python3", str(SCRIPT), "--plan-only", "--cpu", "0"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["python3", str(SCRIPT), "--plan-only", "--cpu", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     print(proc.stdout)
     first = proc.stdout.splitlines()[0]
@@ -111,8 +128,12 @@ def test_installed_likwid_bench_takes_the_cap_and_refuses_one_more_byte():
         pytest.fail("likwid-bench is not installed (scripts/system-deps.sh installs it)")
 
     def bench(size: int) -> subprocess.CompletedProcess:
-        return subprocess.run(["likwid-bench", "-t", "load", "-w", f"S0:{size}B:1", "-i", "1"],
-                              capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            ["likwid-bench", "-t", "load", "-w", f"S0:{size}B:1", "-i", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     over = bench(nvl.LIKWID_MAX_BYTES + 1)
     assert over.returncode != 0 and "Stream size cannot be read" in over.stderr + over.stdout

@@ -41,8 +41,18 @@ REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN = REPO / "experiments" / "campaign-oct.yaml"
 PUBLISHED = PUBLISHED_DIR / "sram-oct-2026.yaml"
 ORCHESTRATE = Path(sys.executable).parent / "orchestrate"
-LAYER_EXPS = ("layer-p2", "layer-p2-amx", "layer-p3", "layer-p3-long", "layer-p4",
-              "layer-p4-amx", "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice")
+LAYER_EXPS = (
+    "layer-p2",
+    "layer-p2-amx",
+    "layer-p3",
+    "layer-p3-long",
+    "layer-p4",
+    "layer-p4-amx",
+    "layer-p5",
+    "layer-p5-amx",
+    "layer-resident",
+    "layer-slice",
+)
 #: verdicts of a per-core cell judged on a host with the published core, and of a cell judged
 #: as published on the published host
 PER_CORE_KINDS = (REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE)
@@ -85,8 +95,13 @@ def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
     AVX-512 BF16, avx512 with it; AMX only where the facts have AMX (the others skip with the
     reason)."""
     spec = load_spec(CAMPAIGN, profile="quick")
-    entry = _gnr_entry(spec) if host == "gnr-kvm" else \
-        hostclass.entry(host, spec) if host == "zen4-kvm-2vcpu" else _entry(host, spec)
+    entry = (
+        _gnr_entry(spec)
+        if host == "gnr-kvm"
+        else hostclass.entry(host, spec)
+        if host == "zen4-kvm-2vcpu"
+        else _entry(host, spec)
+    )
     entry["python"] = "/opt/py/bin/python3"
     plan = expand_points(spec, {host: entry})
     flags = set(entry["topology"]["flags"])
@@ -133,8 +148,12 @@ def test_full_plan_on_c8i_covers_the_published_stage_rows():
     joined = [c for c in pub.cells if c.experiment in LAYER_EXPS and not c.unmeasured]
     assert len(joined) >= 400
     for cell in joined:
-        match = [p for p in points if p.experiment == cell.experiment and all(
-            str(p.params.get(k)) == str(v) for k, v in cell.join_params().items())]
+        match = [
+            p
+            for p in points
+            if p.experiment == cell.experiment
+            and all(str(p.params.get(k)) == str(v) for k, v in cell.join_params().items())
+        ]
         assert match, f"{cell.id}: no point with {cell.join_params()}"
     p2 = [p for p in points if p.experiment == "layer-p2" and p.params["context"] == 131072]
     assert p2 and all(_opt(_stage_argv(p.argv), "--cpus") == "2-31,34-63,66-95" for p in p2)
@@ -149,8 +168,11 @@ def test_no_cell_needs_the_real_layer_stage_any_more():
     # + the lock tables kv-lock, batching-residency; + moe-routing (issue 27)
     assert len(rows) == len(pub.cells) == 758
     assert not [r.cell.id for r in rows if "real-layer stage" in r.verdict]
-    stage = [c for c in pub.cells
-             if next(t for t in pub.tables if t.id == c.table).section in STAGE_SECTIONS]
+    stage = [
+        c
+        for c in pub.cells
+        if next(t for t in pub.tables if t.id == c.table).section in STAGE_SECTIONS
+    ]
     layer = [c for c in stage if c.experiment in LAYER_EXPS and not c.unmeasured]
     print(f"stage-table cells: {len(stage)}, joined to native/layer: {len(layer)}")
     assert len(layer) >= 400
@@ -166,11 +188,25 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
     cache = tmp_path / "cache"
 
     def stage(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([str(ORCHESTRATE), "layer-stage", *args], capture_output=True,
-                              text=True, timeout=300)
+        return subprocess.run(
+            [str(ORCHESTRATE), "layer-stage", *args], capture_output=True, text=True, timeout=300
+        )
 
-    first = stage("--shape", "tiny-full", "--context", "64", "--batch", "2", "--cache",
-                  str(cache), "--kv-cap", "32", "--", "/bin/echo", "ARGS")
+    first = stage(
+        "--shape",
+        "tiny-full",
+        "--context",
+        "64",
+        "--batch",
+        "2",
+        "--cache",
+        str(cache),
+        "--kv-cap",
+        "32",
+        "--",
+        "/bin/echo",
+        "ARGS",
+    )
     assert first.returncode == 0, first.stderr
     assert "layer dump: generated" in first.stderr
     (dump,) = [d for d in cache.iterdir() if d.is_dir()]
@@ -178,23 +214,76 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
     assert first.stdout.split() == ["ARGS", "--dump", str(dump.resolve()), "--ctx-repeat", "2"]
     assert json.loads((dump / "meta.json").read_text())["ctx"] == 32
     mtime = (dump / "meta.json").stat().st_mtime_ns
-    again = stage("--shape", "tiny-full", "--context", "64", "--batch", "2", "--cache",
-                  str(cache), "--kv-cap", "32", "--", "/bin/echo", "ARGS")
+    again = stage(
+        "--shape",
+        "tiny-full",
+        "--context",
+        "64",
+        "--batch",
+        "2",
+        "--cache",
+        str(cache),
+        "--kv-cap",
+        "32",
+        "--",
+        "/bin/echo",
+        "ARGS",
+    )
     assert again.returncode == 0 and "generated" not in again.stderr
     assert (dump / "meta.json").stat().st_mtime_ns == mtime
-    sliding = stage("--shape", "tiny", "--context", "64", "--cache", str(cache), "--kv-cap",
-                    "40", "--", "/bin/echo")
+    sliding = stage(
+        "--shape",
+        "tiny",
+        "--context",
+        "64",
+        "--cache",
+        str(cache),
+        "--kv-cap",
+        "40",
+        "--",
+        "/bin/echo",
+    )
     assert "--ctx-repeat" not in sliding.stdout and "tiny-c40-b1-s1-" in sliding.stdout
     matrices = stage("--shape", "gemma4-e2b-l0", "--matrices", "--", "/bin/echo")
     assert matrices.stdout.split()[-1] == load_shape("gemma4-e2b-l0").gemv_layer_arg()
-    for bad, why in ((["--shape", "nosuch", "--context", "8", "--cache", str(cache), "--",
-                       "/bin/echo"], "no such shape file"),
-                     (["--shape", "tiny-full", "--context", "50", "--kv-cap", "32", "--cache",
-                       str(cache), "--", "/bin/echo"], "must be a multiple"),
-                     (["--shape", "tiny", "--context", "8", "--cache", str(cache)],
-                      "expected '-- PROGRAM ARG...'"),
-                     (["--shape", "tiny", "--context", "8", "--cache", str(cache), "--",
-                       str(tmp_path / "missing")], "cannot run")):
+    for bad, why in (
+        (
+            ["--shape", "nosuch", "--context", "8", "--cache", str(cache), "--", "/bin/echo"],
+            "no such shape file",
+        ),
+        (
+            [
+                "--shape",
+                "tiny-full",
+                "--context",
+                "50",
+                "--kv-cap",
+                "32",
+                "--cache",
+                str(cache),
+                "--",
+                "/bin/echo",
+            ],
+            "must be a multiple",
+        ),
+        (
+            ["--shape", "tiny", "--context", "8", "--cache", str(cache)],
+            "expected '-- PROGRAM ARG...'",
+        ),
+        (
+            [
+                "--shape",
+                "tiny",
+                "--context",
+                "8",
+                "--cache",
+                str(cache),
+                "--",
+                str(tmp_path / "missing"),
+            ],
+            "cannot run",
+        ),
+    ):
         proc = stage(*bad)
         assert proc.returncode == 2, (bad, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and why in proc.stderr, proc.stderr
@@ -211,12 +300,32 @@ def real_run(tmp_path_factory) -> Path:
     keep = {"layer-p2", "layer-slice"}
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] in keep]
     doc["profiles"]["quick"]["experiments"] = {
-        "layer-p2": {"sweep": {"matrix": {"layer": ["tiny", "E2B L0"], "context": [2048],
-                                          "all_gather": [True], "gemv": ["avx"],
-                                          "steps": [12]}, "exclude": []}, "repetitions": 1},
-        "layer-slice": {"sweep": {"matrix": {"layer": ["E2B L0"], "context": [2048],
-                                             "workers": [90], "gemv": ["avx"],
-                                             "steps": [5000]}}, "repetitions": 3}}
+        "layer-p2": {
+            "sweep": {
+                "matrix": {
+                    "layer": ["tiny", "E2B L0"],
+                    "context": [2048],
+                    "all_gather": [True],
+                    "gemv": ["avx"],
+                    "steps": [12],
+                },
+                "exclude": [],
+            },
+            "repetitions": 1,
+        },
+        "layer-slice": {
+            "sweep": {
+                "matrix": {
+                    "layer": ["E2B L0"],
+                    "context": [2048],
+                    "workers": [90],
+                    "gemv": ["avx"],
+                    "steps": [5000],
+                }
+            },
+            "repetitions": 3,
+        },
+    }
     return run_quick(doc, root, "campaign-oct.yaml", timeout=900)
 
 
@@ -240,8 +349,10 @@ def test_real_layer_run_reaches_the_report_with_verdicts(real_run, host, tmp_pat
     with Store(store_path("campaign-oct", real_run)) as store:
         frame = store.metrics_frame("campaign-oct")
     (ran,) = set(frame[frame.experiment == "layer-slice"]["dim.gemv"].dropna())
-    print(f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores): {klass}; "
-          f"slice ran {ran}: {slice_row.verdict} | step p50: {p50.verdict}")
+    print(
+        f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores): {klass}; "
+        f"slice ran {ran}: {slice_row.verdict} | step p50: {p50.verdict}"
+    )
     assert slice_row.per_core_text.startswith("7.2 → ")
     kernel_differs = "kernel differs: avx2 ran, avx512 published"
     if klass == hostclass.OTHER_CORE:
@@ -258,9 +369,11 @@ def test_real_layer_run_reaches_the_report_with_verdicts(real_run, host, tmp_pat
     assert p50.kind == NOT_COMPARABLE  # a 2-core run is never the published socket
     if ran == "avx2":
         assert kernel_differs in p50.verdict
-    want = {hostclass.OTHER_CORE: "published host is Xeon 6975P-C (96 cores)",
-            hostclass.PUBLISHED_CORE: "needs 96 cores (host has 2)",
-            hostclass.PUBLISHED_HOST: "conditions differ: workers "}[klass]
+    want = {
+        hostclass.OTHER_CORE: "published host is Xeon 6975P-C (96 cores)",
+        hostclass.PUBLISHED_CORE: "needs 96 cores (host has 2)",
+        hostclass.PUBLISHED_HOST: "conditions differ: workers ",
+    }[klass]
     assert want in p50.verdict, p50.verdict
     assert not [r for r in rep.rows if "real-layer stage" in r.verdict]
 
@@ -290,8 +403,9 @@ def test_slice_cells_are_per_core_on_the_published_core(tmp_path):
     """Recorded GNR guest facts + the SYNTHESIZED slice run: per-phase compute next to the
     published 7.2 / 3.1 / 20 µs as per-core cells; gate/up moved 1.5x deviates alone."""
     rows = _gnr_report(tmp_path / "a")
-    assert {r.kind for r in rows.values()} == {REPRODUCED_PER_CORE}, \
-        {k: r.verdict for k, r in rows.items()}
+    assert {r.kind for r in rows.values()} == {REPRODUCED_PER_CORE}, {
+        k: r.verdict for k, r in rows.items()
+    }
     gateup = rows["real-layer-phases/e2b-l0-2k-worker/gateup"]
     assert "core class: vendor GenuineIntel" in gateup.verdict
     assert gateup.per_core_text.startswith("7.2 → 7.2")
@@ -299,18 +413,25 @@ def test_slice_cells_are_per_core_on_the_published_core(tmp_path):
     assert abs(compute.per_core_measured.median - 20.0) < 0.1
     moved = _gnr_report(tmp_path / "b", {**PHASES, "gateup": PHASES["gateup"] * 1.5})
     kinds = {k.rsplit("/", 1)[1]: r.kind for k, r in moved.items()}
-    assert kinds == {"gateup": DEVIATES_PER_CORE, "down": REPRODUCED_PER_CORE,
-                     "compute": DEVIATES_PER_CORE}
+    assert kinds == {
+        "gateup": DEVIATES_PER_CORE,
+        "down": REPRODUCED_PER_CORE,
+        "compute": DEVIATES_PER_CORE,
+    }
 
 
 def test_slice_cells_on_an_amd_host_say_core_class_differs(tmp_path):
-    amd = {"topology": topology_facts("this-machine"), "isolation": None,
-           "isolation_applied": False}
+    amd = {
+        "topology": topology_facts("this-machine"),
+        "isolation": None,
+        "isolation_applied": False,
+    }
     rows = _gnr_report(tmp_path, facts=amd)
     for r in rows.values():
         assert r.kind == NOT_COMPARABLE
-        assert r.verdict.startswith("not comparable: core class differs (AMD EPYC vs Intel Xeon "
-                                    "6975P-C)"), r.verdict
+        assert r.verdict.startswith(
+            "not comparable: core class differs (AMD EPYC vs Intel Xeon 6975P-C)"
+        ), r.verdict
         assert r.per_core_text.split(" → ")[1] != "—"  # the measured per-phase figure shown
 
 
@@ -329,9 +450,14 @@ def test_avx512_rows_run_on_avx2_say_kernel_differs(tmp_path):
         for r in runs:
             if r["meta"].get("gemv") == "avx512":
                 r["meta"]["gemv"] = gemv
-        rows = [r for r in compare(pub, frame, facts, runs=runs)
-                if r.cell.experiment in LAYER_EXPS and r.cell.conditions.get("gemv") == "avx"
-                and not r.cell.unmeasured and not r.cell.per_core]
+        rows = [
+            r
+            for r in compare(pub, frame, facts, runs=runs)
+            if r.cell.experiment in LAYER_EXPS
+            and r.cell.conditions.get("gemv") == "avx"
+            and not r.cell.unmeasured
+            and not r.cell.per_core
+        ]
         assert len(rows) > 250
         assert {r.kind for r in rows} == {want}, {r.verdict for r in rows if r.kind != want}
         if gemv == "avx2":

@@ -125,8 +125,10 @@ def test_inventory_groups_and_limit(tmp_path):
     assert sorted(hosts) == ["box1", "box2", "localhost"]
     assert hosts["box1"].groups == ("lab", "xeon")
     assert (hosts["box1"].connection, hosts["box1"].address, hosts["box1"].port) == (
-        "ssh", "10.0.0.1", 2222,
-    )  # fmt: skip
+        "ssh",
+        "10.0.0.1",
+        2222,
+    )
     assert hosts["box1"].user == "root" and hosts["box1"].python == "/usr/bin/python3"
     assert hosts["localhost"].is_local
     assert [h.name for h in load_inventory(inv, "xeon:!box2")] == ["box1"]
@@ -143,8 +145,9 @@ def test_inventory_groups_and_limit(tmp_path):
 def test_hosts_over_ssh(ssh_pool, tmp_path):
     inv = ssh_pool.inventory(tmp_path / "inv.yml")
     first = ssh_pool.hosts[0]
-    proc = orchestrate("hosts", "--inventory", str(inv), "--limit", first.name, "--json",
-                       "--housekeeping", "1")  # fmt: skip
+    proc = orchestrate(
+        "hosts", "--inventory", str(inv), "--limit", first.name, "--json", "--housekeeping", "1"
+    )
     assert proc.returncode == 0, proc.stderr
     (host,) = json.loads(proc.stdout)["hosts"]
     assert host["name"] == first.name and host["connection"] == "ssh"

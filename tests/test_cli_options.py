@@ -85,16 +85,25 @@ def test_log_file_takes_every_record(tmp_path, monkeypatch, capsys):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_bash_completion_completes_commands_and_flags(tmp_path):
     script = tmp_path / "orchestrate.bash"
-    script.write_text(subprocess.run([str(BIN / "orchestrate"), "completion", "bash"],
-                                     capture_output=True, text=True, check=True).stdout)  # fmt: skip
+    script.write_text(
+        subprocess.run(
+            [str(BIN / "orchestrate"), "completion", "bash"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
 
     def complete(*words: str) -> list[str]:
         line = " ".join(("orchestrate", *words))
-        code = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words)}; "
-                f"COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _shtab_orchestrate; "
-                'printf "%s\\n" "${COMPREPLY[@]}"')  # fmt: skip
-        return subprocess.run(["bash", "-c", code], capture_output=True, text=True,
-                              check=True).stdout.split()  # fmt: skip
+        code = (
+            f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words)}; "
+            f"COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}; _shtab_orchestrate; "
+            'printf "%s\\n" "${COMPREPLY[@]}"'
+        )
+        return subprocess.run(
+            ["bash", "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
 
     assert "run" in complete("ru") and "report" in complete("rep")
     assert complete("run", "--inv") == ["--inventory"]

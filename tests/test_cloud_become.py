@@ -21,35 +21,54 @@ from socketlab.cli import main
 from tests.support.campaign import stored, write_spec
 from tests.support.netns import login_user
 
-pytestmark = [pytest.mark.netns,
-              pytest.mark.skipif(shutil.which("sudo") is None,
-                                 reason="sudo missing (scripts/system-deps.sh installs it)")]  # fmt: skip
+pytestmark = [
+    pytest.mark.netns,
+    pytest.mark.skipif(
+        shutil.which("sudo") is None, reason="sudo missing (scripts/system-deps.sh installs it)"
+    ),
+]
 
 #: metric sudo = 1 when the command runs under sudo (sudo sets SUDO_COMMAND for its child)
-SUDO = ("import json, os; print(json.dumps({'type': 'metric', 'name': 'sudo', 'unit': '1', "
-        "'value': float('SUDO_COMMAND' in os.environ)}))")  # fmt: skip
+SUDO = (
+    "import json, os; print(json.dumps({'type': 'metric', 'name': 'sudo', 'unit': '1', "
+    "'value': float('SUDO_COMMAND' in os.environ)}))"
+)
 
 
 def test_become_runs_the_agent_through_sudo_and_records_who_ran(ssh_pool, tmp_path):
     host = ssh_pool.hosts[0]
-    extra = {h.name: {"socketlab_workroot": str(tmp_path / "work"), "socketlab_become": True}
-             for h in ssh_pool.hosts}  # fmt: skip
+    extra = {
+        h.name: {"socketlab_workroot": str(tmp_path / "work"), "socketlab_become": True}
+        for h in ssh_pool.hosts
+    }
     inv = ssh_pool.inventory(tmp_path / "hosts.yml", group="testhosts", extra=extra)
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "become", "hosts": {"pattern": host.name},
-        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
-        "defaults": {"timeout_s": 60, "collectors": ["proc_noise"]},
-        "experiments": [
-            {"name": "who", "command": ["/usr/bin/python3", "-c", SUDO],
-             "metrics": {"parser": "jsonl"}},
-            {"name": "ladder", "build": "native",
-             "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
-             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw_total"]}},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "become",
+            "hosts": {"pattern": host.name},
+            "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+            "defaults": {"timeout_s": 60, "collectors": ["proc_noise"]},
+            "experiments": [
+                {
+                    "name": "who",
+                    "command": ["/usr/bin/python3", "-c", SUDO],
+                    "metrics": {"parser": "jsonl"},
+                },
+                {
+                    "name": "ladder",
+                    "build": "native",
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["bw_total"]},
+                },
+            ],
+        },
+    )
     results = tmp_path / "results"
-    assert main(["run", str(spec), "--results", str(results), "--inventory", str(inv),
-                 "--plain"]) == 0  # fmt: skip
+    assert (
+        main(["run", str(spec), "--results", str(results), "--inventory", str(inv), "--plain"]) == 0
+    )
     runs = {r.experiment: r for r in stored(results, "become").values()}
     assert {r.status for r in runs.values()} == {"ok"}, {k: r.reason for k, r in runs.items()}
     raw = Path(runs["who"].raw_dir)
@@ -59,9 +78,11 @@ def test_become_runs_the_agent_through_sudo_and_records_who_ran(ssh_pool, tmp_pa
 
 
 #: the run's effective uid (metric) and the user sudo was asked by (stdout)
-WHO = ("import json, os; print(json.dumps({'type': 'metric', 'name': 'uid', 'unit': '1', "
-       "'value': float(os.geteuid())})); print(json.dumps({'sudo_user': os.environ.get("
-       "'SUDO_USER')}))")  # fmt: skip
+WHO = (
+    "import json, os; print(json.dumps({'type': 'metric', 'name': 'uid', 'unit': '1', "
+    "'value': float(os.geteuid())})); print(json.dumps({'sudo_user': os.environ.get("
+    "'SUDO_USER')}))"
+)
 
 
 def user_campaign(tmp_path, host, name: str) -> tuple[Path, Path, Path]:
@@ -70,33 +91,53 @@ def user_campaign(tmp_path, host, name: str) -> tuple[Path, Path, Path]:
     root's only)."""
     workroot = Path(tempfile.mkdtemp(prefix="slab-become-"))
     shutil.chown(workroot, host.user, host.user)
-    vars_ = {**host.inventory_vars(), "socketlab_workroot": str(workroot),
-             "socketlab_become": True}  # fmt: skip
+    vars_ = {**host.inventory_vars(), "socketlab_workroot": str(workroot), "socketlab_become": True}
     import yaml
 
     inv = tmp_path / f"{name}.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {host.name: vars_}}}))
-    spec = write_spec(tmp_path / f"{name}-spec.yaml", {
-        "campaign": name, "hosts": {"pattern": host.name},
-        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
-        "defaults": {"timeout_s": 60},
-        "experiments": [
-            {"name": "who", "command": ["/usr/bin/python3", "-c", WHO],
-             "metrics": {"parser": "jsonl"}},
-            {"name": "ladder", "build": "native",
-             "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
-             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw_total"]}},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / f"{name}-spec.yaml",
+        {
+            "campaign": name,
+            "hosts": {"pattern": host.name},
+            "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+            "defaults": {"timeout_s": 60},
+            "experiments": [
+                {
+                    "name": "who",
+                    "command": ["/usr/bin/python3", "-c", WHO],
+                    "metrics": {"parser": "jsonl"},
+                },
+                {
+                    "name": "ladder",
+                    "build": "native",
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["bw_total"]},
+                },
+            ],
+        },
+    )
     return inv, spec, workroot
 
 
 def orchestrate_run(spec: Path, inv: Path, results: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(Path(sys.executable).parent / "orchestrate"), "run", str(spec), "--results",
-         str(results), "--inventory", str(inv), "--plain"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "orchestrate"),
+            "run",
+            str(spec),
+            "--results",
+            str(results),
+            "--inventory",
+            str(inv),
+            "--plain",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_non_root_login_with_nopasswd_sudo_runs_as_root(ssh_pool, tmp_path):
@@ -138,7 +179,8 @@ def test_sudo_that_asks_for_a_password_is_one_line_and_nothing_runs(ssh_pool, tm
         f"orchestrate: host {host.name} skipped: {host.name} (ssh {host.user}@{host.address}:22): "
         f"socketlab_become is set but `sudo -n` fails for {host.user} (sudo asks for a password, "
         f"or is missing): give {host.user} passwordless sudo (a NOPASSWD rule in /etc/sudoers.d), "
-        "log in as root, or set socketlab_become: false")
+        "log in as root, or set socketlab_become: false"
+    )
     # nothing half-done: nothing uploaded to the host, no run stored
     assert uploaded == []
     assert stored(results, "becomepw") == {}

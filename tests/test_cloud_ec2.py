@@ -67,7 +67,11 @@ def ec2(moto):
 
 #: The ec2 roles' settings, passed as socketlab_ec2_<name> (roles/ec2_*/meta/argument_specs.yml).
 EC2_VARS = set(LaunchSettings.__dataclass_fields__) | {
-    "aws_region", "aws_profile", "aws_endpoint_url", "teardown_timeout_s"}
+    "aws_region",
+    "aws_profile",
+    "aws_endpoint_url",
+    "teardown_timeout_s",
+}
 
 
 def ec2_var(name: str) -> str:
@@ -123,9 +127,19 @@ def ever(ec2, campaign: str) -> list[dict]:
 
 def minimal_spec(campaign: str) -> str:
     """A spec that loads (site.yml estimates it before provisioning when `run` is a step)."""
-    return yaml.safe_dump({"schema_version": 1, "campaign": campaign, "experiments": [
-        {"name": "noop", "command": ["/usr/bin/python3", "-c", "pass"],
-         "metrics": {"parser": "jsonl"}}]})  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "schema_version": 1,
+            "campaign": campaign,
+            "experiments": [
+                {
+                    "name": "noop",
+                    "command": ["/usr/bin/python3", "-c", "pass"],
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        }
+    )
 
 
 def launch_vars(work: Path, sshd, campaign: str, **over) -> dict:
@@ -314,8 +328,10 @@ def test_missing_settings_are_named(work, env, moto, sshd, ec2):
         **launch_vars(work, sshd, "badtype", instance_type="c8i.bogus"),
     )
     # refused by the zone-offering check, before anything is created
-    assert p.returncode != 0 and "instance_type c8i.bogus: no availability zone of us-east-1 " \
-        "offers it" in p.stdout, p.stdout
+    assert (
+        p.returncode != 0
+        and "instance_type c8i.bogus: no availability zone of us-east-1 offers it" in p.stdout
+    ), p.stdout
     assert ever(ec2, "badtype") == []
 
 
@@ -417,7 +433,10 @@ def test_site_keep_instances(work, env, moto, sshd, ec2):
     v["campaign_spec"] = str(wrong)
     p = playbook(work, env, "site.yml", moto, **v)
     assert p.returncode != 0 and "campaign=sitekeep but" in p.stdout
-    assert "campaign: other; pass -e socketlab_ec2_campaign equal to the spec's campaign id" in p.stdout
+    assert (
+        "campaign: other; pass -e socketlab_ec2_campaign equal to the spec's campaign id"
+        in p.stdout
+    )
     assert ever(ec2, campaign) == []  # a name mismatch is refused before paying too
     spec = work / "spec-keep.yaml"
     spec.write_text(minimal_spec("sitekeep"))
@@ -435,8 +454,12 @@ def test_site_refuses_bad_steps_and_specs_before_paying(work, env, moto, sshd, e
     spec.write_text(minimal_spec("refuse"))
     v = launch_vars(work, sshd, "refuse", count=1, campaign_spec=str(spec), steps="facts,runn")
     p = playbook(work, env, "site.yml", moto, **v)
-    assert p.returncode != 0 and "steps=facts,runn: expected a comma-separated subset of " \
-        "prep,facts,isolate,verify,run,push" in p.stdout, p.stdout
+    assert (
+        p.returncode != 0
+        and "steps=facts,runn: expected a comma-separated subset of "
+        "prep,facts,isolate,verify,run,push"
+        in p.stdout
+    ), p.stdout
     # a spec that does not load is refused by the estimate, before provisioning
     spec.write_text("schema_version: 1\ncampaign: refuse\nexperiments: []\n")
     v["steps"] = "run"

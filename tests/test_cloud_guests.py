@@ -28,8 +28,10 @@ from tests.support.moto import aws_client, loopback_sshd, moto_server, planted_e
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 REGION = "us-east-1"
-KEYS = {"aws": ("AKIASOCKETLABAWS0001", "aws-profile-key"),
-        "spinifex": ("AKIASOCKETLABSPX0001", "spinifex-profile-key")}  # fmt: skip
+KEYS = {
+    "aws": ("AKIASOCKETLABAWS0001", "aws-profile-key"),
+    "spinifex": ("AKIASOCKETLABSPX0001", "spinifex-profile-key"),
+}
 
 pytestmark = pytest.mark.skipif(not (BIN / "moto_server").exists(), reason="moto[server] missing")
 
@@ -57,19 +59,25 @@ def sshd(work):
 @pytest.fixture(scope="module")
 def env(work, clouds) -> dict[str, str]:
     config = work / "aws-config"
-    config.write_text("".join(
-        f"[profile {name}]\nregion = {REGION}\nendpoint_url = {clouds[name].url}\n"
-        f"aws_access_key_id = {KEYS[name][0]}\naws_secret_access_key = {KEYS[name][1]}\n"
-        for name in ("aws", "spinifex")))  # fmt: skip
+    config.write_text(
+        "".join(
+            f"[profile {name}]\nregion = {REGION}\nendpoint_url = {clouds[name].url}\n"
+            f"aws_access_key_id = {KEYS[name][0]}\naws_secret_access_key = {KEYS[name][1]}\n"
+            for name in ("aws", "spinifex")
+        )
+    )
     # No key in the environment: each launch signs with its profile's keys, as a swap would.
     base = planted_env(work, "unused", "unused")
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         base.pop(key)
-    return {**base, "AWS_CONFIG_FILE": str(config),
-            "SOCKETLAB_RESULTS": str(work / "results"),
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-            "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=no"}  # fmt: skip
+    return {
+        **base,
+        "AWS_CONFIG_FILE": str(config),
+        "SOCKETLAB_RESULTS": str(work / "results"),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+        "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=no",
+    }
 
 
 def ec2_of(clouds, name: str):
@@ -77,40 +85,68 @@ def ec2_of(clouds, name: str):
 
 
 def live(ec2, campaign: str) -> list[str]:
-    out = ec2.describe_instances(Filters=[
-        {"Name": "tag:socketlab:campaign", "Values": [campaign]},
-        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
-    ])  # fmt: skip
+    out = ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:socketlab:campaign", "Values": [campaign]},
+            {
+                "Name": "instance-state-name",
+                "Values": ["pending", "running", "stopping", "stopped"],
+            },
+        ]
+    )
     return sorted(i["InstanceId"] for r in out["Reservations"] for i in r["Instances"])
 
 
 def ever(ec2, campaign: str) -> int:
-    out = ec2.describe_instances(Filters=[{"Name": "tag:socketlab:campaign",
-                                           "Values": [campaign]}])  # fmt: skip
+    out = ec2.describe_instances(Filters=[{"Name": "tag:socketlab:campaign", "Values": [campaign]}])
     return sum(len(r["Instances"]) for r in out["Reservations"])
 
 
 def common(work: Path, sshd) -> dict[str, str]:
     """Everything both launches share (the region comes from the profile)."""
-    return {"owner": "tester", "count": "2", "hours": "2", "max_instance_hours": "4",
-            "create_network": "true", "vpc_cidr": "127.0.0.0/16", "subnet_cidr": "127.0.0.0/24",
-            "create_security_group": "true", "ssh_cidr": "127.0.0.0/8",
-            "ssh_private_key_file": str(sshd.key_file), "ssh_user": "root",
-            "ssh_port": str(sshd.port), "ssh_address": "private", "ssh_timeout_s": "20",
-            "poll_s": "0.5", "remote_python": "/usr/bin/python3"}  # fmt: skip
+    return {
+        "owner": "tester",
+        "count": "2",
+        "hours": "2",
+        "max_instance_hours": "4",
+        "create_network": "true",
+        "vpc_cidr": "127.0.0.0/16",
+        "subnet_cidr": "127.0.0.0/24",
+        "create_security_group": "true",
+        "ssh_cidr": "127.0.0.0/8",
+        "ssh_private_key_file": str(sshd.key_file),
+        "ssh_user": "root",
+        "ssh_port": str(sshd.port),
+        "ssh_address": "private",
+        "ssh_timeout_s": "20",
+        "poll_s": "0.5",
+        "remote_python": "/usr/bin/python3",
+    }
 
 
 def playbook(work, env, name: str, inv: Path, **settings: str):
-    argv = [str(BIN / "ansible-playbook"), f"playbooks/{name}",
-            "-e", f"socketlab_inventory_file={inv}"]  # fmt: skip
+    argv = [
+        str(BIN / "ansible-playbook"),
+        f"playbooks/{name}",
+        "-e",
+        f"socketlab_inventory_file={inv}",
+    ]
     for k, v in settings.items():
         argv += ["-e", f"socketlab_ec2_{k}={v}"]
     return run_logged(work, env, argv)
 
 
 def launch(work, env, sshd, inv: Path, campaign: str, tier: str, profile: str):
-    return playbook(work, env, "provision.yml", inv, campaign=campaign, tier=tier,
-                    aws_profile=profile, **common(work, sshd))  # fmt: skip
+    return playbook(
+        work,
+        env,
+        "provision.yml",
+        inv,
+        campaign=campaign,
+        tier=tier,
+        aws_profile=profile,
+        **common(work, sshd),
+    )
 
 
 def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, sshd):
@@ -126,10 +162,22 @@ def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, s
 
     # One inventory, read as orchestrate reads it (ansible-inventory): tiers, pairs, peers.
     machines = {h.name: h for h in load_inventory(inv)}
-    tier = {n: ("host" if "platform_hosts" in h.groups else "guest" if "platform_guests"
-                in h.groups else None) for n, h in machines.items()}  # fmt: skip
-    assert tier == {"socketlab-plat-hosts-0": "host", "socketlab-plat-hosts-1": "host",
-                    "socketlab-plat-guests-0": "guest", "socketlab-plat-guests-1": "guest"}
+    tier = {
+        n: (
+            "host"
+            if "platform_hosts" in h.groups
+            else "guest"
+            if "platform_guests" in h.groups
+            else None
+        )
+        for n, h in machines.items()
+    }
+    assert tier == {
+        "socketlab-plat-hosts-0": "host",
+        "socketlab-plat-hosts-1": "host",
+        "socketlab-plat-guests-0": "guest",
+        "socketlab-plat-guests-1": "guest",
+    }
     v = {n: h.vars for n, h in machines.items()}
     assert sorted(v[n]["ec2_instance_id"] for n in v if tier[n] == "host") == host_ids
     assert sorted(v[n]["ec2_instance_id"] for n in v if tier[n] == "guest") == guest_ids
@@ -143,13 +191,16 @@ def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, s
     # the S3 endpoint is each cloud's own, resolved from the profile alone
     assert {v[n]["socketlab_s3_endpoint"] for n in v if tier[n] == "host"} == {clouds["aws"].url}
     assert {v[n]["socketlab_s3_endpoint"] for n in v if tier[n] == "guest"} == {
-        clouds["spinifex"].url}
+        clouds["spinifex"].url
+    }
     assert {v[n]["ec2_profile"] for n in v} == {"aws", "spinifex"}
 
     # Re-provisioning either launches nothing and leaves the inventory as it was.
     before = inv.read_text()
-    for campaign, tier_name, profile in (("plat-hosts", "host", "aws"),
-                                         ("plat-guests", "guest", "spinifex")):  # fmt: skip
+    for campaign, tier_name, profile in (
+        ("plat-hosts", "host", "aws"),
+        ("plat-guests", "guest", "spinifex"),
+    ):
         again = launch(work, env, sshd, inv, campaign, tier_name, profile)
         assert again.returncode == 0, again.stdout + again.stderr
         assert "launched 0," in again.stdout and "changed=0" in again.stdout, again.stdout
@@ -158,17 +209,34 @@ def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, s
     assert ever(aws, "plat-hosts") == 2 and ever(spx, "plat-guests") == 2
 
     # The platform spec plans over that inventory (facts gathered over SSH from all four).
-    plan = run_logged(work, env, [str(BIN / "orchestrate"), "plan", "experiments/platform.yaml",
-                                  "--inventory", str(inv), "--profile", "quick", "--json"])
+    plan = run_logged(
+        work,
+        env,
+        [
+            str(BIN / "orchestrate"),
+            "plan",
+            "experiments/platform.yaml",
+            "--inventory",
+            str(inv),
+            "--profile",
+            "quick",
+            "--json",
+        ],
+    )
     assert plan.returncode == 0, plan.stdout[-2000:] + plan.stderr[-2000:]
     points = json.loads(plan.stdout)["points"]
     assert {p["host"] for p in points} == set(machines)
     pairs = {p["host"]: p["extra"]["together"] for p in points if p["experiment"] == "iperf3"}
     assert pairs == {
-        **dict.fromkeys(["socketlab-plat-hosts-0", "socketlab-plat-hosts-1"],
-                        "iperf3-socketlab-plat-hosts-0+socketlab-plat-hosts-1"),
-        **dict.fromkeys(["socketlab-plat-guests-0", "socketlab-plat-guests-1"],
-                        "iperf3-socketlab-plat-guests-0+socketlab-plat-guests-1")}  # fmt: skip
+        **dict.fromkeys(
+            ["socketlab-plat-hosts-0", "socketlab-plat-hosts-1"],
+            "iperf3-socketlab-plat-hosts-0+socketlab-plat-hosts-1",
+        ),
+        **dict.fromkeys(
+            ["socketlab-plat-guests-0", "socketlab-plat-guests-1"],
+            "iperf3-socketlab-plat-guests-0+socketlab-plat-guests-1",
+        ),
+    }
     s3 = {p["host"]: p["extra"]["together"] for p in points if p["experiment"] == "s3"}
     assert s3 == {n: f"s3-{tier[n]}" for n in machines}
     for p in points:
@@ -181,8 +249,9 @@ def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, s
     assert live(spx, "plat-guests") == guest_ids and inv.read_text() == before
 
     # Tearing down the guests leaves the hosts, running and in the inventory.
-    td = playbook(work, env, "teardown.yml", inv, campaign="plat-guests", aws_profile="spinifex",
-                  poll_s="0.5")  # fmt: skip
+    td = playbook(
+        work, env, "teardown.yml", inv, campaign="plat-guests", aws_profile="spinifex", poll_s="0.5"
+    )
     assert td.returncode == 0, td.stdout + td.stderr
     assert live(spx, "plat-guests") == [] and live(aws, "plat-hosts") == host_ids
     left = {h.name: h for h in load_inventory(inv)}
@@ -190,8 +259,9 @@ def test_hosts_on_one_cloud_guests_on_another_one_inventory(work, env, clouds, s
     assert all(h.vars == v[n] for n, h in left.items())
     assert "platform_guests" not in inv.read_text()
     assert not inventory.known_hosts_path(inv, "plat-guests").exists()
-    td = playbook(work, env, "teardown.yml", inv, campaign="plat-hosts", aws_profile="aws",
-                  poll_s="0.5")  # fmt: skip
+    td = playbook(
+        work, env, "teardown.yml", inv, campaign="plat-hosts", aws_profile="aws", poll_s="0.5"
+    )
     assert td.returncode == 0, td.stdout + td.stderr
     assert live(aws, "plat-hosts") == [] and not inv.exists()
 
@@ -210,19 +280,37 @@ def test_guests_need_hosts_and_their_own_campaign_refused_before_launch(work, en
     p = launch(work, env, sshd, inv, "same", "guest", "spinifex")
     assert p.returncode != 0 and "campaign same there was launched on" in p.stdout, p.stdout
     assert ever(spx, "same") == 0
-    bad = playbook(work, env, "provision.yml", inv, campaign="same", tier="vm",
-                   aws_profile="aws", **common(work, sshd))  # fmt: skip
-    assert bad.returncode != 0 and "value of socketlab_ec2_tier must be one of" in bad.stdout, \
+    bad = playbook(
+        work,
+        env,
+        "provision.yml",
+        inv,
+        campaign="same",
+        tier="vm",
+        aws_profile="aws",
+        **common(work, sshd),
+    )
+    assert bad.returncode != 0 and "value of socketlab_ec2_tier must be one of" in bad.stdout, (
         bad.stdout
+    )
     td = playbook(work, env, "teardown.yml", inv, campaign="same", aws_profile="aws")
     assert td.returncode == 0 and not inv.exists(), td.stdout
 
 
 def _host(name: str) -> dict:
-    return {"name": name, "instance_id": f"i-{name}", "instance_type": "t",
-            "address": "192.0.2.1", "public_ip": "192.0.2.1", "private_ip": "10.0.0.9",
-            "port": 22, "user": "ec2-user", "key_file": None, "expires_at": "x",
-            "availability_zone": "z"}  # fmt: skip
+    return {
+        "name": name,
+        "instance_id": f"i-{name}",
+        "instance_type": "t",
+        "address": "192.0.2.1",
+        "public_ip": "192.0.2.1",
+        "private_ip": "10.0.0.9",
+        "port": 22,
+        "user": "ec2-user",
+        "key_file": None,
+        "expires_at": "x",
+        "availability_zone": "z",
+    }
 
 
 def test_pairing_rules():
@@ -236,12 +324,19 @@ def test_pairing_rules():
     # name order is numeric: the 10th instance comes after the 2nd
     assert sorted(["x-10", "x-2", "x-1"], key=inventory.natural) == ["x-1", "x-2", "x-10"]
     # the fabric address is the private one, not the public SSH address
-    text = inventory.render("c", [_host("socketlab-c-0")], {"region": "r"}, Path("/k"),
-                            platform=inventory.Platform("host", "https://s3.example"))
+    text = inventory.render(
+        "c",
+        [_host("socketlab-c-0")],
+        {"region": "r"},
+        Path("/k"),
+        platform=inventory.Platform("host", "https://s3.example"),
+    )
     entry = yaml.safe_load(text)["all"]["children"]["socketlab_cloud"]["children"]["campaign_c"]
     assert entry["hosts"]["socketlab-c-0"]["socketlab_fabric_address"] == "10.0.0.9"
-    for bad, msg in (({"tier": "vm"}, "expected host or guest"),
-                     ({"tier": "host", "s3_endpoint": "s3.example"}, "expected a URL"),
-                     ({"s3_profile": "p"}, "need socketlab_ec2_tier")):  # fmt: skip
+    for bad, msg in (
+        ({"tier": "vm"}, "expected host or guest"),
+        ({"tier": "host", "s3_endpoint": "s3.example"}, "expected a URL"),
+        ({"s3_profile": "p"}, "need socketlab_ec2_tier"),
+    ):
         with pytest.raises(CloudError, match=msg):
             inventory.platform_from_args(dict(bad))

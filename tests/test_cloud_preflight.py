@@ -32,17 +32,30 @@ from tests.test_cloud_ec2 import BIN, LOOPBACK, REGION, ever, launch_vars, live,
 
 KEY_ID, SECRET = "AKIASOCKETLABTEST0002", "preflight-test-secret"
 #: GetServiceQuota for L-1216C47A as AWS answers a new account (recorded shape, value 96)
-QUOTA_RESPONSE = {"Quota": {
-    "ServiceCode": "ec2", "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
-    "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{STANDARD_VCPU_QUOTA}",
-    "QuotaCode": STANDARD_VCPU_QUOTA,
-    "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
-    "Value": 96.0, "Unit": "None", "Adjustable": True, "GlobalQuota": False}}  # fmt: skip
+QUOTA_RESPONSE = {
+    "Quota": {
+        "ServiceCode": "ec2",
+        "ServiceName": "Amazon Elastic Compute Cloud (Amazon EC2)",
+        "QuotaArn": f"arn:aws:servicequotas:us-east-1:123456789012:ec2/{STANDARD_VCPU_QUOTA}",
+        "QuotaCode": STANDARD_VCPU_QUOTA,
+        "QuotaName": "Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances",
+        "Value": 96.0,
+        "Unit": "None",
+        "Adjustable": True,
+        "GlobalQuota": False,
+    }
+}
 #: RunInstances' error body when AWS is out of the type in a zone (recorded shape)
-CAPACITY_ERROR = {"Error": {"Code": "InsufficientInstanceCapacity", "Message": (
-    "We currently do not have sufficient c8i.metal-48xl capacity in the Availability Zone you "
-    "requested (us-east-1a). Our system will be working on provisioning additional capacity.")},
-    "ResponseMetadata": {"HTTPStatusCode": 500}}  # fmt: skip
+CAPACITY_ERROR = {
+    "Error": {
+        "Code": "InsufficientInstanceCapacity",
+        "Message": (
+            "We currently do not have sufficient c8i.metal-48xl capacity in the Availability Zone you "
+            "requested (us-east-1a). Our system will be working on provisioning additional capacity."
+        ),
+    },
+    "ResponseMetadata": {"HTTPStatusCode": 500},
+}
 
 pytestmark = pytest.mark.skipif(not (BIN / "moto_server").exists(), reason="moto[server] missing")
 
@@ -53,11 +66,16 @@ work, moto, sshd = cloud_fixtures("preflight", LOOPBACK)
 @pytest.fixture(scope="module")
 def env(work, moto) -> dict[str, str]:
     repo = Path(__file__).resolve().parents[1]
-    return {**os.environ, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
-            "SOCKETLAB_RESULTS": str(work / "results"), "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-            "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-            "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=no",
-            "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}  # fmt: skip
+    return {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": KEY_ID,
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "SOCKETLAB_RESULTS": str(work / "results"),
+        "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+        "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=no",
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +93,12 @@ def test_zone_choice():
     offered = ["us-east-1b", "us-east-1a"]
     assert choose_zone(offered, None, "c8i.metal-48xl", REGION) == "us-east-1a"
     assert choose_zone(offered, "us-east-1b", "c8i.metal-48xl", REGION) == "us-east-1b"
-    with pytest.raises(CloudError, match=r"availability_zone us-east-1e: does not offer "
-                                         r"c8i.metal-48xl; zones of us-east-1 that do: "
-                                         r"us-east-1a, us-east-1b"):  # fmt: skip
+    with pytest.raises(
+        CloudError,
+        match=r"availability_zone us-east-1e: does not offer "
+        r"c8i.metal-48xl; zones of us-east-1 that do: "
+        r"us-east-1a, us-east-1b",
+    ):
         choose_zone(offered, "us-east-1e", "c8i.metal-48xl", REGION)
 
 
@@ -98,11 +119,14 @@ def test_capacity_error_is_one_line_with_the_next_zone():
 
     exc = botocore.exceptions.ClientError(CAPACITY_ERROR, "RunInstances")
     assert error_code(exc) == "InsufficientInstanceCapacity"
-    msg = capacity_message(error_code(exc), "c8i.metal-48xl", "us-east-1a",
-                           ("us-east-1a", "us-east-1b", "us-east-1c"))  # fmt: skip
-    assert msg == ("provision: no c8i.metal-48xl capacity in us-east-1a now "
-                   "(InsufficientInstanceCapacity); try another zone (-e socketlab_ec2_availability_zone="
-                   "us-east-1b; offering: us-east-1b, us-east-1c); nothing is left running")
+    msg = capacity_message(
+        error_code(exc), "c8i.metal-48xl", "us-east-1a", ("us-east-1a", "us-east-1b", "us-east-1c")
+    )
+    assert msg == (
+        "provision: no c8i.metal-48xl capacity in us-east-1a now "
+        "(InsufficientInstanceCapacity); try another zone (-e socketlab_ec2_availability_zone="
+        "us-east-1b; offering: us-east-1b, us-east-1c); nothing is left running"
+    )
 
 
 def test_inventory_path_checks(tmp_path):
@@ -128,18 +152,23 @@ def test_unoffered_zone_is_refused_before_anything_is_made(work, env, moto, sshd
     v = launch_vars(work, sshd, "nozone", count=1, availability_zone="us-east-1e")
     p = playbook(work, env, "provision.yml", moto, **v)
     assert p.returncode != 0
-    assert ("availability_zone us-east-1e: does not offer c8i.metal-48xl; zones of us-east-1 "
-            "that do: us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1f") in p.stdout
+    assert (
+        "availability_zone us-east-1e: does not offer c8i.metal-48xl; zones of us-east-1 "
+        "that do: us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1f"
+    ) in p.stdout
     assert ever(ec2, "nozone") == [] and vpcs_of(ec2, "nozone") == []
 
 
 def test_bad_inventory_path_is_refused_before_launch(work, env, moto, sshd, ec2):
     (work / "inv-dir.yml").mkdir()
-    v = launch_vars(work, sshd, "badinv", count=1,
-                    socketlab_inventory_file=str(work / "inv-dir.yml"))  # fmt: skip
+    v = launch_vars(
+        work, sshd, "badinv", count=1, socketlab_inventory_file=str(work / "inv-dir.yml")
+    )
     p = playbook(work, env, "provision.yml", moto, **v)
-    assert p.returncode != 0 and f"socketlab_inventory_file {work / 'inv-dir.yml'}: is a " \
-        "directory" in p.stdout, p.stdout
+    assert (
+        p.returncode != 0
+        and f"socketlab_inventory_file {work / 'inv-dir.yml'}: is a directory" in p.stdout
+    ), p.stdout
     assert ever(ec2, "badinv") == [] and vpcs_of(ec2, "badinv") == []
 
 
@@ -153,8 +182,14 @@ def test_zone_is_used_and_quota_unchecked_is_said(work, env, moto, sshd, ec2):
         # moto has no EC2 quotas: provision says it did not check, and goes on
         assert "vCPU quota not checked (service-quotas: NoSuchResource" in p.stdout
     finally:
-        down = playbook(work, env, "teardown.yml", moto, campaign="zoned",
-                        socketlab_inventory_file=v["socketlab_inventory_file"])  # fmt: skip
+        down = playbook(
+            work,
+            env,
+            "teardown.yml",
+            moto,
+            campaign="zoned",
+            socketlab_inventory_file=v["socketlab_inventory_file"],
+        )
     assert down.returncode == 0 and live(ec2, "zoned") == []
 
 
@@ -168,8 +203,11 @@ class QuotaTarget(CloudTarget):
 
         quotas = aws_client("service-quotas", self.endpoint_url, KEY_ID, SECRET, REGION)
         stub = Stubber(quotas)
-        stub.add_response("get_service_quota", QUOTA_RESPONSE,
-                          {"ServiceCode": "ec2", "QuotaCode": STANDARD_VCPU_QUOTA})  # fmt: skip
+        stub.add_response(
+            "get_service_quota",
+            QUOTA_RESPONSE,
+            {"ServiceCode": "ec2", "QuotaCode": STANDARD_VCPU_QUOTA},
+        )
         stub.activate()
         return quotas
 
@@ -183,13 +221,14 @@ def test_quota_below_count_times_192_is_refused_before_launch(work, moto, sshd, 
     target = QuotaTarget(region=REGION, endpoint_url=moto.url)
     with pytest.raises(CloudError) as err:
         cloud_ec2.provision(target, settings, key_dir=work / "keys")
-    assert "vCPU quota L-1216C47A (On-Demand Standard instances) in us-east-1 is 96; " \
+    assert (
+        "vCPU quota L-1216C47A (On-Demand Standard instances) in us-east-1 is 96; "
         "1 x c8i.metal-48xl needs 192 vCPUs" in str(err.value)
+    )
     assert ever(ec2, "quota") == [] and vpcs_of(ec2, "quota") == []
 
 
-def test_reap_also_deletes_what_provision_made_once_no_instance_uses_it(work, env, moto, sshd,
-                                                                       ec2):  # fmt: skip
+def test_reap_also_deletes_what_provision_made_once_no_instance_uses_it(work, env, moto, sshd, ec2):
     import time
 
     v = launch_vars(work, sshd, "reaped", count=1, hours=0.0005, max_instance_hours=1)
@@ -198,17 +237,32 @@ def test_reap_also_deletes_what_provision_made_once_no_instance_uses_it(work, en
     assert vpcs_of(ec2, "reaped") and live(ec2, "reaped")
     time.sleep(2.0)  # past expires-at (1.8 s after launch)
     renv = {**env, "AWS_ENDPOINT_URL": moto.url, "AWS_REGION": REGION}
-    dry = subprocess.run([str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped",
-                          "--dry-run"], env=renv, capture_output=True, text=True, timeout=120)
+    dry = subprocess.run(
+        [str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped", "--dry-run"],
+        env=renv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dry.returncode == 0 and "would terminate 1 instance(s)" in dry.stdout, dry.stdout
     assert live(ec2, "reaped") and vpcs_of(ec2, "reaped")
-    reap = subprocess.run([str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped"],
-                          env=renv, capture_output=True, text=True, timeout=120)  # fmt: skip
+    reap = subprocess.run(
+        [str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped"],
+        env=renv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert reap.returncode == 0, reap.stdout + reap.stderr
     assert "terminated 1 instance(s)" in reap.stdout
     line = next(x for x in reap.stdout.splitlines() if x.startswith("reaped: deleted "))
     assert "security-group sg-" in line and "vpc vpc-" in line and "key-pair kp-reaped" in line
     assert live(ec2, "reaped") == [] and vpcs_of(ec2, "reaped") == []
-    again = subprocess.run([str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped"],
-                           env=renv, capture_output=True, text=True, timeout=120)  # fmt: skip
+    again = subprocess.run(
+        [str(BIN / "orchestrate"), "cloud", "reap", "--campaign", "reaped"],
+        env=renv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "reaped:" not in again.stdout  # nothing left to delete

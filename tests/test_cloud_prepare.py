@@ -28,13 +28,31 @@ def test_prepare_checks_tools_and_names_packages(ssh_pool, tmp_path):
     hostvars = {**host.inventory_vars(), "ansible_python_interpreter": python}
     inv = tmp_path / "inv.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {host.name: hostvars}}}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
-           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}  # fmt: skip
-    p = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/prepare.yml",
-                        "-e", "host_packages_install=false",
-                        "-e", f"host_packages_record_file={tmp_path / 'record.json'}", "-v"],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+    }
+    p = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(inv),
+            "playbooks/prepare.yml",
+            "-e",
+            "host_packages_install=false",
+            "-e",
+            f"host_packages_record_file={tmp_path / 'record.json'}",
+            "-v",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = p.stdout + p.stderr
     assert p.returncode == 0, out
     line = next(x for x in out.splitlines() if "gcc: " in x and "make: " in x)

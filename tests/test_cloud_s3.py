@@ -224,11 +224,14 @@ def test_a_run_key_that_leaves_runs_stops_the_pull_before_anything_is_written(wo
     _, s3 = moto
     url, prefix = f"s3://{BUCKET}/hostile", "hostile/keys/runs/"
     make_store(work / "ctl-h", "keys", ["h1"], seed=3)
-    assert orchestrate(work, env, "push", "keys", url, "--results", str(work / "ctl-h")
-                       ).returncode == 0  # fmt: skip
+    assert (
+        orchestrate(work, env, "push", "keys", url, "--results", str(work / "ctl-h")).returncode
+        == 0
+    )
     for obj in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]:
-        table = pq.read_table(io.BytesIO(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"]
-                                         .read()))  # fmt: skip
+        table = pq.read_table(
+            io.BytesIO(s3.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read())
+        )
         keys = [f"../../../escape-{i}" for i in range(table.num_rows)]
         table = table.set_column(table.schema.get_field_index("run_key"), "run_key", [keys])
         buf = io.BytesIO()
@@ -237,8 +240,10 @@ def test_a_run_key_that_leaves_runs_stops_the_pull_before_anything_is_written(wo
     fresh = work / "ctl-hostile" / "deep" / "er"
     p = orchestrate(work, env, "pull", url, "--results", str(fresh))
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    assert p.stderr.count("\n") == 1 and f"s3://{BUCKET}/hostile/keys: run key " \
-        "'../../../escape-0': it holds '/'" in p.stderr, p.stderr  # fmt: skip
+    assert (
+        p.stderr.count("\n") == 1
+        and f"s3://{BUCKET}/hostile/keys: run key '../../../escape-0': it holds '/'" in p.stderr
+    ), p.stderr
     assert not (work / "ctl-hostile").exists()
 
 
@@ -300,18 +305,41 @@ def test_pull_into_a_fresh_folder_gives_the_same_report(work, env, moto, tmp_pat
 
     ran = tmp_path / "ran"
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "socketlab_workroot": str(tmp_path / "work")}}}}))  # fmt: skip
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": sys.executable,
+                            "socketlab_workroot": str(tmp_path / "work"),
+                        }
+                    }
+                }
+            }
+        )
+    )
     spec = tmp_path / "spec.yaml"
-    emit = ("import json; print(json.dumps({'type': 'metric', 'name': 'x', 'value': 2.5, "
-            "'unit': '1'}))")  # fmt: skip
-    spec.write_text(yaml.safe_dump({
-        "schema_version": 1, "campaign": "roundtrip",
-        "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_noise"]},
-        "experiments": [{"name": "emit", "command": [sys.executable, "-c", emit],
-                         "metrics": {"parser": "jsonl"}}],
-    }))  # fmt: skip
+    emit = (
+        "import json; print(json.dumps({'type': 'metric', 'name': 'x', 'value': 2.5, 'unit': '1'}))"
+    )
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "schema_version": 1,
+                "campaign": "roundtrip",
+                "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_noise"]},
+                "experiments": [
+                    {
+                        "name": "emit",
+                        "command": [sys.executable, "-c", emit],
+                        "metrics": {"parser": "jsonl"},
+                    }
+                ],
+            }
+        )
+    )
     renv = {**env, "SOCKETLAB_RESULTS": str(ran)}
     run = orchestrate(work, renv, "run", str(spec), "--inventory", str(inventory), "--plain")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -324,7 +352,8 @@ def test_pull_into_a_fresh_folder_gives_the_same_report(work, env, moto, tmp_pat
     for rel in ("last-run.json", "hosts/localhost.json"):
         assert (fresh / "roundtrip" / rel).read_bytes() == (ran / "roundtrip" / rel).read_bytes()
     assert sorted(p.name for p in (fresh / "roundtrip" / "specs").iterdir()) == sorted(
-        p.name for p in (ran / "roundtrip" / "specs").iterdir())
+        p.name for p in (ran / "roundtrip" / "specs").iterdir()
+    )
 
     def report(results: Path) -> str:
         out = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(results)}, "report", "roundtrip")
@@ -344,14 +373,35 @@ def test_serving_requests_travel_with_their_runs(work, env, moto):
     from socketlab.serve.requests_store import load_requests
 
     src, dst = work / "req-a", work / "req-b"
-    records = [RequestRecord(index=i, phase="warmup" if i == 0 else "measured", n_in=4,
-                             t_sched=10 * i, t_send=10 * i + 1, events=[[10 * i + 5, 1]],
-                             t_done=10 * i + 6, n_out=1, status="ok") for i in range(3)]
+    records = [
+        RequestRecord(
+            index=i,
+            phase="warmup" if i == 0 else "measured",
+            n_in=4,
+            t_sched=10 * i,
+            t_send=10 * i + 1,
+            events=[[10 * i + 5, 1]],
+            t_done=10 * i + 6,
+            n_out=1,
+            status="ok",
+        )
+        for i in range(3)
+    ]
     with Store(store_path("served", src)) as store:
-        run = RunRecord(run_key="q" * 64, campaign="served", experiment="llama", host="h1",
-                        repetition=0, params={"arm": "all"}, status="ok")
-        store.add_run(run, [Metric("p99_ttft_ms", 1.5, "ms", {"load": "c1"}, "serving/1")],
-                      requests=[("c1", records), ("c2", records[:1])])
+        run = RunRecord(
+            run_key="q" * 64,
+            campaign="served",
+            experiment="llama",
+            host="h1",
+            repetition=0,
+            params={"arm": "all"},
+            status="ok",
+        )
+        store.add_run(
+            run,
+            [Metric("p99_ttft_ms", 1.5, "ms", {"load": "c1"}, "serving/1")],
+            requests=[("c1", records), ("c2", records[:1])],
+        )
     url = f"s3://{BUCKET}/requests"
     push = orchestrate(work, env, "push", "served", url, "--results", str(src), "--json")
     assert push.returncode == 0, push.stderr

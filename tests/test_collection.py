@@ -39,8 +39,15 @@ from tests.test_isolation_playbooks import (  # noqa: F401 - flipped_vm_knobs is
 
 BIN = Path(sys.executable).parent
 #: the sanity tests that need no per-test virtual environment (so no download)
-OFFLINE_SKIPPED = ("ansible-doc", "import", "pep8", "pylint", "runtime-metadata",
-                   "validate-modules", "yamllint")  # fmt: skip
+OFFLINE_SKIPPED = (
+    "ansible-doc",
+    "import",
+    "pep8",
+    "pylint",
+    "runtime-metadata",
+    "validate-modules",
+    "yamllint",
+)
 THREE_LINES = """\
 - ansible.builtin.import_playbook: socketlab.lab.isolate
 - ansible.builtin.import_playbook: socketlab.lab.verify
@@ -66,20 +73,42 @@ def installed(tmp_path_factory):
     env = clean_env(collections)
     started = time.monotonic()
     build = subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(root),
-         str(paths.COLLECTION)],
-        cwd=empty, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(BIN / "ansible-galaxy"),
+            "collection",
+            "build",
+            "--output-path",
+            str(root),
+            str(paths.COLLECTION),
+        ],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     (tarball,) = root.glob("socketlab-lab-*.tar.gz")
     install = subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "install", "-p", str(collections),
-         str(tarball)],
-        cwd=empty, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(BIN / "ansible-galaxy"),
+            "collection",
+            "install",
+            "-p",
+            str(collections),
+            str(tarball),
+        ],
+        cwd=empty,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    print(f"built {tarball.name} ({tarball.stat().st_size} B) and installed it in "
-          f"{time.monotonic() - started:.1f} s")  # fmt: skip
+    print(
+        f"built {tarball.name} ({tarball.stat().st_size} B) and installed it in "
+        f"{time.monotonic() - started:.1f} s"
+    )
     return tarball, collections
 
 
@@ -97,9 +126,14 @@ def test_the_tarball_holds_files_not_links(installed):
     with tarfile.open(tarball) as tar:
         members = {m.name: m for m in tar.getmembers()}
     assert not [n for n, m in members.items() if m.issym() or m.islnk()]
-    for name in ("plugins/module_utils/cpulist.py", "plugins/plugin_utils/planner/plan/isolation.py",
-                 "roles/isolation_plan/files/host_facts.py", "roles/sram_driver/files/pl_abi.h",
-                 "playbooks/isolate.yml", "meta/runtime.yml"):  # fmt: skip
+    for name in (
+        "plugins/module_utils/cpulist.py",
+        "plugins/plugin_utils/planner/plan/isolation.py",
+        "roles/isolation_plan/files/host_facts.py",
+        "roles/sram_driver/files/pl_abi.h",
+        "playbooks/isolate.yml",
+        "meta/runtime.yml",
+    ):
         assert members[name].isfile(), name
     # the version is the project's one version
     assert tarball.name == f"socketlab-lab-{paths.version()}.tar.gz"
@@ -111,11 +145,18 @@ def test_no_plugin_imports_the_socketlab_package(installed):
     found = []
     for path in tree.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
-                     else [])  # fmt: skip
-            found += [f"{path.relative_to(tree)}: {n}" for n in names
-                      if n == "socketlab" or n.startswith("socketlab.")]  # fmt: skip
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            found += [
+                f"{path.relative_to(tree)}: {n}"
+                for n in names
+                if n == "socketlab" or n.startswith("socketlab.")
+            ]
     assert not found, found
 
 
@@ -124,10 +165,21 @@ def test_ansible_test_sanity_offline(installed):
     tree = collections / "ansible_collections" / "socketlab" / "lab"
     skip = [a for name in OFFLINE_SKIPPED for a in ("--skip-test", name)]
     proc = subprocess.run(
-        [str(BIN / "ansible-test"), "sanity", "--python",
-         f"{sys.version_info.major}.{sys.version_info.minor}", "--color", "no", *skip],
-        cwd=tree, env=clean_env(collections), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(BIN / "ansible-test"),
+            "sanity",
+            "--python",
+            f"{sys.version_info.major}.{sys.version_info.minor}",
+            "--color",
+            "no",
+            *skip,
+        ],
+        cwd=tree,
+        env=clean_env(collections),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     print(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ran = [line for line in proc.stdout.splitlines() if line.startswith("Running sanity test")]
@@ -148,9 +200,18 @@ def test_ansible_doc_reads_every_plugin(installed):
     assert len(kinds["module"]) == 9 and len(kinds["filter"]) == 7, kinds
     for kind, names in kinds.items():
         proc = subprocess.run(
-            [str(BIN / "ansible-doc"), "--json", "-t", kind, *(f"socketlab.lab.{n}" for n in names)],
-            env=env, capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [
+                str(BIN / "ansible-doc"),
+                "--json",
+                "-t",
+                kind,
+                *(f"socketlab.lab.{n}" for n in names),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0 and "[ERROR]" not in proc.stderr, proc.stderr
         docs = yaml.safe_load(proc.stdout)
         assert sorted(docs) == [f"socketlab.lab.{n}" for n in names], (kind, sorted(docs))
@@ -160,8 +221,7 @@ def test_ansible_doc_reads_every_plugin(installed):
 @pytest.mark.slow
 @pytest.mark.netns
 @pytest.mark.skipif(os.geteuid() != 0, reason="isolation changes kernel knobs: needs root")
-def test_three_line_playbook_from_an_empty_folder(installed, ssh_pool, tmp_path,
-                                                  flipped_vm_knobs):  # noqa: F811
+def test_three_line_playbook_from_an_empty_folder(installed, ssh_pool, tmp_path, flipped_vm_knobs):  # noqa: F811
     _, collections = installed
     host = ssh_pool.hosts[0]
     work = Path(tempfile.mkdtemp(prefix="slab-user-"))  # outside the checkout, empty
@@ -173,23 +233,41 @@ def test_three_line_playbook_from_an_empty_folder(installed, ssh_pool, tmp_path,
     poison = tmp_path / "poison" / "socketlab"
     poison.mkdir(parents=True)
     (poison / "__init__.py").write_text(
-        "raise ImportError('socketlab.lab must not import the socketlab package')\n")
+        "raise ImportError('socketlab.lab must not import the socketlab package')\n"
+    )
     control = Path(tempfile.mkdtemp(prefix="slcp-"))  # short: socket paths are limited
-    env = clean_env(collections, PYTHONPATH=str(poison.parent),
-                    ANSIBLE_SSH_CONTROL_PATH_DIR=str(control))  # fmt: skip
+    env = clean_env(
+        collections, PYTHONPATH=str(poison.parent), ANSIBLE_SSH_CONTROL_PATH_DIR=str(control)
+    )
     state = tmp_path / "state"
     before = knob_snapshot()
     try:
         proc = subprocess.run(
-            [str(BIN / "ansible-playbook"), "-i", str(inventory), "lab.yml",
-             "-e", f"socketlab_state_dir={state}", "-e", "socketlab_housekeeping_per_node=1",
-             "-e", "socketlab_noise_seconds=1"],
-            cwd=work, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                str(BIN / "ansible-playbook"),
+                "-i",
+                str(inventory),
+                "lab.yml",
+                "-e",
+                f"socketlab_state_dir={state}",
+                "-e",
+                "socketlab_housekeeping_per_node=1",
+                "-e",
+                "socketlab_noise_seconds=1",
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         for master in control.iterdir():  # no ControlPersist master left behind
-            subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
-                           capture_output=True, timeout=30)  # fmt: skip
+            subprocess.run(
+                ["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
+                capture_output=True,
+                timeout=30,
+            )
         shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     output = proc.stdout + proc.stderr

@@ -77,10 +77,16 @@ def test_rates_between_two_samples_per_cpu(tmp_path):
     first_tree = _fake_proc(tmp_path / "a", INTERRUPTS, {10: (1, 5, 5), 11: (2, 0, 0)})
     later = INTERRUPTS.replace("        100  ", "        300  ").replace("2000", "2400")
     second_tree = _fake_proc(tmp_path / "b", later, {10: (1, 45, 15), 12: (0, 6, 0)})
-    first = {"t": 0.0, "irqs": noise.read_interrupts(str(first_tree)),
-             "threads": noise.read_thread_switches(str(first_tree))}  # fmt: skip
-    second = {"t": 2.0, "irqs": noise.read_interrupts(str(second_tree)),
-              "threads": noise.read_thread_switches(str(second_tree))}  # fmt: skip
+    first = {
+        "t": 0.0,
+        "irqs": noise.read_interrupts(str(first_tree)),
+        "threads": noise.read_thread_switches(str(first_tree)),
+    }
+    second = {
+        "t": 2.0,
+        "irqs": noise.read_interrupts(str(second_tree)),
+        "threads": noise.read_thread_switches(str(second_tree)),
+    }
     per_cpu = noise.rates(first, second)
     # CPU1: 200 device IRQs, 400 timer ticks, thread 10 switched 50 times, over 2 s.
     assert per_cpu[1] == {

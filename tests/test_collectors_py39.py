@@ -29,10 +29,12 @@ REPO = Path(__file__).resolve().parents[1]
 FLOOR = (3, 9)
 #: everything that runs on a target host (copied by the runner, the roles or Ansible itself)
 HOST_SIDE = sorted(
-    [*glob.glob(str(REPO / "collectors" / "*.py")),
-     *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/modules/*.py")),
-     *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/module_utils/*.py"))]
-)  # fmt: skip
+    [
+        *glob.glob(str(REPO / "collectors" / "*.py")),
+        *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/modules/*.py")),
+        *glob.glob(str(REPO / "ansible_collections/socketlab/lab/plugins/module_utils/*.py")),
+    ]
+)
 
 
 def vermin(*paths: str) -> subprocess.CompletedProcess:
@@ -41,10 +43,20 @@ def vermin(*paths: str) -> subprocess.CompletedProcess:
     # --eval-annotations: `int | None` in a signature fails at import on 3.9 without
     # `from __future__ import annotations`; --no-parse-comments keeps "# novm" out of it.
     return subprocess.run(
-        [exe, f"-t={FLOOR[0]}.{FLOOR[1]}-", "--violations", "--no-tips", "--eval-annotations",
-         "--backport", "dataclasses", *paths],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            exe,
+            f"-t={FLOOR[0]}.{FLOOR[1]}-",
+            "--violations",
+            "--no-tips",
+            "--eval-annotations",
+            "--backport",
+            "dataclasses",
+            *paths,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_host_side_code_needs_no_python_newer_than_3_9():
@@ -70,23 +82,37 @@ def test_a_run_whose_collector_died_is_failed_not_ok(tmp_path, monkeypatch):
     shutil.copytree(paths.COLLECTORS, copy, ignore=shutil.ignore_patterns("__pycache__"))
     noise = copy / "proc_noise.py"
     # the same death as zip(strict=True) on 3.9, on any Python: the sampler raises TypeError
-    noise.write_text(noise.read_text().replace(
-        "def read_interrupts(proc: str = \"/proc\") -> dict[int, dict[str, int]]:\n",
-        "def read_interrupts(proc: str = \"/proc\") -> dict[int, dict[str, int]]:\n"
-        "    raise TypeError(\"zip() takes no keyword arguments\")\n", 1))
+    noise.write_text(
+        noise.read_text().replace(
+            'def read_interrupts(proc: str = "/proc") -> dict[int, dict[str, int]]:\n',
+            'def read_interrupts(proc: str = "/proc") -> dict[int, dict[str, int]]:\n'
+            '    raise TypeError("zip() takes no keyword arguments")\n',
+            1,
+        )
+    )
     assert "raise TypeError" in noise.read_text()
     monkeypatch.setattr(paths, "COLLECTORS", copy)
     inventory = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "socketlab_workroot": str(tmp_path / "work"),
+    }
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "dead-collector",
-        "defaults": {"timeout_s": 60, "repetitions": 1, "collectors": ["proc_noise"]},
-        "experiments": [{"name": "sleep", "command": [sys.executable, "-c",
-                                                      "import time; time.sleep(1)"],
-                         "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "dead-collector",
+            "defaults": {"timeout_s": 60, "repetitions": 1, "collectors": ["proc_noise"]},
+            "experiments": [
+                {
+                    "name": "sleep",
+                    "command": [sys.executable, "-c", "import time; time.sleep(1)"],
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     main(["run", str(spec), "--results", str(results), "--plain", "--inventory", str(inventory)])
     (run,) = stored(results, "dead-collector").values()
@@ -102,8 +128,12 @@ def oldest_python() -> tuple[str, tuple[int, int]] | None:
     candidates += [p for v in range(9, 11) if (p := shutil.which(f"python3.{v}"))]
     for path in set(candidates):
         try:
-            out = subprocess.run([path, "-c", "import sys; print(*sys.version_info[:2])"],
-                                 capture_output=True, text=True, timeout=20).stdout.split()
+            out = subprocess.run(
+                [path, "-c", "import sys; print(*sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.split()
         except OSError:
             continue
         if len(out) == 2:
@@ -116,8 +146,10 @@ def oldest_python() -> tuple[str, tuple[int, int]] | None:
 OLDEST = oldest_python()
 
 
-@pytest.mark.skipif(OLDEST is None, reason="no Python 3.9/3.10 on this machine (pyenv or PATH): "
-                    "only the static check ran")  # fmt: skip
+@pytest.mark.skipif(
+    OLDEST is None,
+    reason="no Python 3.9/3.10 on this machine (pyenv or PATH): only the static check ran",
+)
 def test_collectors_run_under_the_oldest_python(tmp_path):
     """A campaign on localhost whose host interpreter is the oldest Python here: facts,
     fingerprints, the agent-free local run and the proc_noise/perf_stat/clock/RAPL collectors
@@ -125,20 +157,40 @@ def test_collectors_run_under_the_oldest_python(tmp_path):
     python, version = OLDEST
     print(f"host interpreter: {python} ({version[0]}.{version[1]})")
     inventory = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": python,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": python,
+        "socketlab_workroot": str(tmp_path / "work"),
+    }
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "py39",
-        "defaults": {"timeout_s": 60, "repetitions": 1,
-                     "collectors": ["proc_noise", "perf_stat", "rapl_power", "clock_freq",
-                                    "proc_peakmem"]},
-        "experiments": [{"name": "sleep", "command": [python, "-c", "import time; time.sleep(1.5)"],
-                         "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "py39",
+            "defaults": {
+                "timeout_s": 60,
+                "repetitions": 1,
+                "collectors": [
+                    "proc_noise",
+                    "perf_stat",
+                    "rapl_power",
+                    "clock_freq",
+                    "proc_peakmem",
+                ],
+            },
+            "experiments": [
+                {
+                    "name": "sleep",
+                    "command": [python, "-c", "import time; time.sleep(1.5)"],
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
-    code = main(["run", str(spec), "--results", str(results), "--plain",
-                 "--inventory", str(inventory)])  # fmt: skip
+    code = main(
+        ["run", str(spec), "--results", str(results), "--plain", "--inventory", str(inventory)]
+    )
     (run,) = stored(results, "py39").values()
     assert code == 0 and run.status == "ok", run.reason
     raw = Path(run.raw_dir)

@@ -44,10 +44,12 @@ def test_turbostat_c8i_clocks():
 
 
 def test_turbostat_table_with_short_rows():
-    text = ("CPU\tAvg_MHz\tBusy%\tBzy_MHz\tCoreTmp\tPkgTmp\tPkgWatt\tRAMWatt\n"
-            "-\t3000\t99\t3100\t70\t71\t300.5\t20.1\n"
-            "2\t3000\t99\t3100\t70\t71\t300.5\t20.1\n"
-            "3\t2900\t99\t2950\t72\n")
+    text = (
+        "CPU\tAvg_MHz\tBusy%\tBzy_MHz\tCoreTmp\tPkgTmp\tPkgWatt\tRAMWatt\n"
+        "-\t3000\t99\t3100\t70\t71\t300.5\t20.1\n"
+        "2\t3000\t99\t3100\t70\t71\t300.5\t20.1\n"
+        "3\t2900\t99\t2950\t72\n"
+    )
     per_cpu, temps, summary = parse_turbostat(text)
     assert per_cpu == {"2": [3100.0], "3": [2950.0]}
     assert temps == [70.0, 72.0]
@@ -86,8 +88,12 @@ def test_perf_c8i_dram_sums_both_schedulers():
 def test_proc_noise_rates():
     m = collector_metrics("proc_noise", FIX / "c8i" / "proc_noise").metrics
     rate = {x["dims"]["interrupt"]: x["value"] for x in m if x["name"] == "irq_rate"}
-    assert rate == {"device": 0.0, "LOC": 100.0, "other": pytest.approx(2.5),
-                    "context-switches": 0.0}
+    assert rate == {
+        "device": 0.0,
+        "LOC": 100.0,
+        "other": pytest.approx(2.5),
+        "context-switches": 0.0,
+    }
     here = collector_metrics("proc_noise", FIX / "this-machine" / "proc_noise").metrics
     assert {x["dims"]["interrupt"] for x in here} == {"device", "LOC", "other", "context-switches"}
 
@@ -100,8 +106,13 @@ def test_recorded_unsupported_here(name):
 
 
 def _run(name, *args, env=None):
-    return subprocess.run([sys.executable, str(COLLECTORS / f"{name}.py"), *args],
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, str(COLLECTORS / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 @pytest.mark.parametrize("name", ["clock_freq", "rapl_power", "perf_stat"])
@@ -121,16 +132,19 @@ def test_collector_runs_here_and_degrades_cleanly(name, tmp_path):
 
 def test_rapl_collector_on_a_powercap_tree(tmp_path):
     cap = tmp_path / "powercap"
-    for zone, name, energy in (("intel-rapl:0", "package-0", 1_000_000),
-                               ("intel-rapl:0:0", "dram", 500_000)):
+    for zone, name, energy in (
+        ("intel-rapl:0", "package-0", 1_000_000),
+        ("intel-rapl:0:0", "dram", 500_000),
+    ):
         (cap / zone).mkdir(parents=True)
         (cap / zone / "name").write_text(name + "\n")
         (cap / zone / "energy_uj").write_text(f"{energy}\n")
         (cap / zone / "max_energy_range_uj").write_text("262143328850\n")
     out = tmp_path / "out"
     env = {**os.environ, "SOCKETLAB_POWERCAP": str(cap)}
-    assert _run("rapl_power", "start", "--out", str(out), "--interval", "0.1",
-                env=env).returncode == 0
+    assert (
+        _run("rapl_power", "start", "--out", str(out), "--interval", "0.1", env=env).returncode == 0
+    )
     time.sleep(0.35)
     # 2 J more on the package, 0.5 J more on DRAM
     (cap / "intel-rapl:0" / "energy_uj").write_text("3000000\n")
@@ -167,11 +181,13 @@ def test_perf_refuses_legacy_alias_on_granite_rapids(tmp_path):
 
 
 def test_perf_csv_uncounted_events_are_noted_once():
-    text = ("# started on Sun Nov 29 2026\n"
-            "1.000,<not supported>,,cycles,0,100.00,,\n"
-            "1.000,12345,,instructions,1000,100.00,,\n"
-            "2.000,<not supported>,,cycles,0,100.00,,\n"
-            "2.000,23456,,instructions,1000,100.00,,\n")
+    text = (
+        "# started on Sun Nov 29 2026\n"
+        "1.000,<not supported>,,cycles,0,100.00,,\n"
+        "1.000,12345,,instructions,1000,100.00,,\n"
+        "2.000,<not supported>,,cycles,0,100.00,,\n"
+        "2.000,23456,,instructions,1000,100.00,,\n"
+    )
     totals, _, last, missing = read_csv(text)
     assert totals == {"instructions": 35801.0} and last == 2.0
     assert missing == ["cycles <not supported>"]
@@ -190,9 +206,11 @@ def test_shared_daemon_rules_hold_for_every_collector(tmp_path):
         stopped = _run("proc_peakmem", "stop", "--out", str(out))
     assert json.loads(stopped.stdout) == {"source": "proc_peakmem", "stopped": pid}
     assert not (out / "proc_peakmem.pid").exists()
-    for args, message in ((["--interval", "0"], "--interval must be positive"),
-                          (["--max-seconds", "-1"], "--max-seconds must be positive"),
-                          (["--cpus", "3-1"], "bad CPU range '3-1'")):  # fmt: skip
+    for args, message in (
+        (["--interval", "0"], "--interval must be positive"),
+        (["--max-seconds", "-1"], "--max-seconds must be positive"),
+        (["--cpus", "3-1"], "bad CPU range '3-1'"),
+    ):
         bad = _run("proc_peakmem", "start", "--out", str(tmp_path / "bad"), *args)
         assert bad.returncode == 2 and message in bad.stderr, (args, bad.stderr)
         assert not (tmp_path / "bad" / "proc_peakmem.pid").exists()

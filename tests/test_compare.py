@@ -56,8 +56,11 @@ def test_c8i_fixtures_reproduce_every_measured_cell(tmp_path, published, c8i):
     measured = [r for r in measured if not r.cell.disputed]
     bad = [(r.cell.id, r.verdict) for r in measured if r.kind != REPRODUCED]
     assert bad == []
-    chained = {(c.experiment, str(c.join_params())) for c in published.cells
-               if c.statistic in CHAIN_STATISTICS}  # a chain's group runs CHAIN_REPS times
+    chained = {
+        (c.experiment, str(c.join_params()))
+        for c in published.cells
+        if c.statistic in CHAIN_STATISTICS
+    }  # a chain's group runs CHAIN_REPS times
     for r in measured:
         # warm-ups, failed runs and stat summaries are not counted
         want = CHAIN_REPS if (r.cell.experiment, str(r.cell.join_params())) in chained else 3
@@ -82,12 +85,16 @@ def test_one_value_moved_20_percent_deviates(tmp_path, published, c8i):
     assert moved.ratio == pytest.approx(1.2, rel=0.02)
     assert moved.verdict == f"deviates: {moved.ratio:.2f}x of published (±5%, better)"
     assert "better" in moved.verdict  # higher is better for bandwidth
-    others = [r for r in rows if r.cell.experiment and not r.cell.unmeasured and r is not moved
-              and not r.cell.disputed]
+    others = [
+        r
+        for r in rows
+        if r.cell.experiment and not r.cell.unmeasured and r is not moved and not r.cell.disputed
+    ]
     assert all(r.kind == REPRODUCED for r in others)
     # and down 20% on a lower-is-better cell is "better"
-    rows = _rows(tmp_path / "b", published, {"c8i": c8i},
-                 shift={"exchange/n96-diss/exchange_p50": 0.8})
+    rows = _rows(
+        tmp_path / "b", published, {"c8i": c8i}, shift={"exchange/n96-diss/exchange_p50": 0.8}
+    )
     r = next(r for r in rows if r.cell.id == "exchange/n96-diss/exchange_p50")
     assert r.kind == DEVIATES and r.verdict.endswith(", better)")
 
@@ -96,8 +103,7 @@ def test_conditions_are_checked_where_both_sides_record_them(tmp_path, published
     """The fixtures record what the binaries record (threads, participants, seconds, iters,
     kv_bytes, ...): each published condition a run records is compared with it."""
     rows = _rows(tmp_path, published, {"c8i": c8i})
-    meta = {r["run_key"]: r["meta"] for r in fill_store(
-        Store(":memory:"), published, CAMPAIGN)}
+    meta = {r["run_key"]: r["meta"] for r in fill_store(Store(":memory:"), published, CAMPAIGN)}
     from socketlab.report.compare import condition_differences
 
     checked = set()
@@ -106,9 +112,15 @@ def test_conditions_are_checked_where_both_sides_record_them(tmp_path, published
     for r in rows:
         if r.kind != REPRODUCED:
             continue
-        counted = [x for x in records if x["experiment"] == r.cell.experiment
-                   and x["metric"] == r.cell.metric and x["repetition"] >= 0
-                   and x["status"] == "ok" and x.get("dim.stat") != "best"]
+        counted = [
+            x
+            for x in records
+            if x["experiment"] == r.cell.experiment
+            and x["metric"] == r.cell.metric
+            and x["repetition"] >= 0
+            and x["status"] == "ok"
+            and x.get("dim.stat") != "best"
+        ]
         for key in r.cell.conditions:
             value = r.cell.conditions[key]
             other = value * 2 + 1 if isinstance(value, int | float) else f"{value}-other"
@@ -117,8 +129,20 @@ def test_conditions_are_checked_where_both_sides_record_them(tmp_path, published
             if condition_differences(cell, counted, meta):
                 checked.add(key)
     # the conditions of the measured tables that the native binaries record
-    assert {"workers", "participants", "duration_s", "steps", "reps", "vector_bytes", "tile_kib",
-            "kv_mib", "mib_per_core", "pages", "kernel", "load"} <= checked, checked
+    assert {
+        "workers",
+        "participants",
+        "duration_s",
+        "steps",
+        "reps",
+        "vector_bytes",
+        "tile_kib",
+        "kv_mib",
+        "mib_per_core",
+        "pages",
+        "kernel",
+        "load",
+    } <= checked, checked
 
 
 def test_a_condition_that_differs_is_not_comparable(tmp_path, published, c8i):
@@ -127,42 +151,67 @@ def test_a_condition_that_differs_is_not_comparable(tmp_path, published, c8i):
     not workers) still reproduce."""
     rows = _rows(tmp_path, published, {"c8i": c8i}, recorded={"threads": 93, "workers": 93})
     by_id = {r.cell.id: r for r in rows}
-    for cell_id in ("ladder/l2-1.5-4k-read/bw_total", "compute/amx-bf16-compute/flops_per_core",
-                    "batching/e2b-l0-2k-b16-amx/us_per_token", "tile-balance/e2b-l0-amx/bytes_max_over_mean",
-                    "clocks/avx512-bf16-gemv/busy_mhz_mean", "kv-stream/e2b-l4-8k/kv_read_bandwidth"):
+    for cell_id in (
+        "ladder/l2-1.5-4k-read/bw_total",
+        "compute/amx-bf16-compute/flops_per_core",
+        "batching/e2b-l0-2k-b16-amx/us_per_token",
+        "tile-balance/e2b-l0-amx/bytes_max_over_mean",
+        "clocks/avx512-bf16-gemv/busy_mhz_mean",
+        "kv-stream/e2b-l4-8k/kv_read_bandwidth",
+    ):
         r = by_id[cell_id]
-        assert (r.kind, r.verdict) == (NOT_COMPARABLE, "not comparable: conditions differ: workers 93 vs 90")
+        assert (r.kind, r.verdict) == (
+            NOT_COMPARABLE,
+            "not comparable: conditions differ: workers 93 vs 90",
+        )
         assert r.ratio is None and r.measured is not None
     assert by_id["exchange/n96-diss/exchange_p50"].kind == REPRODUCED
     measured = [r for r in rows if r.measured is not None]
-    workers = [r for r in measured if r.cell.conditions.get("workers") == 90
-               and not r.cell.disputed]
+    workers = [
+        r for r in measured if r.cell.conditions.get("workers") == 90 and not r.cell.disputed
+    ]
     assert workers and all(r.kind == NOT_COMPARABLE for r in workers)
-    assert all(r.kind == REPRODUCED for r in measured if "workers" not in r.cell.conditions
-               and not r.cell.disputed)
+    assert all(
+        r.kind == REPRODUCED
+        for r in measured
+        if "workers" not in r.cell.conditions and not r.cell.disputed
+    )
 
 
 def test_a_shorter_profile_is_named(tmp_path, published, c8i):
     """campaign-oct's quick profile on the c8i: 0.2 s per ladder rep, 2,000 exchange iterations,
     fewer repetitions. Those cells name the profile and what it shortened; cells whose published
     conditions say nothing of durations still compare."""
-    rows = _rows(tmp_path, published, {"c8i": c8i}, profile="quick", repetitions=2,
-                 recorded={"seconds": 0.2, "iters": 2000})
+    rows = _rows(
+        tmp_path,
+        published,
+        {"c8i": c8i},
+        profile="quick",
+        repetitions=2,
+        recorded={"seconds": 0.2, "iters": 2000},
+    )
     by_id = {r.cell.id: r for r in rows}
     assert by_id["ladder/l2-1.5-4k-read/bw_total"].verdict == (
-        "not comparable: profile quick: 0.2 s per rep vs 2 s, 2 reps vs 3 published")
+        "not comparable: profile quick: 0.2 s per rep vs 2 s, 2 reps vs 3 published"
+    )
     assert by_id["clocks/avx512-bf16-gemv/busy_mhz_mean"].verdict == (
-        "not comparable: profile quick: 0.2 s per rep vs 10 s published")
+        "not comparable: profile quick: 0.2 s per rep vs 10 s published"
+    )
     assert by_id["exchange/n96-diss/exchange_p50"].verdict == (
-        "not comparable: profile quick: 2,000 steps vs 20,000, 2 reps vs 3 published")
+        "not comparable: profile quick: 2,000 steps vs 20,000, 2 reps vs 3 published"
+    )
     assert by_id["kv-stream/e2b-l4-8k/kv_read_bandwidth"].verdict == (
-        "not comparable: profile quick: 2 reps vs 3 published")
+        "not comparable: profile quick: 2 reps vs 3 published"
+    )
     # published with 2 reps and no duration: the quick runs match what was published
     assert by_id["batching/e2b-l0-2k-b16-amx/us_per_token"].kind == REPRODUCED
     # published without reps: 2 are too few for a verdict (the median's interval covers it 50%)
     tile = by_id["tile-balance/e2b-l0-amx/bytes_max_over_mean"]
-    assert tile.kind == INCONCLUSIVE and "; too few reps: 2 (a verdict needs 3: the median's " \
-        "interval from 2 covers it with 50%)" in tile.verdict
+    assert (
+        tile.kind == INCONCLUSIVE
+        and "; too few reps: 2 (a verdict needs 3: the median's interval from 2 covers it with 50%)"
+        in tile.verdict
+    )
     # without a profile the same differences are plain conditions
     rows = _rows(tmp_path / "b", published, {"c8i": c8i}, recorded={"seconds": 0.2})
     r = next(r for r in rows if r.cell.id == "ladder/l2-1.5-4k-read/bw_total")
@@ -183,18 +232,24 @@ def test_other_host_is_not_comparable_and_names_the_difference(tmp_path, publish
             assert r.kind == NOT_RUN
         elif set(r.cell.requires) - flags:
             missing = sorted(set(r.cell.requires) - flags)
-            assert r.verdict.endswith(f"not run: host lacks {', '.join(missing)}") or \
-                r.verdict == f"not run: host lacks {', '.join(missing)}"
+            assert (
+                r.verdict.endswith(f"not run: host lacks {', '.join(missing)}")
+                or r.verdict == f"not run: host lacks {', '.join(missing)}"
+            )
         elif r.cell.disputed:
             assert r.kind == DISPUTED and "here: not comparable: core class differs" in r.verdict
         elif r.cell.per_core is not None:
             per_core += 1
             assert (r.kind, r.verdict) == (
-                NOT_COMPARABLE, "not comparable: core class differs (AMD EPYC vs Intel Xeon 6975P-C)")
+                NOT_COMPARABLE,
+                "not comparable: core class differs (AMD EPYC vs Intel Xeon 6975P-C)",
+            )
         else:
             assert r.kind == NOT_COMPARABLE
-            assert r.verdict == ("not comparable: host is AMD EPYC (2 cores), "
-                                 "published host is Xeon 6975P-C (96 cores)")
+            assert r.verdict == (
+                "not comparable: host is AMD EPYC (2 cores), "
+                "published host is Xeon 6975P-C (96 cores)"
+            )
     assert per_core >= 16  # the L2 ladder, per-core L2 and latency cells without AMX
     amx = next(r for r in rows if r.cell.id == "ladder/l2-1.0-thp-amx/bw_total")
     assert amx.verdict == "not run: host lacks amx_bf16"
@@ -207,7 +262,8 @@ def test_not_run_reasons(tmp_path, published, c8i):
     assert by_id["kv-stream/e2b-l4-2k/attention_us"].verdict == "not run: dropped by profile"
     assert by_id["ladder/l2-1.0-thp-read/bw_total"].verdict == (
         "not run: no ladder run with kernel=avx512-read, pages=thp, mib_per_core=1.0 "
-        "reported bw_total")
+        "reported bw_total"
+    )
     assert all(r.kind == NOT_RUN for r in rows if not r.cell.disputed)
     disputed = by_id["compute/avx512-bf16-compute/flops_per_core"]
     assert disputed.kind == DISPUTED and "; here: not run: no compute run" in disputed.verdict
@@ -226,7 +282,8 @@ def test_units_and_models():
     pub_host = {"model": "Intel Xeon 6975P-C", "cores": 96}
     assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 96}) is None
     assert host_difference(pub_host, {"cpu_model": "Intel(R) Xeon(R) 6975P-C", "cores": 48}) == (
-        "host is Xeon 6975P-C (48 cores), published host is Xeon 6975P-C (96 cores)")
+        "host is Xeon 6975P-C (48 cores), published host is Xeon 6975P-C (96 cores)"
+    )
 
 
 EDGE = """\
@@ -265,13 +322,31 @@ def test_verdict_edge_cases(tmp_path, c8i):
     def verdicts(measured: dict[tuple[str, str], float]) -> dict[str, str]:
         units = {"bw": "GB/s", "lat": "us", "irq": "1/s", "frac": "fraction"}
         # three repetitions each (a verdict needs 3: socketlab.report.interval.MIN_REPS)
-        recs = [{"experiment": "e", "host": "c8i", "metric": m, "value": v, "unit": units[m],
-                 "mode": case, "status": "ok", "run_key": f"{case}-{rep}"}
-                for (case, m), v in measured.items() for rep in range(3)]
+        recs = [
+            {
+                "experiment": "e",
+                "host": "c8i",
+                "metric": m,
+                "value": v,
+                "unit": units[m],
+                "mode": case,
+                "status": "ok",
+                "run_key": f"{case}-{rep}",
+            }
+            for (case, m), v in measured.items()
+            for rep in range(3)
+        ]
         return {r.cell.row: r.verdict for r in compare(pub, recs, {"c8i": c8i})}
 
-    v = verdicts({("zero", "lat"): 0.0, ("zero-abs", "irq"): 0.9, ("samples", "lat"): 2.6,
-                  ("range", "bw"): 209.0, ("none", "frac"): 0.509})
+    v = verdicts(
+        {
+            ("zero", "lat"): 0.0,
+            ("zero-abs", "irq"): 0.9,
+            ("samples", "lat"): 2.6,
+            ("range", "bw"): 209.0,
+            ("none", "frac"): 0.509,
+        }
+    )
     assert v == {
         "zero": "reproduced within tolerance (±5%)",
         "zero-abs": "reproduced within tolerance (±20% or ±1)",  # 0.9 is within ±1 of 0
@@ -279,8 +354,15 @@ def test_verdict_edge_cases(tmp_path, c8i):
         "range": "reproduced within tolerance (±5%)",  # 209 is within 5% of the range's top
         "none": "reproduced within tolerance (±0.01)",
     }
-    v = verdicts({("zero", "lat"): 0.3, ("zero-abs", "irq"): 1.5, ("samples", "lat"): 3.0,
-                  ("range", "bw"): 90.0, ("none", "frac"): 0.52})
+    v = verdicts(
+        {
+            ("zero", "lat"): 0.3,
+            ("zero-abs", "irq"): 1.5,
+            ("samples", "lat"): 3.0,
+            ("range", "bw"): 90.0,
+            ("none", "frac"): 0.52,
+        }
+    )
     assert v == {
         # no ratio to a published 0: the verdict says both numbers, never "infx"
         "zero": "deviates: 0.3 against a published 0 (±5%, worse)",
@@ -289,12 +371,27 @@ def test_verdict_edge_cases(tmp_path, c8i):
         "range": "deviates: 0.60x of published (±5%, worse)",  # against the range's middle
         "none": "deviates: 1.04x of published (±0.01)",  # no better/worse without a direction
     }
-    rows = compare(pub, [{"experiment": "e", "host": "c8i", "metric": "lat", "value": 0.3,
-                          "unit": "us", "mode": "zero", "status": "ok"}], {"c8i": c8i})
+    rows = compare(
+        pub,
+        [
+            {
+                "experiment": "e",
+                "host": "c8i",
+                "metric": "lat",
+                "value": 0.3,
+                "unit": "us",
+                "mode": "zero",
+                "status": "ok",
+            }
+        ],
+        {"c8i": c8i},
+    )
     one = next(r for r in rows if r.cell.row == "zero")
     assert one.ratio is None  # and one value is not a verdict:
-    assert one.verdict == ("inconclusive: 0.3 against a published 0 (±5%, worse); too few reps: "
-                           "1 (a verdict needs 3: the median's interval from 1 covers it with 0%)")
+    assert one.verdict == (
+        "inconclusive: 0.3 against a published 0 (±5%, worse); too few reps: "
+        "1 (a verdict needs 3: the median's interval from 1 covers it with 0%)"
+    )
 
 
 def test_chain_cells_take_the_runs_in_repetition_order(tmp_path, published, c8i):
@@ -312,6 +409,7 @@ def test_chain_cells_take_the_runs_in_repetition_order(tmp_path, published, c8i)
     assert chain["stability-chain/p6-26b/first"].kind == NOT_RUN
     judged = [r for r in chain.values() if not r.cell.unmeasured]
     assert len(judged) == 16 and all(r.kind == REPRODUCED for r in judged), [
-        (r.cell.id, r.verdict) for r in judged if r.kind != REPRODUCED]
+        (r.cell.id, r.verdict) for r in judged if r.kind != REPRODUCED
+    ]
     drift = chain["stability-chain/stab3-p50/drift"]
     assert drift.measured.n == CHAIN_REPS and drift.measured.unit == "ratio"

@@ -27,17 +27,38 @@ def test_the_symlinked_cpulist_reaches_a_module_over_ssh(ssh_pool, tmp_path):
     out = tmp_path / "results.json"
     args = {"path": str(knob), "state_file": str(tmp_path / "state.json")}
     steps = {"same": "1,0", "other": "0 2", "stride": "0-3:2/4"}
-    tasks = [{"name": name, "socketlab.lab.knob": {**args, "value": value}, "check_mode": True,
-              "register": name, "ignore_errors": True} for name, value in steps.items()]
-    tasks.append({"name": "save", "ansible.builtin.copy": {
-        "content": "{{ [same, other, stride] | to_json }}", "dest": str(out)},
-        "check_mode": False})  # fmt: skip
-    (tmp_path / "play.yml").write_text(json.dumps(
-        [{"name": "cpulist", "hosts": "all", "gather_facts": False, "tasks": tasks}]))
+    tasks = [
+        {
+            "name": name,
+            "socketlab.lab.knob": {**args, "value": value},
+            "check_mode": True,
+            "register": name,
+            "ignore_errors": True,
+        }
+        for name, value in steps.items()
+    ]
+    tasks.append(
+        {
+            "name": "save",
+            "ansible.builtin.copy": {
+                "content": "{{ [same, other, stride] | to_json }}",
+                "dest": str(out),
+            },
+            "check_mode": False,
+        }
+    )
+    (tmp_path / "play.yml").write_text(
+        json.dumps([{"name": "cpulist", "hosts": "all", "gather_facts": False, "tasks": tasks}])
+    )
     inventory = ssh_pool.inventory(tmp_path / "hosts.yml")
-    proc = subprocess.run([str(PLAYBOOK), "-i", str(inventory), "-l", host.name,
-                           str(tmp_path / "play.yml")], capture_output=True, text=True,
-                          env=ansible_env(), cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [str(PLAYBOOK), "-i", str(inventory), "-l", host.name, str(tmp_path / "play.yml")],
+        capture_output=True,
+        text=True,
+        env=ansible_env(),
+        cwd=REPO,
+        timeout=300,
+    )
     assert out.exists(), proc.stdout + proc.stderr
     assert f"ok: [{host.name}]" in proc.stdout or f"changed: [{host.name}]" in proc.stdout
     same, other, stride = json.loads(out.read_text())

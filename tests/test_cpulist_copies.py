@@ -41,21 +41,47 @@ IMPLEMENTATIONS = {
     **{k: _load(k, p) for k, p in COPIES.items()},
     # as Ansible's collection loader names it (the checkout's root is on sys.path here)
     "module_utils": importlib.import_module(
-        "ansible_collections.socketlab.lab.plugins.module_utils.isolation"),
+        "ansible_collections.socketlab.lab.plugins.module_utils.isolation"
+    ),
 }
 COPIES["module_utils"] = MODULE_UTILS / "isolation.py"
 
 VALID = [
-    "", "   ", "0", "7\n", "0-3,8,10-11", "3,3,1-3", " 5,1-2 \n",
-    "0-15:2/4", "0-31:1/8,40", "4-4:1/1",  # the kernel's used/group strides
-    "0-1 96-97", "0-1  4,6", "1, 2 ,3",  # blanks: systemd prints "0-1 96-97"
+    "",
+    "   ",
+    "0",
+    "7\n",
+    "0-3,8,10-11",
+    "3,3,1-3",
+    " 5,1-2 \n",
+    "0-15:2/4",
+    "0-31:1/8,40",
+    "4-4:1/1",  # the kernel's used/group strides
+    "0-1 96-97",
+    "0-1  4,6",
+    "1, 2 ,3",  # blanks: systemd prints "0-1 96-97"
     "007,0010",
-]  # fmt: skip
+]
 INVALID = [
-    "3-1", "4-3", "5-0:1/2",  # backwards ranges
-    "0-7:0/4", "0-7:5/4", "0-7:1/0",  # bad strides
-    "a", "1-", "-1", "1,,2", "1,", ",1", "0x3", "1-2-3", "1:2/4", "0-3:2", "½", "1;2",
-]  # fmt: skip
+    "3-1",
+    "4-3",
+    "5-0:1/2",  # backwards ranges
+    "0-7:0/4",
+    "0-7:5/4",
+    "0-7:1/0",  # bad strides
+    "a",
+    "1-",
+    "-1",
+    "1,,2",
+    "1,",
+    ",1",
+    "0x3",
+    "1-2-3",
+    "1:2/4",
+    "0-3:2",
+    "½",
+    "1;2",
+]
 
 
 def _outcome(impl, text: str) -> tuple[str, object]:
@@ -78,8 +104,18 @@ def test_the_corpus_means_what_it_says():
     assert "runs backwards" in _outcome(cpulist, "3-1")[1]
 
 
-@pytest.mark.parametrize("cpus", [[], [0], [0, 1], [5, 1, 2, 3, 9], [0, 2, 4], list(range(96, 128)),
-                                  [0, 1, 2, 7, 9, 10, 11, 64, 191]])
+@pytest.mark.parametrize(
+    "cpus",
+    [
+        [],
+        [0],
+        [0, 1],
+        [5, 1, 2, 3, 9],
+        [0, 2, 4],
+        list(range(96, 128)),
+        [0, 1, 2, 7, 9, 10, 11, 64, 191],
+    ],
+)
 def test_every_copy_formats_like_the_package(cpus):
     texts = {name: impl.format_cpulist(cpus) for name, impl in IMPLEMENTATIONS.items()}
     assert len(set(texts.values())) == 1, texts

@@ -19,8 +19,15 @@ COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
 MIB = 1 << 20
 # Xeon 6975P-C (the published host): CPUID 0x10 sub-leaf 0 EBX bits 1-2 (L3 and L2 CAT), 16-bit
 # CBMs (EAX = 15), I/O-shared L3 ways 14-15; 2 MiB L2 per core, 480 MiB L3, 3 SNC nodes
-GNR = {"res_ebx": 0x6, "l3_eax": 15, "l3_ebx": 0xC000, "l2_eax": 15,
-       "l2_bytes": 2 * MIB, "l3_bytes": 480 * MIB, "nodes": 3}
+GNR = {
+    "res_ebx": 0x6,
+    "l3_eax": 15,
+    "l3_ebx": 0xC000,
+    "l2_eax": 15,
+    "l2_bytes": 2 * MIB,
+    "l3_bytes": 480 * MIB,
+    "nodes": 3,
+}
 
 
 def kernel_headers() -> Path | None:
@@ -36,21 +43,52 @@ def layout_check(request, tmp_path_factory) -> Path:
         pytest.fail(f"{cc} is not installed (scripts/system-deps.sh installs it)")
     out = tmp_path_factory.mktemp(f"driver-{request.param}") / "layout_check"
     proc = subprocess.run(
-        [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{DRIVER}",
-         str(DRIVER / "layout_check.c"), "-o", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            cc,
+            "-std=c11",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            f"-I{DRIVER}",
+            str(DRIVER / "layout_check.c"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     return out
 
 
-def layout(binary: Path, l2_ways: int, l3_ways: int, l3_io: int = 0, *budget: int,
-           **cpuid: int) -> dict:
+def layout(
+    binary: Path, l2_ways: int, l3_ways: int, l3_io: int = 0, *budget: int, **cpuid: int
+) -> dict:
     v = {**GNR, **cpuid}
-    args = [str(a) for a in (v["res_ebx"], v["l3_eax"], v["l3_ebx"], v["l2_eax"], l2_ways,
-                             l3_ways, l3_io, v["l2_bytes"], v["l3_bytes"], v["nodes"], *budget)]
-    proc = subprocess.run([str(binary), "budget" if budget else "layout", *args],
-                          capture_output=True, text=True, timeout=30)
+    args = [
+        str(a)
+        for a in (
+            v["res_ebx"],
+            v["l3_eax"],
+            v["l3_ebx"],
+            v["l2_eax"],
+            l2_ways,
+            l3_ways,
+            l3_io,
+            v["l2_bytes"],
+            v["l3_bytes"],
+            v["nodes"],
+            *budget,
+        )
+    ]
+    proc = subprocess.run(
+        [str(binary), "budget" if budget else "layout", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -64,10 +102,17 @@ def test_abi_sizes_and_ioctl_numbers(layout_check):
     """§6.5: CAPS 10 _IOR, LOCK 11 _IOWR, UNLOCK 12 _IOW u32, MEASURE 13 _IOWR, RELOAD 14 _IOW
     u32, WORKER 15 _IOW; struct sizes from the field lists (u32 x6 + u64 x2; u64 x2 + s32 + u32
     x3; u32 x2 + u64 x8; s32 + u32)."""
-    abi = json.loads(subprocess.run([str(layout_check), "abi"], capture_output=True,
-                                    text=True, check=True).stdout)
-    sizes = {"pl_caps": 6 * 4 + 2 * 8, "pl_lock_req": 2 * 8 + 4 * 4,
-             "pl_measure": 2 * 4 + 8 * 8, "pl_clos_req": 8}
+    abi = json.loads(
+        subprocess.run(
+            [str(layout_check), "abi"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    sizes = {
+        "pl_caps": 6 * 4 + 2 * 8,
+        "pl_lock_req": 2 * 8 + 4 * 4,
+        "pl_measure": 2 * 4 + 8 * 8,
+        "pl_clos_req": 8,
+    }
     assert abi["version"] == 3 and abi["sizes"] == sizes
     read, write = 2, 1
     assert abi["ioctls"] == {
@@ -103,8 +148,13 @@ def test_l3_capacity_and_class_of_service_masks(layout_check):
 
 @pytest.mark.parametrize(
     ("l2_ways", "l3_ways", "io", "error"),
-    [(16, 0, 0, "l2_ways"), (-1, 0, 0, "l2_ways"), (12, 16, 0, "l3_ways"),
-     (12, 15, 0, "l3_io"), (12, 0, 2, "io_flag")],
+    [
+        (16, 0, 0, "l2_ways"),
+        (-1, 0, 0, "l2_ways"),
+        (12, 16, 0, "l3_ways"),
+        (12, 15, 0, "l3_io"),
+        (12, 0, 2, "io_flag"),
+    ],
 )
 def test_bad_parameters_are_rejected_with_einval(layout_check, l2_ways, l3_ways, io, error):
     got = layout(layout_check, l2_ways, l3_ways, io)
@@ -125,8 +175,17 @@ def test_cpu_without_l2_cat_is_enodev(layout_check):
 
 def test_masks_follow_the_cbm_length_cpuid_reports(layout_check):
     """A 12-bit L2 CBM (EAX = 11) and 11-bit L3: masks and capacity scale with it."""
-    got = layout(layout_check, 8, 4, l2_eax=11, l3_eax=10, l3_ebx=0x600,
-                 l2_bytes=MIB + MIB // 4, l3_bytes=60 * MIB, nodes=1)
+    got = layout(
+        layout_check,
+        8,
+        4,
+        l2_eax=11,
+        l3_eax=10,
+        l3_ebx=0x600,
+        l2_bytes=MIB + MIB // 4,
+        l3_bytes=60 * MIB,
+        nodes=1,
+    )
     assert got["l2_full"] == 0xFFF and got["l3_full"] == 0x7FF and got["l3_shared"] == 0x600
     assert got["l2_lock_bytes_per_core"] == (MIB + MIB // 4) // 12 * 8 * 7 // 8
     assert layout(layout_check, 12, 4, l2_eax=11)["error"] == "l2_ways"
@@ -134,8 +193,13 @@ def test_masks_follow_the_cbm_length_cpuid_reports(layout_check):
 
 @pytest.mark.parametrize(
     ("level", "used", "length", "want"),
-    [(2, 0, 1_605_632, 0), (2, 0, 1_605_633, -28), (2, 1_000_000, 700_000, -28),
-     (3, 0, int(122.5 * MIB), 0), (3, 4096, int(122.5 * MIB), -28)],
+    [
+        (2, 0, 1_605_632, 0),
+        (2, 0, 1_605_633, -28),
+        (2, 1_000_000, 700_000, -28),
+        (3, 0, int(122.5 * MIB), 0),
+        (3, 4096, int(122.5 * MIB), -28),
+    ],
 )
 def test_budget_is_enospc_past_the_lockable_bytes(layout_check, level, used, length, want):
     assert layout(layout_check, 14, 14, 0, level, used, length)["budget"] == want
@@ -153,18 +217,28 @@ def test_module_builds_against_distribution_headers_without_warnings(tmp_path):
         pytest.skip("no /usr/src/linux-headers-*-amd64 (apt-get install linux-headers-amd64)")
     build = tmp_path / "pseudo_lock_sram"
     shutil.copytree(DRIVER, build)
-    proc = subprocess.run(["make", "-C", str(build), f"KDIR={kdir}", "W=1"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["make", "-C", str(build), f"KDIR={kdir}", "W=1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     print(f"built against {kdir}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "warning" not in (proc.stdout + proc.stderr).lower(), proc.stderr[-3000:]
     ko = build / "pseudo_lock_sram.ko"
-    info = subprocess.run(["objcopy", "-O", "binary", "--only-section=.modinfo", str(ko),
-                           "/dev/stdout"], capture_output=True, timeout=60).stdout
+    info = subprocess.run(
+        ["objcopy", "-O", "binary", "--only-section=.modinfo", str(ko), "/dev/stdout"],
+        capture_output=True,
+        timeout=60,
+    ).stdout
     fields = [f.decode() for f in info.split(b"\0") if f]
     assert "license=GPL" in fields
     assert {f.split(":")[0] for f in fields if f.startswith("parmtype=")} == {
-        "parmtype=l2_ways", "parmtype=l3_ways", "parmtype=l3_io_ways"}
+        "parmtype=l2_ways",
+        "parmtype=l3_ways",
+        "parmtype=l3_io_ways",
+    }
 
 
 CHECKPATCH = REPO / ".cache" / "checkpatch"  # scripts/fetch-checkpatch.sh (make test runs it)
@@ -174,13 +248,20 @@ KERNEL_SOURCES = ("pseudo_lock_sram.c", "pl_abi.h", "pl_layout.h")
 def checkpatch(*files: Path) -> subprocess.CompletedProcess:
     tool = CHECKPATCH / "checkpatch.pl"
     if not tool.is_file():
-        why = (CHECKPATCH / "unavailable").read_text().strip() if (
-            CHECKPATCH / "unavailable").is_file() else "not fetched"
+        why = (
+            (CHECKPATCH / "unavailable").read_text().strip()
+            if (CHECKPATCH / "unavailable").is_file()
+            else "not fetched"
+        )
         pytest.skip(f"checkpatch.pl not available: {why} (bash scripts/fetch-checkpatch.sh)")
     # run outside the checkout: in a git tree checkpatch caches its CamelCase list there
-    return subprocess.run(["perl", str(tool), "--no-tree", "--show-types", "-f",
-                           *map(str, files)], capture_output=True, text=True, timeout=300,
-                          cwd=tempfile.gettempdir())
+    return subprocess.run(
+        ["perl", str(tool), "--no-tree", "--show-types", "-f", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tempfile.gettempdir(),
+    )
 
 
 def test_module_sources_pass_the_kernels_checkpatch():
@@ -199,13 +280,16 @@ def test_checkpatch_flags_a_planted_style_error(tmp_path):
     """The same run fails on a copy with a space-indented line and a bare mb()."""
     bad = tmp_path / "pseudo_lock_sram.c"
     text = (DRIVER / "pseudo_lock_sram.c").read_text()
-    bad.write_text(text.replace("\tlocal_irq_save(flags);", "        mb();\n\tlocal_irq_save(flags);",
-                                1))
+    bad.write_text(
+        text.replace("\tlocal_irq_save(flags);", "        mb();\n\tlocal_irq_save(flags);", 1)
+    )
     out = checkpatch(bad).stdout
     assert "CODE_INDENT" in out and "MEMORY_BARRIER" in out, out
 
 
-RESCTRL_PATCH = Path(__file__).resolve().parents[1] / "native/driver/resctrl-pseudo-lock-xeon-6.1.patch"
+RESCTRL_PATCH = (
+    Path(__file__).resolve().parents[1] / "native/driver/resctrl-pseudo-lock-xeon-6.1.patch"
+)
 XEON_MODELS = ("SAPPHIRERAPIDS_X", "EMERALDRAPIDS_X", "GRANITERAPIDS_X", "GRANITERAPIDS_D")
 
 
@@ -227,6 +311,11 @@ def test_resctrl_patch_is_well_formed_and_adds_the_xeon_models(tmp_path):
     target = tmp_path / "arch/x86/kernel/cpu/resctrl/pseudo_lock.c"
     target.parent.mkdir(parents=True)
     target.write_text("\n".join(original) + "\n")
-    proc = subprocess.run(["patch", "-p1", "--dry-run", "-F0", "-i", str(RESCTRL_PATCH)],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["patch", "-p1", "--dry-run", "-F0", "-i", str(RESCTRL_PATCH)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0 and "FAILED" not in proc.stdout, proc.stdout + proc.stderr

@@ -20,16 +20,24 @@ def tools(tmp_path_factory) -> tuple[Path, Path]:
     return build_with_emulation(tmp_path_factory.mktemp("emu"), "residency")
 
 
-def run_locked(tools, tmp_path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess,
-                                                                 list[str]]:
+def run_locked(
+    tools, tmp_path, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     binary, emu = tools
     log = tmp_path / "emu.log"
     device = str(tmp_path / "pseudo_lock")
     proc = subprocess.run(
         [str(binary), "--device", device, "--lock", "--steps", "20", *args],
-        capture_output=True, text=True, timeout=120,
-        env={"LD_PRELOAD": str(emu), "PL_EMU_DEVICE": device, "PL_EMU_LOG": str(log),
-             "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "LD_PRELOAD": str(emu),
+            "PL_EMU_DEVICE": device,
+            "PL_EMU_LOG": str(log),
+            "PATH": "/usr/bin:/bin",
+            **env,
+        },
     )
     return proc, log.read_text().splitlines() if log.exists() else []
 
@@ -37,8 +45,7 @@ def run_locked(tools, tmp_path, *args: str, **env: str) -> tuple[subprocess.Comp
 def test_lock_measure_and_close_sequence(tools, tmp_path):
     """Per worker: LOCK at level 2 on its own CPU, WORKER on, MEASURE before; MEASURE after
     the run; the descriptor's close releases both regions and both worker CPUs."""
-    proc, log = run_locked(tools, tmp_path, "--slice", "64K", "--cpus", "0,1",
-                           "--lock-ways", "12")
+    proc, log = run_locked(tools, tmp_path, "--slice", "64K", "--cpus", "0,1", "--lock-ways", "12")
     assert proc.returncode == 0, proc.stderr
     assert log[:2] == ["open fd=" + log[0].split("=")[1], "caps"]
     for cpu in (0, 1):
@@ -62,8 +69,9 @@ def test_slice_over_the_lockable_capacity_is_a_usage_error(tools, tmp_path):
 
 def test_enospc_when_the_core_budget_is_used(tools, tmp_path):
     """Another holder already locked 1 MiB on every core: a 512 KiB slice no longer fits."""
-    proc, log = run_locked(tools, tmp_path, "--slice", "512K", "--cpus", "0",
-                           PL_EMU_L2_USED="1048576")
+    proc, log = run_locked(
+        tools, tmp_path, "--slice", "512K", "--cpus", "0", PL_EMU_L2_USED="1048576"
+    )
     assert proc.returncode == 2, proc.stderr
     assert "budget is used up (ENOSPC" in proc.stderr
     assert "lock cpu=0 len=524288 level=2 -> -28" in log
@@ -80,8 +88,9 @@ def test_exdev_node_mismatch_is_a_failed_check(tools, tmp_path):
 
 
 def test_driver_with_other_ways_is_not_available(tools, tmp_path):
-    proc, log = run_locked(tools, tmp_path, "--slice", "64K", "--lock-ways", "14",
-                           PL_EMU_L2_WAYS="12")
+    proc, log = run_locked(
+        tools, tmp_path, "--slice", "64K", "--lock-ways", "14", PL_EMU_L2_WAYS="12"
+    )
     assert proc.returncode == 3
     assert "reserves 12 L2 ways (lock mask 0xfff), --lock-ways asks for 14" in proc.stderr
     assert not any(line.startswith("lock ") for line in log)

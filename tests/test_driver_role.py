@@ -38,14 +38,28 @@ rm -rf "{sys}/pseudo_lock_sram" "{dev}"
 
 
 def playbook(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+    }
     return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "inventory/localhost.yml",
-         "playbooks/sram_driver.yml",
-         "-e", f"sram_driver_state_file={tmp_path / 'state.json'}",
-         "-e", f"sram_driver_build_dir={tmp_path / 'build'}", *extra],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "inventory/localhost.yml",
+            "playbooks/sram_driver.yml",
+            "-e",
+            f"sram_driver_state_file={tmp_path / 'state.json'}",
+            "-e",
+            f"sram_driver_build_dir={tmp_path / 'build'}",
+            *extra,
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
@@ -71,20 +85,34 @@ def fake_kernel(tmp_path):
     (root / "dev").mkdir()
     proc = root / "proc_modules"
     proc.write_text("ext4 1 0 - Live 0x0\n")
-    paths = {"log": root / "calls.log", "proc": proc, "sys": root / "sys/module",
-             "dev": root / "dev/pseudo_lock"}
+    paths = {
+        "log": root / "calls.log",
+        "proc": proc,
+        "sys": root / "sys/module",
+        "dev": root / "dev/pseudo_lock",
+    }
     for name, text in (("insmod", INSMOD), ("rmmod", RMMOD)):
         script = root / name
         script.write_text(text.format(**paths))
         script.chmod(0o755)
-    args = ["-e", f"sram_driver_proc_modules={proc}",
-            "-e", f"sram_driver_modules_root={root / 'lib/modules'}",
-            "-e", f"sram_driver_sys_module={root / 'sys/module'}",
-            "-e", f"sram_driver_device={paths['dev']}",
-            "-e", f"sram_driver_kernel_release={release}",
-            "-e", f"sram_driver_insmod={root / 'insmod'}",
-            "-e", f"sram_driver_rmmod={root / 'rmmod'}",
-            "-e", "sram_driver_install_headers=false"]
+    args = [
+        "-e",
+        f"sram_driver_proc_modules={proc}",
+        "-e",
+        f"sram_driver_modules_root={root / 'lib/modules'}",
+        "-e",
+        f"sram_driver_sys_module={root / 'sys/module'}",
+        "-e",
+        f"sram_driver_device={paths['dev']}",
+        "-e",
+        f"sram_driver_kernel_release={release}",
+        "-e",
+        f"sram_driver_insmod={root / 'insmod'}",
+        "-e",
+        f"sram_driver_rmmod={root / 'rmmod'}",
+        "-e",
+        "sram_driver_install_headers=false",
+    ]
     return paths, args
 
 
@@ -103,8 +131,9 @@ def test_build_load_reload_and_restore_on_a_faked_module_directory(tmp_path, fak
     assert (tmp_path / "build/pseudo_lock_sram.ko").is_file()
     record = json.loads((tmp_path / "state.json").read_text())
     assert record["loaded"] is False and record["params"] == {}
-    assert calls(paths) == [f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=12 "
-                            "l3_ways=0 l3_io_ways=0"]
+    assert calls(paths) == [
+        f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=12 l3_ways=0 l3_io_ways=0"
+    ]
     assert oct(paths["dev"].stat().st_mode & 0o777) == "0o660"
 
     p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=12")
@@ -113,9 +142,10 @@ def test_build_load_reload_and_restore_on_a_faked_module_directory(tmp_path, fak
 
     p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=14")
     assert p.returncode == 0, p.stdout[-4000:]
-    assert calls(paths)[1:] == ["rmmod pseudo_lock_sram",
-                                f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=14 "
-                                "l3_ways=0 l3_io_ways=0"]
+    assert calls(paths)[1:] == [
+        "rmmod pseudo_lock_sram",
+        f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=14 l3_ways=0 l3_io_ways=0",
+    ]
     assert json.loads((tmp_path / "state.json").read_text()) == record  # first state kept
 
     p = playbook(tmp_path, *args, "-e", "sram_driver_state=absent")
@@ -133,8 +163,10 @@ def test_a_module_loaded_before_is_reloaded_with_its_old_parameters(tmp_path, fa
     paths, args = fake_kernel
     old = tmp_path / "old.ko"  # an earlier build, loaded before the role ran
     old.write_bytes(b"")
-    subprocess.run([str(paths["proc"].parent / "insmod"), str(old), "l2_ways=10",
-                    "l3_ways=2", "l3_io_ways=0"], check=True)
+    subprocess.run(
+        [str(paths["proc"].parent / "insmod"), str(old), "l2_ways=10", "l3_ways=2", "l3_io_ways=0"],
+        check=True,
+    )
     p = playbook(tmp_path, *args, "-e", "sram_driver_l2_ways=12")
     assert p.returncode == 0, p.stdout[-4000:]
     record = json.loads((tmp_path / "state.json").read_text())
@@ -142,8 +174,9 @@ def test_a_module_loaded_before_is_reloaded_with_its_old_parameters(tmp_path, fa
     assert record["params"] == {"l2_ways": 10, "l3_ways": 2, "l3_io_ways": 0}
     p = playbook(tmp_path, *args, "-e", "sram_driver_state=absent")
     assert p.returncode == 0, p.stdout[-4000:]
-    assert calls(paths)[-1] == (f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} "
-                                "l2_ways=10 l3_ways=2 l3_io_ways=0")
+    assert calls(paths)[-1] == (
+        f"insmod {tmp_path / 'build/pseudo_lock_sram.ko'} l2_ways=10 l3_ways=2 l3_io_ways=0"
+    )
 
 
 def test_missing_headers_are_reported(tmp_path, fake_kernel):

@@ -54,8 +54,9 @@ def test_env_cwd_and_cpu_pinning(executor, tmp_path):
         "import os, json; print(json.dumps([os.environ['SLAB_X'], os.getcwd(), "
         "sorted(os.sched_getaffinity(0))]))"
     )
-    result = executor.run([PY, "-c", code], env={"SLAB_X": "a b;c"}, cwd=str(tmp_path),
-                          timeout=30, cpus="0")  # fmt: skip
+    result = executor.run(
+        [PY, "-c", code], env={"SLAB_X": "a b;c"}, cwd=str(tmp_path), timeout=30, cpus="0"
+    )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == ["a b;c", str(tmp_path), [0]]
 
@@ -68,8 +69,9 @@ def test_exit_code_and_missing_program(executor):
 
 def test_pidfile_names_the_command(executor, tmp_path):
     pidfile = tmp_path / "target.pid"
-    result = executor.run([PY, "-c", "import os; print(os.getpid())"], timeout=30,
-                          pidfile=str(pidfile))  # fmt: skip
+    result = executor.run(
+        [PY, "-c", "import os; print(os.getpid())"], timeout=30, pidfile=str(pidfile)
+    )
     # setpriv and taskset exec into the command, so the PID we record is the command's.
     assert int(pidfile.read_text()) == int(result.stdout) == result.pgid
 

@@ -61,10 +61,17 @@ def test_remote_timeout_kills_the_process_group(executor, tmp_path):
 
 
 def test_env_cwd_and_pinning_over_ssh(executor, tmp_path):
-    code = ("import os, json; print(json.dumps([os.environ['SLAB_X'], os.getcwd(), "
-            "sorted(os.sched_getaffinity(0))]))")  # fmt: skip
-    result = executor.run(["/usr/bin/python3", "-c", code], env={"SLAB_X": "$(x)"},
-                          cwd=str(tmp_path), timeout=30, cpus="1")  # fmt: skip
+    code = (
+        "import os, json; print(json.dumps([os.environ['SLAB_X'], os.getcwd(), "
+        "sorted(os.sched_getaffinity(0))]))"
+    )
+    result = executor.run(
+        ["/usr/bin/python3", "-c", code],
+        env={"SLAB_X": "$(x)"},
+        cwd=str(tmp_path),
+        timeout=30,
+        cpus="1",
+    )
     assert json.loads(result.stdout) == ["$(x)", str(tmp_path), [1]]
 
 

@@ -73,13 +73,26 @@ def one_line_error(rc: int, err: str, *parts: str) -> None:
 # -- the spec corpus of issue 15, in one process (test_spec_bad_corpus runs it per process) ----
 
 ISSUE_15_SPECS = sorted(
-    p for p in BAD_SPECS.glob("*.yaml")
-    if p.stem.startswith(("limit_", "jinja_", "nul_", "timeout_n", "timeout_i", "cpulist_huge",
-                          "build_flags_"))
-    or p.stem in {"env_key_not_a_string", "key_reads_as_boolean", "complex_key",
-                  "recursive_alias", "deep_nesting", "nesting_over_limit", "alias_expansion_bomb",
-                  "control_character", "invalid_date", "huge_integer", "unused_profile_invalid"}
-)  # fmt: skip
+    p
+    for p in BAD_SPECS.glob("*.yaml")
+    if p.stem.startswith(
+        ("limit_", "jinja_", "nul_", "timeout_n", "timeout_i", "cpulist_huge", "build_flags_")
+    )
+    or p.stem
+    in {
+        "env_key_not_a_string",
+        "key_reads_as_boolean",
+        "complex_key",
+        "recursive_alias",
+        "deep_nesting",
+        "nesting_over_limit",
+        "alias_expansion_bomb",
+        "control_character",
+        "invalid_date",
+        "huge_integer",
+        "unused_profile_invalid",
+    }
+)
 
 
 def _header(path: Path, key: str) -> str:
@@ -105,16 +118,20 @@ def test_bad_spec_is_one_line_within_5_s(spec, inventory):
 BYTE_CASES = {
     "not_utf8": (HEADER.encode() + b"x: \xff\xfe\n", ":5: not UTF-8 text (byte 79)"),
     "latin1_comment": (b"# caf\xe9\n" + HEADER.encode(), ":1: not UTF-8 text"),
-    "nul_in_key": (HEADER.encode() + b"\"a\\0\": 1\n", "a NUL character"),
+    "nul_in_key": (HEADER.encode() + b'"a\\0": 1\n', "a NUL character"),
     "escape_char": (HEADER.encode() + b"x: \x1b[31m\n", "control character U+001B"),
     "c1_control": (HEADER.encode() + "x: \u0085\u0091\n".encode(), "control character U+0091"),
     "truncated_flow": (b"schema_version: 1\nexperiments: [{name: a, command: ", "YAML syntax"),
     "tab_indent": (b"schema_version: 1\n\tcampaign: x\n", "YAML syntax error"),
     "two_documents": (HEADER.encode() + b"---\nx: 1\n", "YAML syntax error"),
-    "float_overflow": (HEADER.encode().replace(b"'true'}", b"'true', timeout_s: 1.0e+999}"),
-                       "'1.0e+999' is not a finite number"),
-    "python_tag": (HEADER.encode() + b"x: !!python/object/apply:os.system [echo]\n",
-                   "unsupported YAML"),
+    "float_overflow": (
+        HEADER.encode().replace(b"'true'}", b"'true', timeout_s: 1.0e+999}"),
+        "'1.0e+999' is not a finite number",
+    ),
+    "python_tag": (
+        HEADER.encode() + b"x: !!python/object/apply:os.system [echo]\n",
+        "unsupported YAML",
+    ),
 }
 
 
@@ -138,8 +155,13 @@ def test_spec_over_the_size_limit_is_refused_before_it_is_read(tmp_path, invento
         fh.write(HEADER)
         fh.write("# padding\n" * 900_000)  # 9 MB of comments
     rc, _, err = cli("plan", spec, "--inventory", inventory)
-    one_line_error(rc, err, f"{spec}: the spec is 9", "over the limit of 8388608 bytes",
-                   "SOCKETLAB_LIMIT_SPEC_BYTES")
+    one_line_error(
+        rc,
+        err,
+        f"{spec}: the spec is 9",
+        "over the limit of 8388608 bytes",
+        "SOCKETLAB_LIMIT_SPEC_BYTES",
+    )
 
 
 def test_a_limit_is_a_setting_the_user_can_raise(tmp_path, inventory, monkeypatch):
@@ -147,8 +169,9 @@ def test_a_limit_is_a_setting_the_user_can_raise(tmp_path, inventory, monkeypatc
     spec.write_text(HEADER.replace("'true'}", "'true', repetitions: 20}"))
     monkeypatch.setenv("SOCKETLAB_LIMIT_REPETITIONS", "10")
     rc, _, err = cli("plan", spec, "--inventory", inventory)
-    one_line_error(rc, err, "repetitions 20, over the limit of 10 (SOCKETLAB_LIMIT_REPETITIONS "
-                   "raises it)")
+    one_line_error(
+        rc, err, "repetitions 20, over the limit of 10 (SOCKETLAB_LIMIT_REPETITIONS raises it)"
+    )
     monkeypatch.setenv("SOCKETLAB_LIMIT_REPETITIONS", "30")
     rc, out, err = cli("plan", spec, "--inventory", inventory)
     assert rc == 0, err
@@ -167,8 +190,13 @@ def test_56000_experiments_with_an_error_in_the_last(tmp_path, inventory):
     spec.write_text("\n".join(lines) + "\n")
     print(f"{spec.stat().st_size} bytes")
     rc, _, err = cli("plan", spec, "--inventory", inventory)
-    one_line_error(rc, err, f"{spec}:", "with its aliases expanded, has 100001 values, over the "
-                   "limit of 100000 values (SOCKETLAB_LIMIT_YAML_NODES raises it)")
+    one_line_error(
+        rc,
+        err,
+        f"{spec}:",
+        "with its aliases expanded, has 100001 values, over the "
+        "limit of 100000 values (SOCKETLAB_LIMIT_YAML_NODES raises it)",
+    )
 
 
 def test_2000_experiments_with_an_error_in_the_last(tmp_path, inventory):
@@ -186,8 +214,12 @@ def test_2000_experiments_with_an_error_in_the_last(tmp_path, inventory):
 
 def test_non_finite_published_values_never_reach_a_verdict(tmp_path):
     good = GOOD_PUBLISHED.read_text()
-    for bad, word in ((".inf", "'.inf'"), ("-.Inf", "'-.Inf'"), (".nan", "'.nan'"),
-                      ("1.0e+400", "'1.0e+400'")):  # fmt: skip
+    for bad, word in (
+        (".inf", "'.inf'"),
+        ("-.Inf", "'-.Inf'"),
+        (".nan", "'.nan'"),
+        ("1.0e+400", "'1.0e+400'"),
+    ):
         path = tmp_path / "p.yaml"
         path.write_text(good.replace("bandwidth_total: 100}", f"bandwidth_total: {bad}}}"))
         with pytest.raises(SpecError, match=re.escape(f"{word} is not a finite number")):
@@ -203,8 +235,17 @@ def test_non_finite_published_values_never_reach_a_verdict(tmp_path):
 def _store_with_one_run(results: Path) -> Path:
     path = store_path("fs", results)
     with Store(path) as store:
-        store.add_run(RunRecord(run_key="k1", campaign="fs", experiment="e", host="h",
-                                repetition=0, params={"n": 1}, status="ok"))  # fmt: skip
+        store.add_run(
+            RunRecord(
+                run_key="k1",
+                campaign="fs",
+                experiment="e",
+                host="h",
+                repetition=0,
+                params={"n": 1},
+                status="ok",
+            )
+        )
     return path
 
 
@@ -253,13 +294,16 @@ def test_status_report_export_read_a_store_on_a_read_only_medium(tmp_path):
     _store_with_one_run(results)
     out = tmp_path / "out"
     out.mkdir()
-    script = (f"mount --bind -o ro {results} {results} && "
-              f"{sys.executable} -m socketlab.cli status fs --results {results} && "
-              f"{sys.executable} -m socketlab.cli report fs --results {results} && "
-              f"{sys.executable} -m socketlab.cli export fs --results {results} -o {out}/m.csv && "
-              f"! touch {results}/fs/x 2>/dev/null")  # fmt: skip
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    script = (
+        f"mount --bind -o ro {results} {results} && "
+        f"{sys.executable} -m socketlab.cli status fs --results {results} && "
+        f"{sys.executable} -m socketlab.cli report fs --results {results} && "
+        f"{sys.executable} -m socketlab.cli export fs --results {results} -o {out}/m.csv && "
+        f"! touch {results}/fs/x 2>/dev/null"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert "campaign fs: 1 runs" in proc.stdout
@@ -284,11 +328,26 @@ def test_mid_run_store_failure_stops_the_host_with_one_line(tmp_path, capsys):
 
     spec = load_spec(spec_path)
     plan = expand_points(spec, {"localhost": {"topology": {}}})
-    host = InventoryHost(name="localhost", connection="local", address="localhost", port=22,
-                         user=None, key_file=None, ssh_common_args="", python=sys.executable)
-    runner = Runner(campaign="bad", points=plan.points, hosts={"localhost": host},
-                    profiles={"localhost": "p"}, store=store, results_dir=tmp_path / "r",
-                    reporter=Reporter(), workroot=str(tmp_path / "w"))  # fmt: skip
+    host = InventoryHost(
+        name="localhost",
+        connection="local",
+        address="localhost",
+        port=22,
+        user=None,
+        key_file=None,
+        ssh_common_args="",
+        python=sys.executable,
+    )
+    runner = Runner(
+        campaign="bad",
+        points=plan.points,
+        hosts={"localhost": host},
+        profiles={"localhost": "p"},
+        store=store,
+        results_dir=tmp_path / "r",
+        reporter=Reporter(),
+        workroot=str(tmp_path / "w"),
+    )
     with within(30):
         summary = runner.run()
     err = capsys.readouterr().err
@@ -305,9 +364,13 @@ def test_mid_run_store_failure_stops_the_host_with_one_line(tmp_path, capsys):
 def test_yaml_keys_never_reach_the_model_as_non_strings(tmp_path):
     from socketlab.yamlload import load_document
 
-    for text, expect in (("{1: a}", "reads as YAML int"), ("{null: a}", "reads as YAML null"),
-                         ("{on: a}", "reads as YAML bool"), ("{? [a]: 1}", "complex key"),
-                         ("{2026-01-01: a}", "reads as YAML timestamp")):  # fmt: skip
+    for text, expect in (
+        ("{1: a}", "reads as YAML int"),
+        ("{null: a}", "reads as YAML null"),
+        ("{on: a}", "reads as YAML bool"),
+        ("{? [a]: 1}", "complex key"),
+        ("{2026-01-01: a}", "reads as YAML timestamp"),
+    ):
         with pytest.raises(SpecError, match=expect):
             load_document(tmp_path / "x.yaml", text)
     data, _ = load_document(tmp_path / "x.yaml", "{'1': a, base: &b {x: 1}, c: {<<: *b, y: 2}}")
@@ -322,11 +385,18 @@ def test_yaml_keys_never_reach_the_model_as_non_strings(tmp_path):
 def test_build_flags_never_reach_a_shell(tmp_path, inventory, flags):
     marker = tmp_path / "pwned"
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "schema_version": 1, "campaign": "flags",
-        "builds": {"native": {"source": ".", "target": "all", "flags": flags.format(m=marker)}},
-        "experiments": [{"name": "a", "build": "native", "command": "true"}],
-    }))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "schema_version": 1,
+                "campaign": "flags",
+                "builds": {
+                    "native": {"source": ".", "target": "all", "flags": flags.format(m=marker)}
+                },
+                "experiments": [{"name": "a", "build": "native", "command": "true"}],
+            }
+        )
+    )
     rc, _, err = cli("run", spec, "--inventory", inventory, "--results", tmp_path / "r")
     one_line_error(rc, err, "builds.native.flags: character", "is not allowed")
     assert not marker.exists()
@@ -335,16 +405,25 @@ def test_build_flags_never_reach_a_shell(tmp_path, inventory, flags):
 # -- a CPU or token list over a limit names the limit (not "expected a CPU list") ------------
 
 LIMIT_LISTS = {
-    "cpu_id": ("cpus: '0-4000000000'", "experiments[0].cpus: renders to '0-4000000000' on "
-               "host localhost: CPU id 4000000000, over the limit of 1048576 "
-               "(SOCKETLAB_LIMIT_CPU_ID raises it)"),
+    "cpu_id": (
+        "cpus: '0-4000000000'",
+        "experiments[0].cpus: renders to '0-4000000000' on "
+        "host localhost: CPU id 4000000000, over the limit of 1048576 "
+        "(SOCKETLAB_LIMIT_CPU_ID raises it)",
+    ),
     "cpu_id_digits": ("cpus: '0-" + "9" * 5000 + "'", "a 5000-digit CPU id, over the limit"),
-    "cpu_count": ("cpus: '0-100000'", "experiments[0].cpus: renders to '0-100000' on host "
-                  "localhost: 100001 CPUs, over the limit of 65536 CPUs "
-                  "(SOCKETLAB_LIMIT_CPUS raises it)"),
-    "filter": ("env: {N: \"{{ '0-4000000000' | cpus | length }}\"}",
-               "experiments[0].env.N: template", "its CPU list has CPU id 4000000000, over the "
-               "limit of 1048576 (SOCKETLAB_LIMIT_CPU_ID raises it)"),
+    "cpu_count": (
+        "cpus: '0-100000'",
+        "experiments[0].cpus: renders to '0-100000' on host "
+        "localhost: 100001 CPUs, over the limit of 65536 CPUs "
+        "(SOCKETLAB_LIMIT_CPUS raises it)",
+    ),
+    "filter": (
+        "env: {N: \"{{ '0-4000000000' | cpus | length }}\"}",
+        "experiments[0].env.N: template",
+        "its CPU list has CPU id 4000000000, over the "
+        "limit of 1048576 (SOCKETLAB_LIMIT_CPU_ID raises it)",
+    ),
 }
 
 
@@ -386,8 +465,15 @@ def test_suppressed_token_ids_are_counted_before_they_are_made(ids, tmp_path):
     text = (HERE.parent / "experiments" / "serving-tiny.yaml").read_text()
     spec.write_text(text.replace('suppress_token_ids: "2-258"', f'suppress_token_ids: "{ids}"'))
     inv = tmp_path / "hosts.yml"
-    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
-                   "      serve_python: python3\n      serve_model: /m.gguf\n")
+    inv.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        "      serve_python: python3\n      serve_model: /m.gguf\n"
+    )
     rc, _, err = cli("plan", spec, "--inventory", inv)
-    one_line_error(rc, err, f"{spec}:", "experiments[0].serving.suppress_token_ids: ",
-                   "token ids, over the limit of 1048576 token ids (SOCKETLAB_LIMIT_TOKEN_IDS")
+    one_line_error(
+        rc,
+        err,
+        f"{spec}:",
+        "experiments[0].serving.suppress_token_ids: ",
+        "token ids, over the limit of 1048576 token ids (SOCKETLAB_LIMIT_TOKEN_IDS",
+    )

@@ -19,9 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def agent():
-    proc = subprocess.Popen([sys.executable, "-I", "-S", str(REPO / "collectors" / "_runwrap.py"),
-                             "serve", "--idle", "600"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(REPO / "collectors" / "_runwrap.py"),
+            "serve",
+            "--idle",
+            "600",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert json.loads(proc.stdout.readline())["ready"]
     yield proc
     proc.stdin.close()  # EOF: the agent stops what it holds and exits
@@ -38,8 +49,13 @@ def reply(agent) -> dict:
 
 
 def _run(tmp_path: Path, name: str, *argv: str) -> dict:
-    return {"op": "run", "argv": list(argv), "timeout": 120, "out_dir": str(tmp_path / name),
-            "pidfile": str(tmp_path / f"{name}.pid")}
+    return {
+        "op": "run",
+        "argv": list(argv),
+        "timeout": 120,
+        "out_dir": str(tmp_path / name),
+        "pidfile": str(tmp_path / f"{name}.pid"),
+    }
 
 
 def test_an_interrupt_kills_the_run_in_flight_by_its_group(agent, tmp_path):

@@ -36,15 +36,19 @@ time.sleep(600)
 def _perf_works() -> bool:
     if shutil.which("perf") is None:
         return False
-    probe = subprocess.run(["perf", "stat", "-a", "-e", "task-clock", "--", "true"],
-                           capture_output=True, timeout=30)
+    probe = subprocess.run(
+        ["perf", "stat", "-a", "-e", "task-clock", "--", "true"], capture_output=True, timeout=30
+    )
     return probe.returncode == 0
 
 
 @pytest.mark.skipif(not _perf_works(), reason="perf stat -a does not run here")
 def test_perf_of_the_dram_counter_dies_with_a_sigkilled_orchestrator(tmp_path):
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / "dram.csv")],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path / "dram.csv")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         pids = json.loads(holder.stdout.readline())
         assert len(pids) >= 2, pids  # perf and the sleep it counts over

@@ -30,23 +30,63 @@ CASE_S = 5  #: CPU seconds per case
 CASE_WALL_S = 60  #: wall seconds per case
 CASE_MIB = 512
 
-SPEC_SEEDS = sorted([*ROOT.glob("experiments/*.yaml"), *ROOT.glob("tests/specs/good/*.yaml"),
-                     *ROOT.glob("tests/specs/bad/*.yaml")])  # fmt: skip
-PUBLISHED_SEEDS = sorted([*ROOT.glob("experiments/published/*.yaml"),
-                          *ROOT.glob("tests/published/*.yaml"),
-                          *ROOT.glob("tests/published/bad/*.yaml")])  # fmt: skip
+SPEC_SEEDS = sorted(
+    [
+        *ROOT.glob("experiments/*.yaml"),
+        *ROOT.glob("tests/specs/good/*.yaml"),
+        *ROOT.glob("tests/specs/bad/*.yaml"),
+    ]
+)
+PUBLISHED_SEEDS = sorted(
+    [
+        *ROOT.glob("experiments/published/*.yaml"),
+        *ROOT.glob("tests/published/*.yaml"),
+        *ROOT.glob("tests/published/bad/*.yaml"),
+    ]
+)
 
 BOMBS = [
-    "{{ 'x' * 1000000000 }}", "{{ 10 ** 100000000 }}", "{{ '%0999999999d' % 1 }}",
+    "{{ 'x' * 1000000000 }}",
+    "{{ 10 ** 100000000 }}",
+    "{{ '%0999999999d' % 1 }}",
     "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
-    "{{ 'ab'.center(2000000000) }}", "{{ '{:>999999999}'.format(1) }}", "{{ range(10**9) }}",
-    "{{ 'a'|indent(10**9) }}", "{{ ('x'*100000)|wordwrap(1) }}", "{{ [1]*10**9 }}",
-    "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "{{ ''.__class__ }}",
-    "{{ cycler }}", "{{ '0-4000000000' | cpus }}", "{{ facts.workers | cpulist }}",
-]  # fmt: skip
-VALUES = ["1e308", "1.0e+400", "-1", "0", ".nan", ".inf", "-.inf", "9" * 5000, "[]", "{}",
-          "[[[[[[]]]]]]", "null", "yes", '"a\\0b"', "!!binary aGk=", "2026-02-30", "*nope",
-          "&a [*a]", "? [a, b]", '"\\x01"', "0-4000000000", "1000000000", "'{{ 1 }}'"]  # fmt: skip
+    "{{ 'ab'.center(2000000000) }}",
+    "{{ '{:>999999999}'.format(1) }}",
+    "{{ range(10**9) }}",
+    "{{ 'a'|indent(10**9) }}",
+    "{{ ('x'*100000)|wordwrap(1) }}",
+    "{{ [1]*10**9 }}",
+    "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "{{ ''.__class__ }}",
+    "{{ cycler }}",
+    "{{ '0-4000000000' | cpus }}",
+    "{{ facts.workers | cpulist }}",
+]
+VALUES = [
+    "1e308",
+    "1.0e+400",
+    "-1",
+    "0",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "9" * 5000,
+    "[]",
+    "{}",
+    "[[[[[[]]]]]]",
+    "null",
+    "yes",
+    '"a\\0b"',
+    "!!binary aGk=",
+    "2026-02-30",
+    "*nope",
+    "&a [*a]",
+    "? [a, b]",
+    '"\\x01"',
+    "0-4000000000",
+    "1000000000",
+    "'{{ 1 }}'",
+]
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -67,8 +107,27 @@ def _flip(rng, data):
 
 def _insert(rng, data):
     at = rng.randrange(len(data) + 1)
-    junk = rng.choice([b"\x00", b"\xff\xfe", b"\x1b[", b"\t", b"\r", b"'", b'"', b"{", b"[",
-                       b": ", b"- ", b"&a ", b"*a", b"!!", b"%YAML 1.1\n", b"---\n", b"?"])  # fmt: skip
+    junk = rng.choice(
+        [
+            b"\x00",
+            b"\xff\xfe",
+            b"\x1b[",
+            b"\t",
+            b"\r",
+            b"'",
+            b'"',
+            b"{",
+            b"[",
+            b": ",
+            b"- ",
+            b"&a ",
+            b"*a",
+            b"!!",
+            b"%YAML 1.1\n",
+            b"---\n",
+            b"?",
+        ]
+    )
     return data[:at] + junk + data[at:]
 
 
@@ -94,7 +153,8 @@ def _nest(rng, data):
 def _aliases(rng, data):
     width, depth = rng.randint(2, 12), rng.randint(2, 9)
     text = "\nb0: &b0 [x]\n" + "".join(
-        f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * width)}]\n" for i in range(1, depth))
+        f"b{i}: &b{i} [{', '.join([f'*b{i - 1}'] * width)}]\n" for i in range(1, depth)
+    )
     return data + text.encode()
 
 
@@ -108,15 +168,14 @@ def _value(rng, data):
         return data
     m = rng.choice(spots)
     new = rng.choice(VALUES + [json.dumps(b) for b in BOMBS]).encode()
-    return data[: m.start(2)] + new + data[m.end(2):]
+    return data[: m.start(2)] + new + data[m.end(2) :]
 
 
 def _key(rng, data):
     lines = data.split(b"\n")
     i = rng.randrange(len(lines))
     key = rng.choice([b"yes", b"1", b"null", b"? [a, b]", b"2026-01-01", b'"a\\0"', b"on"])
-    lines[i] = re.sub(rb"^(\s*(?:- )?)[A-Za-z_][\w.-]*(?=:)", lambda m: m.group(1) + key,
-                      lines[i])  # fmt: skip
+    lines[i] = re.sub(rb"^(\s*(?:- )?)[A-Za-z_][\w.-]*(?=:)", lambda m: m.group(1) + key, lines[i])
     return b"\n".join(lines)
 
 
@@ -124,22 +183,39 @@ def _template(rng, data):
     spots = [m for m in re.finditer(rb"\{\{[^}\n]*\}\}", data)]
     bomb = rng.choice(BOMBS).encode()
     if not spots:
-        return data.replace(b"command: ", b"command: " + json.dumps(bomb.decode()).encode() +
-                            b" #", 1)  # fmt: skip
+        return data.replace(
+            b"command: ", b"command: " + json.dumps(bomb.decode()).encode() + b" #", 1
+        )
     m = rng.choice(spots)
-    return data[: m.start()] + bomb + data[m.end():]
+    return data[: m.start()] + bomb + data[m.end() :]
 
 
 def _sweep(rng, data):
-    axes = "".join(f"        a{i}: [{', '.join(str(j) for j in range(rng.randint(5, 30)))}]\n"
-                   for i in range(rng.randint(2, 7)))  # fmt: skip
-    text = ("\n  - name: fuzz_sweep\n    command: \"echo {{ a0 }}\"\n"
-            f"    repetitions: {rng.choice((1, 100, 10**6))}\n    sweep:\n      matrix:\n{axes}")
+    axes = "".join(
+        f"        a{i}: [{', '.join(str(j) for j in range(rng.randint(5, 30)))}]\n"
+        for i in range(rng.randint(2, 7))
+    )
+    text = (
+        '\n  - name: fuzz_sweep\n    command: "echo {{ a0 }}"\n'
+        f"    repetitions: {rng.choice((1, 100, 10**6))}\n    sweep:\n      matrix:\n{axes}"
+    )
     return data.replace(b"\nexperiments:", b"\nexperiments:" + text.encode(), 1)
 
 
-MUTATORS = [_flip, _insert, _truncate, _duplicate, _nest, _aliases, _value, _value, _key,
-            _template, _template, _sweep]  # fmt: skip
+MUTATORS = [
+    _flip,
+    _insert,
+    _truncate,
+    _duplicate,
+    _nest,
+    _aliases,
+    _value,
+    _value,
+    _key,
+    _template,
+    _template,
+    _sweep,
+]
 
 
 # -- the child: one process, every case, the bounds enforced here ----------------------------
@@ -169,8 +245,10 @@ def _run_cases(seed: int, cases: int, workdir: Path) -> int:
     signal.signal(signal.SIGALRM, expired)
     signal.signal(signal.SIGPROF, expired)
     rng = random.Random(seed)
-    seeds = {"spec": [p.read_bytes() for p in SPEC_SEEDS],
-             "published": [p.read_bytes() for p in PUBLISHED_SEEDS]}
+    seeds = {
+        "spec": [p.read_bytes() for p in SPEC_SEEDS],
+        "published": [p.read_bytes() for p in PUBLISHED_SEEDS],
+    }
     counts = {"result": 0, "user error": 0}
     slowest = 0.0
     for n in range(cases):
@@ -194,8 +272,13 @@ def _run_cases(seed: int, cases: int, workdir: Path) -> int:
                 return _fail(seed, n, path, f"user error not one line: {text!r}")
             counts["user error"] += 1
         except CaseTimeout:
-            return _fail(seed, n, path, f"no answer within {CASE_S} s of CPU "
-                         f"({time.perf_counter() - t0:.1f} s of wall time)")
+            return _fail(
+                seed,
+                n,
+                path,
+                f"no answer within {CASE_S} s of CPU "
+                f"({time.perf_counter() - t0:.1f} s of wall time)",
+            )
         except MemoryError:
             return _fail(seed, n, path, f"more than {CASE_MIB} MiB")
         except BaseException as exc:  # noqa: BLE001 - any other exception is the bug we hunt
@@ -222,8 +305,17 @@ def _host_facts() -> dict:
     from socketlab.spec.model import Spec
 
     fixture = ROOT / "tests" / "fixtures" / "topology" / "c8i-metal-48xl.json"
-    spec = Spec(path=Path("fuzz.yaml"), sha256="", campaign="fuzz", description="", hosts=None,
-                isolation={}, requires=None, builds={}, lines={})  # fmt: skip
+    spec = Spec(
+        path=Path("fuzz.yaml"),
+        sha256="",
+        campaign="fuzz",
+        description="",
+        hosts=None,
+        isolation={},
+        requires=None,
+        builds={},
+        lines={},
+    )
     return assumed_host_facts(spec, [f"fuzzhost={fixture}"])
 
 
@@ -235,10 +327,22 @@ def test_fuzz_loaders_and_planner(tmp_path):
     cases = int(os.environ.get("SOCKETLAB_FUZZ_CASES") or 2000)
     print(f"fuzz seed {seed} ({cases} cases; replay: SOCKETLAB_FUZZ_SEED={seed})")
     proc = subprocess.run(
-        [sys.executable, "-m", "tests.test_hardening_fuzz", "--seed", str(seed),
-         "--cases", str(cases), "--dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600 + cases * CASE_S,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.test_hardening_fuzz",
+            "--seed",
+            str(seed),
+            "--cases",
+            str(cases),
+            "--dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600 + cases * CASE_S,
+    )
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     assert proc.returncode == 0, f"seed {seed}: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
     summary = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,9 +18,11 @@ from tests.support.campaign import PY, local_inventory, stored, write_spec
 from tests.support.procs import alive, wait_for
 
 #: a run that says it started (its PID in a file), then sleeps while the hold file exists
-SLOW = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
-        "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); "
-        "print('{\"type\": \"metric\", \"name\": \"x\", \"value\": 1, \"unit\": \"1\"}')")
+SLOW = (
+    "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+    "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); "
+    'print(\'{"type": "metric", "name": "x", "value": 1, "unit": "1"}\')'
+)
 
 
 def _pids(folder: Path, pattern: str) -> list[int]:
@@ -31,18 +33,34 @@ def _pids(folder: Path, pattern: str) -> list[int]:
 def test_signal_mid_run_stops_everything_and_resume_completes(tmp_path, sig):
     marker, hold = tmp_path / "started", tmp_path / "hold"
     hold.write_text("")
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "stop",
-        "defaults": {"timeout_s": 120, "collectors": ["proc_noise", "proc_peakmem"]},
-        "experiments": [{
-            "name": "slow", "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
-            "sweep": {"matrix": {"n": [1, 2, 3]}},
-            "metrics": {"parser": "jsonl"},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "stop",
+            "defaults": {"timeout_s": 120, "collectors": ["proc_noise", "proc_peakmem"]},
+            "experiments": [
+                {
+                    "name": "slow",
+                    "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
+                    "sweep": {"matrix": {"n": [1, 2, 3]}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--inventory", str(local_inventory(tmp_path)), "--plain"]
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(local_inventory(tmp_path)),
+        "--plain",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = Path(f"{marker}-1")
@@ -61,8 +79,10 @@ def test_signal_mid_run_stops_everything_and_resume_completes(tmp_path, sig):
     assert proc.returncode == 128 + sig
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("orchestrate: stopped")]
-    assert lines == [f"orchestrate: stopped by {sig.name}: 1 runs interrupted, 1 stored this "
-                     f"session; `orchestrate run {spec}` resumes"], err
+    assert lines == [
+        f"orchestrate: stopped by {sig.name}: 1 runs interrupted, 1 stored this "
+        f"session; `orchestrate run {spec}` resumes"
+    ], err
     wait_for(lambda: not alive(target), 2, f"the run's PID {target} to be gone")
     for pid in collectors:
         wait_for(lambda pid=pid: not alive(pid), 2, f"collector PID {pid} to be gone")
@@ -78,8 +98,9 @@ def test_signal_mid_run_stops_everything_and_resume_completes(tmp_path, sig):
     assert sorted(r.status for r in runs.values()) == ["ok", "ok", "ok"]
     assert sorted(r.params["n"] for r in runs.values()) == [1, 2, 3]
     assert all(r.attempts == (2 if r.params["n"] == 1 else 1) for r in runs.values())
-    assert not any(alive(pid) for pid in _pids(tmp_path / "work", "proc_*.pid")), \
+    assert not any(alive(pid) for pid in _pids(tmp_path / "work", "proc_*.pid")), (
         "collectors of the resumed runs outlived them"
+    )
     os.sync()
 
 
@@ -90,13 +111,23 @@ def test_a_refused_second_orchestrator_of_the_campaign_leaves_no_host_note(tmp_p
     from socketlab.execute.local import LocalExecutor
     from socketlab.store import Store, store_path
 
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "busy", "experiments": [{"name": "a", "command": ["true"],
-                                            "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "busy",
+            "experiments": [{"name": "a", "command": ["true"], "metrics": {"parser": "jsonl"}}],
+        },
+    )
     results = tmp_path / "results"
-    run = ["run", str(spec), "--results", str(results), "--inventory", str(local_inventory(tmp_path)),
-           "--plain"]  # fmt: skip
+    run = [
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(local_inventory(tmp_path)),
+        "--plain",
+    ]
     for holder, noted in (("busy", False), ("someone-else", True)):
         other = LocalExecutor("localhost", workroot=str(tmp_path / "work"))
         other.connect()

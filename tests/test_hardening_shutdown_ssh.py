@@ -24,11 +24,13 @@ pytestmark = pytest.mark.netns
 GONE_S = 2.0
 
 #: says its PID and its child's (one group), then sleeps while the hold file exists
-SLOW = ("import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
-        "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}'); "
-        "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); "
-        "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); child.kill(); "
-        "print('{\"type\": \"metric\", \"name\": \"x\", \"value\": 1, \"unit\": \"1\"}')")
+SLOW = (
+    "import os, subprocess, sys, time; child = subprocess.Popen(['sleep', '600']); "
+    "open(sys.argv[1] + '.tmp', 'w').write(f'{os.getpid()} {child.pid}'); "
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); "
+    "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); child.kill(); "
+    'print(\'{"type": "metric", "name": "x", "value": 1, "unit": "1"}\')'
+)
 
 
 def _inventory(pool, tmp_path: Path) -> Path:
@@ -39,21 +41,38 @@ def _inventory(pool, tmp_path: Path) -> Path:
     return path
 
 
-def test_sigterm_mid_run_over_ssh_kills_the_remote_run_and_resume_reruns_it(ssh_pool,
-                                                                             tmp_path):
+def test_sigterm_mid_run_over_ssh_kills_the_remote_run_and_resume_reruns_it(ssh_pool, tmp_path):
     marker, hold = tmp_path / "started", tmp_path / "hold"
     hold.write_text("")
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "stop-ssh", "hosts": {"group": "testhosts"},
-        "defaults": {"timeout_s": 120, "collectors": ["proc_peakmem"]},
-        "experiments": [{
-            "name": "slow", "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
-            "sweep": {"matrix": {"n": [1, 2]}}, "metrics": {"parser": "jsonl"},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "stop-ssh",
+            "hosts": {"group": "testhosts"},
+            "defaults": {"timeout_s": 120, "collectors": ["proc_peakmem"]},
+            "experiments": [
+                {
+                    "name": "slow",
+                    "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
+                    "sweep": {"matrix": {"n": [1, 2]}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--inventory", str(_inventory(ssh_pool, tmp_path)), "--plain"]
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(_inventory(ssh_pool, tmp_path)),
+        "--plain",
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = Path(f"{marker}-1")
@@ -72,8 +91,10 @@ def test_sigterm_mid_run_over_ssh_kills_the_remote_run_and_resume_reruns_it(ssh_
     assert proc.returncode == 128 + signal.SIGTERM
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("orchestrate: stopped")]
-    assert lines == ["orchestrate: stopped by SIGTERM: 1 runs interrupted, 1 stored this "
-                     f"session; `orchestrate run {spec}` resumes"], err
+    assert lines == [
+        "orchestrate: stopped by SIGTERM: 1 runs interrupted, 1 stored this "
+        f"session; `orchestrate run {spec}` resumes"
+    ], err
     for pid in collectors:
         wait_for(lambda pid=pid: not alive(pid), GONE_S, f"collector PID {pid} to be gone")
     runs = stored(results, "stop-ssh")
@@ -86,4 +107,6 @@ def test_sigterm_mid_run_over_ssh_kills_the_remote_run_and_resume_reruns_it(ssh_
     assert done.returncode == 0, done.stderr
     runs = stored(results, "stop-ssh")
     assert sorted((r.params["n"], r.status, r.attempts) for r in runs.values()) == [
-        (1, "ok", 2), (2, "ok", 1)]
+        (1, "ok", 2),
+        (2, "ok", 1),
+    ]

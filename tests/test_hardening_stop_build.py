@@ -24,7 +24,7 @@ from tests.support.campaign import PY, stored, write_spec
 from tests.support.procs import alive, wait_for
 
 #: what the point runs (in the build's folder): one metric
-EMIT = "print('{\"type\": \"metric\", \"name\": \"x\", \"value\": 1, \"unit\": \"1\"}')"
+EMIT = 'print(\'{"type": "metric", "name": "x", "value": 1, "unit": "1"}\')'
 
 
 def _gated_cc(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -58,26 +58,46 @@ def _pids(path: Path) -> list[int]:
     return [int(w) for line in path.read_text().splitlines() for w in line.split()]
 
 
-@pytest.mark.parametrize("where", [
-    "local", pytest.param("ssh", marks=pytest.mark.netns),
-])  # fmt: skip
-def test_sigterm_mid_make_kills_the_build_and_keeps_nothing_half_built(tmp_path, request, where,
-                                                                      capsys):  # fmt: skip
+@pytest.mark.parametrize(
+    "where",
+    [
+        "local",
+        pytest.param("ssh", marks=pytest.mark.netns),
+    ],
+)
+def test_sigterm_mid_make_kills_the_build_and_keeps_nothing_half_built(
+    tmp_path, request, where, capsys
+):
     host = request.getfixturevalue("ssh_pool").hosts[0] if where == "ssh" else None
     _, gate, pids = _gated_cc(tmp_path)
     inventory, hosts = _inventory(tmp_path, host)
     # make runs in <work>/<host>/builds/<hash>: the compiler four folders up, by the relative
     # path a spec can name (the build's folder is then build/slowcc)
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "mid-make", **hosts,
-        "builds": {"native": {"source": ".", "target": "build/slowcc/ladder", "flags": "-O0",
-                              "cc": "../../../../slowcc"}},
-        "experiments": [{"name": "after", "build": "native", "command": [PY, "-c", EMIT],
-                         "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "mid-make",
+            **hosts,
+            "builds": {
+                "native": {
+                    "source": ".",
+                    "target": "build/slowcc/ladder",
+                    "flags": "-O0",
+                    "cc": "../../../../slowcc",
+                }
+            },
+            "experiments": [
+                {
+                    "name": "after",
+                    "build": "native",
+                    "command": [PY, "-c", EMIT],
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
-    argv = ["run", str(spec), "--results", str(results), "--inventory", str(inventory),
-            "--plain"]
+    argv = ["run", str(spec), "--results", str(results), "--inventory", str(inventory), "--plain"]
 
     def signal_mid_make() -> None:  # a compile is at the gate: make is running
         wait_for(lambda: pids.exists() and pids.read_text().strip(), 300, "make to compile")

@@ -26,9 +26,11 @@ from tests.support.campaign import PY, stored, write_spec
 from tests.support.procs import alive, wait_for
 
 #: writes its PID to argv[1], then sleeps while the hold file argv[2] exists
-SLOW = ("import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
-        "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); "
-        "print('{\"type\": \"metric\", \"name\": \"x\", \"value\": 1, \"unit\": \"1\"}')")
+SLOW = (
+    "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); "
+    "time.sleep(60 if os.path.exists(sys.argv[2]) else 0); "
+    'print(\'{"type": "metric", "name": "x", "value": 1, "unit": "1"}\')'
+)
 
 
 def _gated_python(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -55,41 +57,68 @@ exec {PY} "$@"
 
 
 def _inventory(tmp_path: Path, python: Path, ssh_host=None) -> tuple[Path, dict]:
-    where = {"socketlab_workroot": str(tmp_path / "work"), "ansible_python_interpreter": str(python)}
+    where = {
+        "socketlab_workroot": str(tmp_path / "work"),
+        "ansible_python_interpreter": str(python),
+    }
     if ssh_host is None:
         hosts, body = {"localhost": {"ansible_connection": "local", **where}}, {}
         tree = {"all": {"hosts": hosts}}
     else:
         hosts = {ssh_host.name: {**ssh_host.inventory_vars(), **where}}
-        tree, body = {"all": {"children": {"testhosts": {"hosts": hosts}}}}, {
-            "hosts": {"group": "testhosts"}}
+        tree, body = (
+            {"all": {"children": {"testhosts": {"hosts": hosts}}}},
+            {"hosts": {"group": "testhosts"}},
+        )
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump(tree))
     return path, body
 
 
-@pytest.mark.parametrize("where, sig", [
-    ("local", signal.SIGTERM),
-    ("local", signal.SIGINT),
-    pytest.param("ssh", signal.SIGTERM, marks=pytest.mark.netns),
-], ids=["local-SIGTERM", "local-SIGINT", "ssh-SIGTERM"])  # fmt: skip
+@pytest.mark.parametrize(
+    "where, sig",
+    [
+        ("local", signal.SIGTERM),
+        ("local", signal.SIGINT),
+        pytest.param("ssh", signal.SIGTERM, marks=pytest.mark.netns),
+    ],
+    ids=["local-SIGTERM", "local-SIGINT", "ssh-SIGTERM"],
+)
 def test_stop_before_the_pidfile_exists_stops_the_run(tmp_path, request, where, sig):
     host = request.getfixturevalue("ssh_pool").hosts[0] if where == "ssh" else None
     python, gate, at_gate = _gated_python(tmp_path)
     inventory, hosts = _inventory(tmp_path, python, host)
     marker, hold = tmp_path / "started", tmp_path / "hold"
     hold.write_text("")
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "window", **hosts,
-        "defaults": {"timeout_s": 120, "collectors": ["proc_peakmem"]},
-        "experiments": [{
-            "name": "slow", "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
-            "sweep": {"matrix": {"n": [1, 2]}}, "metrics": {"parser": "jsonl"},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "window",
+            **hosts,
+            "defaults": {"timeout_s": 120, "collectors": ["proc_peakmem"]},
+            "experiments": [
+                {
+                    "name": "slow",
+                    "command": [PY, "-c", SLOW, f"{marker}-{{{{ n }}}}", str(hold)],
+                    "sweep": {"matrix": {"n": [1, 2]}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results, log = tmp_path / "results", tmp_path / "orchestrate.log"
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--inventory", str(inventory), "--plain"]
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(inventory),
+        "--plain",
+    ]
     with open(log, "w") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, text=True)
     try:
@@ -109,16 +138,21 @@ def test_stop_before_the_pidfile_exists_stops_the_run(tmp_path, request, where, 
     assert proc.returncode == 128 + sig
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("orchestrate: stopped")]
-    assert lines == [f"orchestrate: stopped by {sig.name}: 1 runs interrupted, 1 stored this "
-                     f"session; `orchestrate run {spec}` resumes"], err
+    assert lines == [
+        f"orchestrate: stopped by {sig.name}: 1 runs interrupted, 1 stored this "
+        f"session; `orchestrate run {spec}` resumes"
+    ], err
     runs = stored(results, "window")
     assert [(r.status, r.params["n"]) for r in runs.values()] == [(INTERRUPTED, 1)]
     (key,) = runs
     fetched = results / "window" / "runs" / key / "collectors"
     assert not (fetched / "target.pid").exists()  # the command was never started...
     assert not Path(f"{marker}-1").exists()  # ...so it wrote nothing
-    said = [json.loads(line) for line in (tmp_path / "collectors.log").read_text().splitlines()
-            if line.startswith("{")]
+    said = [
+        json.loads(line)
+        for line in (tmp_path / "collectors.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
     collectors = [r["pid"] for r in said if "pid" in r]
     assert len(collectors) == 1, said
     for pid in collectors:  # started after the signal, stopped with the run
@@ -130,7 +164,9 @@ def test_stop_before_the_pidfile_exists_stops_the_run(tmp_path, request, where, 
     assert done.returncode == 0, done.stderr
     runs = stored(results, "window")
     assert sorted((r.params["n"], r.status, r.attempts) for r in runs.values()) == [
-        (1, "ok", 2), (2, "ok", 1)]
+        (1, "ok", 2),
+        (2, "ok", 1),
+    ]
 
 
 def test_a_stop_that_looked_before_the_run_was_listed_still_reaches_it(tmp_path):
@@ -140,15 +176,20 @@ def test_a_stop_that_looked_before_the_run_was_listed_still_reaches_it(tmp_path)
     from socketlab.execute.local import LocalExecutor
     from socketlab.runner import Runner
 
-    runner = Runner(campaign="c", points=[], hosts={}, profiles={}, store=None,
-                    results_dir=tmp_path / "results")  # fmt: skip
+    runner = Runner(
+        campaign="c", points=[], hosts={}, profiles={}, store=None, results_dir=tmp_path / "results"
+    )
     ex = LocalExecutor("localhost", workroot=str(tmp_path / "work"))
     ex.connect()
     runner.interrupted = signal.SIGTERM  # came while the list was empty: nothing was stopped
     marker, pidfile = tmp_path / "ran", tmp_path / "run" / "target.pid"
     with runner.in_flight("localhost", ex, str(pidfile)):
-        result = ex.run([PY, "-c", f"open({str(marker)!r}, 'w')"], out_dir=str(pidfile.parent),
-                        pidfile=str(pidfile), timeout=60)  # fmt: skip
+        result = ex.run(
+            [PY, "-c", f"open({str(marker)!r}, 'w')"],
+            out_dir=str(pidfile.parent),
+            pidfile=str(pidfile),
+            timeout=60,
+        )
     ex.close()
     print(result)
     assert (result.exit_code, result.stderr) == (None, "interrupted before it started")

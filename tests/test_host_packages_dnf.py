@@ -45,15 +45,35 @@ def prepare_check(tmp_path: Path, host, facts: dict) -> tuple[subprocess.Complet
     cache_loader.get("jsonfile", _uri=str(cache)).set(host.name, facts)
     inv = tmp_path / "inv.yml"
     inv.write_text(yaml.safe_dump({"all": {"hosts": {host.name: host.inventory_vars()}}}))
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
-           "ANSIBLE_CACHE_PLUGIN": "jsonfile", "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache),
-           "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_CALLBACK_FORMAT_PRETTY": "false"}  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"),
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(cache),
+        "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+        "ANSIBLE_CALLBACK_FORMAT_PRETTY": "false",
+    }
     p = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inv), "playbooks/prepare.yml", "--check",
-         "-e", "socketlab_become=true", "-e", "host_packages_gather_facts=false", "-v"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            str(inv),
+            "playbooks/prepare.yml",
+            "--check",
+            "-e",
+            "socketlab_become=true",
+            "-e",
+            "host_packages_gather_facts=false",
+            "-v",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return p, results(p.stdout)
 
 
@@ -102,8 +122,11 @@ def test_dnf_path_in_check_mode_on_recorded_al2023_facts(host, tmp_path):
     before = snapshot(host)
     p, out = prepare_check(tmp_path, host, facts)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    picked = task(out, "Pick the package manager (apt on Debian and Ubuntu, dnf on Amazon Linux "
-                       "and RHEL)", host.name)  # fmt: skip
+    picked = task(
+        out,
+        "Pick the package manager (apt on Debian and Ubuntu, dnf on Amazon Linux and RHEL)",
+        host.name,
+    )
     assert picked["ansible_facts"]["host_packages_manager_now"] == "dnf", picked
     check = task(out, "Check which tools are there", host.name)
     kernel = facts["ansible_kernel"]
@@ -135,14 +158,20 @@ def test_dnf_path_in_check_mode_on_recorded_al2023_facts(host, tmp_path):
     # check mode: nothing recorded, nothing installed on the host
     record = "Record what was installed (for removal; earlier records are kept in the list)"
     assert task(out, record, host.name)["_status"] == "skipping"
-    left = [rel for rel in changed(before, snapshot(host)) if not rel.startswith("home/ec2-user/.ansible")]
+    left = [
+        rel
+        for rel in changed(before, snapshot(host))
+        if not rel.startswith("home/ec2-user/.ansible")
+    ]
     assert left == [], left
 
 
 def test_a_family_without_a_package_map_is_refused_in_one_line(host, tmp_path):
-    p, out = prepare_check(tmp_path, host, recorded(ansible_os_family="Alpine",
-                                                    ansible_distribution="Alpine",
-                                                    ansible_pkg_mgr="apk"))  # fmt: skip
+    p, out = prepare_check(
+        tmp_path,
+        host,
+        recorded(ansible_os_family="Alpine", ansible_distribution="Alpine", ansible_pkg_mgr="apk"),
+    )
     assert p.returncode != 0
     refused = task(out, "Refuse a distribution family with no package map", host.name)
     print(refused["msg"])

@@ -34,18 +34,45 @@ def test_each_host_is_opened_in_one_login(ssh_pool, tmp_path):
         workroot = Path(tempfile.mkdtemp(prefix="slab-setup-"))
         shutil.chown(workroot, user, user)
         try:
-            hosts = {h.name: {**h.inventory_vars(), "ansible_user": user,
-                              "socketlab_workroot": str(workroot)} for h in ssh_pool.hosts}
+            hosts = {
+                h.name: {
+                    **h.inventory_vars(),
+                    "ansible_user": user,
+                    "socketlab_workroot": str(workroot),
+                }
+                for h in ssh_pool.hosts
+            }
             inventory = tmp_path / "hosts.yml"
             inventory.write_text(yaml.safe_dump({"all": {"children": {"pair": {"hosts": hosts}}}}))
-            spec = write_spec(tmp_path / "spec.yaml", {
-                "campaign": "one-login", "hosts": {"group": "pair"},
-                "experiments": [{"name": "e", "command": [PY, "-c", "print(1)", "{{ n }}"],
-                                 "sweep": {"matrix": {"n": [1, 2, 3]}}}],
-            })  # fmt: skip
+            spec = write_spec(
+                tmp_path / "spec.yaml",
+                {
+                    "campaign": "one-login",
+                    "hosts": {"group": "pair"},
+                    "experiments": [
+                        {
+                            "name": "e",
+                            "command": [PY, "-c", "print(1)", "{{ n }}"],
+                            "sweep": {"matrix": {"n": [1, 2, 3]}},
+                        }
+                    ],
+                },
+            )
             results = tmp_path / "results"
-            assert main(["run", str(spec), "--results", str(results), "--inventory",
-                         str(inventory), "--plain"]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "run",
+                        str(spec),
+                        "--results",
+                        str(results),
+                        "--inventory",
+                        str(inventory),
+                        "--plain",
+                    ]
+                )
+                == 0
+            )
             seen = Counter(logins.read_text().split())
         finally:
             shutil.rmtree(workroot, ignore_errors=True)

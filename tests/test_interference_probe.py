@@ -37,23 +37,33 @@ def cpu_flags() -> set[str]:
 @pytest.fixture(scope="module")
 def ladder() -> Path:
     build = REPO / "native" / "build" / "cc"
-    subprocess.run(["make", "-s", "-C", str(REPO / "native"), f"BUILD={build}",
-                    str(build / "ladder")], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO / "native"), f"BUILD={build}", str(build / "ladder")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return build / "ladder"
 
 
 def test_native_probe_reads_the_units_this_core_has(ladder):
     """Host-dependent (prints its branch): l2-read everywhere, amx-stream where CPUID has AMX,
     bf16-dot where it has AVX-512 BF16; the missing ones are named in the meta record."""
-    proc = subprocess.run([str(ladder), "--probe", "--cpus", "0", "--size", "256K"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(ladder), "--probe", "--cpus", "0", "--size", "256K"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     r = reading(proc.stdout, at=1.0)
     flags = cpu_flags()
-    want = {"l2-read"} | ({"amx-stream"} if {"amx_tile", "amx_bf16"} <= flags else set()) | \
-        ({"bf16-dot"} if "avx512_bf16" in flags else set())
-    print(f"branch: probe units on this CPU: {sorted(r['units'])}; missing "
-          f"{r['units_missing']}")
+    want = (
+        {"l2-read"}
+        | ({"amx-stream"} if {"amx_tile", "amx_bf16"} <= flags else set())
+        | ({"bf16-dot"} if "avx512_bf16" in flags else set())
+    )
+    print(f"branch: probe units on this CPU: {sorted(r['units'])}; missing {r['units_missing']}")
     assert set(r["units"]) == want
     assert set(r["units_missing"]) == {"l2-read", "amx-stream", "bf16-dot"} - want
     assert all(set(v) == {"0"} and v["0"] > 0 for v in r["units"].values())
@@ -62,9 +72,11 @@ def test_native_probe_reads_the_units_this_core_has(ladder):
 
 
 def test_native_probe_usage_errors_are_one_line(ladder):
-    for args, why in ((["--probe", "--kernel", "avx512-read"], "leave out --kernel"),
-                      (["--probe", "--size", "10"], "is smaller than the"),
-                      (["--probe", "--cpus", "0-"], "--cpus")):
+    for args, why in (
+        (["--probe", "--kernel", "avx512-read"], "leave out --kernel"),
+        (["--probe", "--size", "10"], "is smaller than the"),
+        (["--probe", "--cpus", "0-"], "--cpus"),
+    ):
         proc = subprocess.run([str(ladder), *args], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and why in proc.stderr, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout
@@ -80,16 +92,23 @@ def test_probe_planning_is_pure():
     assert probe_bytes(topo) == 1 << 20 and probe_bytes({}) == 1 << 20
     assert probe_bytes({"caches": {"L2": {"size_bytes": 1 << 20}}}) == 512 << 10
     assert point_probe(settings, "native", "build/cc", None, ["l", "--cpus", "1"], topo) == {
-        "binary": "build/cc/ladder", "cpus": "1", "bytes": 1 << 20, "below": 0.75}
+        "binary": "build/cc/ladder",
+        "cpus": "1",
+        "bytes": 1 << 20,
+        "below": 0.75,
+    }
     assert point_probe(settings, "other", "build/cc", "1", [], topo) is None
     assert point_probe(settings, "native", "build/cc", None, ["sleep"], topo) is None
     assert point_probe(None, "native", "build/cc", "1", [], topo) is None
 
 
 def _reading(at: float, amx: float, read: float = 170.0, steal: int = 0, cpu: str = "1"):
-    return {"at": at, "units": {"amx-stream": {cpu: amx}, "l2-read": {cpu: read}},
-            "rate_units": {"amx-stream": "GB/s", "l2-read": "GB/s"},
-            "steal_ticks": {cpu: steal}}
+    return {
+        "at": at,
+        "units": {"amx-stream": {cpu: amx}, "l2-read": {cpu: read}},
+        "rate_units": {"amx-stream": "GB/s", "l2-read": "GB/s"},
+        "steal_ticks": {cpu: steal},
+    }
 
 
 def test_disturbed_is_below_the_fraction_of_the_hosts_best():
@@ -97,26 +116,49 @@ def test_disturbed_is_below_the_fraction_of_the_hosts_best():
     after it fell below `below` x that best on any CPU, or when steal took more than 1% of the
     time between them; a failed probe leaves the run unprobed, never quiet."""
     runs = [
-        {"run_key": "a", "host": "h", "probe": {"before": _reading(0, 130), "after":
-                                                _reading(3, 125), "below": 0.8}},
-        {"run_key": "b", "host": "h", "probe": {"before": _reading(10, 95.9), "after":
-                                                _reading(13, 130), "below": 0.8}},
-        {"run_key": "c", "host": "h", "probe": {"before": _reading(20, 110), "after":
-                                                _reading(23, 130, steal=5), "below": 0.8}},
-        {"run_key": "d", "host": "h", "probe": {"before": {"at": 30, "error": "exit 3"},
-                                                "after": _reading(33, 130)}},
-        {"run_key": "e", "host": "other", "probe": {"before": _reading(0, 60), "after":
-                                                    _reading(3, 60), "below": 0.8}},
+        {
+            "run_key": "a",
+            "host": "h",
+            "probe": {"before": _reading(0, 130), "after": _reading(3, 125), "below": 0.8},
+        },
+        {
+            "run_key": "b",
+            "host": "h",
+            "probe": {"before": _reading(10, 95.9), "after": _reading(13, 130), "below": 0.8},
+        },
+        {
+            "run_key": "c",
+            "host": "h",
+            "probe": {
+                "before": _reading(20, 110),
+                "after": _reading(23, 130, steal=5),
+                "below": 0.8,
+            },
+        },
+        {
+            "run_key": "d",
+            "host": "h",
+            "probe": {"before": {"at": 30, "error": "exit 3"}, "after": _reading(33, 130)},
+        },
+        {
+            "run_key": "e",
+            "host": "other",
+            "probe": {"before": _reading(0, 60), "after": _reading(3, 60), "below": 0.8},
+        },
         {"run_key": "f", "host": "h"},
     ]
-    assert references(runs) == {"h": {"amx-stream": 130.0, "l2-read": 170.0},
-                                "other": {"amx-stream": 60.0, "l2-read": 170.0}}
+    assert references(runs) == {
+        "h": {"amx-stream": 130.0, "l2-read": 170.0},
+        "other": {"amx-stream": 60.0, "l2-read": 170.0},
+    }
     states = run_states(runs)
     assert states["a"] == RunState(True, False, "")
     assert states["b"].disturbed and states["b"].why == (
-        "probe amx-stream 95.9 vs quiet 130 GB/s (0.74x, below 0.8x) before the run on cpu 1")
+        "probe amx-stream 95.9 vs quiet 130 GB/s (0.74x, below 0.8x) before the run on cpu 1"
+    )
     assert states["c"].disturbed and states["c"].why == (
-        "steal 1.7% of the run on cpu 1 (above 1%)")  # 5 ticks of 10 ms over 3 s
+        "steal 1.7% of the run on cpu 1 (above 1%)"
+    )  # 5 ticks of 10 ms over 3 s
     assert states["d"] == RunState() and states["f"] == RunState()  # not probed
     assert states["e"] == RunState(True, False, "")  # its own host's best, not h's
     assert is_guest({"flags": ["fpu", "hypervisor"]}) and not is_guest({"flags": ["fpu"]})
@@ -128,17 +170,31 @@ def test_a_real_run_stores_the_probe_around_each_point(tmp_path):
     without a build is not probed; the run.json keeps the same record."""
     flags = cpu_flags()
     kernel = "avx512-read" if "avx512f" in flags else "avx2-read"
-    spec = write_spec(tmp_path / "s.yaml", {
-        "campaign": "probe-run", "isolation": {"housekeeping_per_node": 1},
-        "builds": {"native": {"source": ".", "target": "all"}},
-        "probe": {"build": "native", "below": 0.7},
-        "experiments": [
-            {"name": "read", "build": "native", "repetitions": 2,
-             "command": f"{{{{ build.dir }}}}/ladder --kernel {kernel} --size 65536 "
-                        "--cpus {{ facts.workers_list }} --seconds 0.05 --reps 1"},
-            {"name": "idle", "command": ["sleep", "0.1"]}]})
-    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec), "--plain", "--results",
-                           str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
+    spec = write_spec(
+        tmp_path / "s.yaml",
+        {
+            "campaign": "probe-run",
+            "isolation": {"housekeeping_per_node": 1},
+            "builds": {"native": {"source": ".", "target": "all"}},
+            "probe": {"build": "native", "below": 0.7},
+            "experiments": [
+                {
+                    "name": "read",
+                    "build": "native",
+                    "repetitions": 2,
+                    "command": f"{{{{ build.dir }}}}/ladder --kernel {kernel} --size 65536 "
+                    "--cpus {{ facts.workers_list }} --seconds 0.05 --reps 1",
+                },
+                {"name": "idle", "command": ["sleep", "0.1"]},
+            ],
+        },
+    )
+    proc = subprocess.run(
+        [str(ORCHESTRATE), "run", str(spec), "--plain", "--results", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     with Store(store_path("probe-run", tmp_path / "r"), create=False) as store:
         runs = store.runs("probe-run")
@@ -158,12 +214,25 @@ def test_a_real_run_stores_the_probe_around_each_point(tmp_path):
 
 def _two_experiments(tmp_path, **top):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    return load_spec(write_spec(tmp_path / "o.yaml", {
-        "campaign": "o", **top,
-        "experiments": [
-            {"name": "a", "command": ["true", "{{ x }}"], "sweep": {"matrix": {"x": [1, 2]}},
-             "repetitions": 3, "warmup": 1},
-            {"name": "b", "command": ["true"], "repetitions": 2}]}))
+    return load_spec(
+        write_spec(
+            tmp_path / "o.yaml",
+            {
+                "campaign": "o",
+                **top,
+                "experiments": [
+                    {
+                        "name": "a",
+                        "command": ["true", "{{ x }}"],
+                        "sweep": {"matrix": {"x": [1, 2]}},
+                        "repetitions": 3,
+                        "warmup": 1,
+                    },
+                    {"name": "b", "command": ["true"], "repetitions": 2},
+                ],
+            },
+        )
+    )
 
 
 def test_interleaved_campaign_order_runs_round_by_round(tmp_path):
@@ -173,26 +242,54 @@ def test_interleaved_campaign_order_runs_round_by_round(tmp_path):
     entry = hostclass.entry("gnr-kvm-2vcpu", _two_experiments(tmp_path))
 
     def order(spec):
-        return [(p.experiment, p.params.get("x"), p.repetition)
-                for p in expand_points(spec, {"h": entry}).points]
+        return [
+            (p.experiment, p.params.get("x"), p.repetition)
+            for p in expand_points(spec, {"h": entry}).points
+        ]
 
     assert order(_two_experiments(tmp_path / "i", order="interleaved")) == [
-        ("a", 1, -1), ("a", 1, 0), ("a", 2, -1), ("a", 2, 0), ("b", None, 0),
-        ("a", 1, 1), ("a", 2, 1), ("b", None, 1), ("a", 1, 2), ("a", 2, 2)]
+        ("a", 1, -1),
+        ("a", 1, 0),
+        ("a", 2, -1),
+        ("a", 2, 0),
+        ("b", None, 0),
+        ("a", 1, 1),
+        ("a", 2, 1),
+        ("b", None, 1),
+        ("a", 1, 2),
+        ("a", 2, 2),
+    ]
     assert order(_two_experiments(tmp_path / "s")) == [
-        ("a", 1, -1), ("a", 1, 0), ("a", 1, 1), ("a", 1, 2), ("a", 2, -1), ("a", 2, 0),
-        ("a", 2, 1), ("a", 2, 2), ("b", None, 0), ("b", None, 1)]
+        ("a", 1, -1),
+        ("a", 1, 0),
+        ("a", 1, 1),
+        ("a", 1, 2),
+        ("a", 2, -1),
+        ("a", 2, 0),
+        ("a", 2, 1),
+        ("a", 2, 2),
+        ("b", None, 0),
+        ("b", None, 1),
+    ]
 
 
 def test_spec_and_profile_errors_are_one_line(tmp_path):
-    with pytest.raises(SpecError, match=r"o.yaml:\d+: probe.build: no build 'nat' \(the spec's "
-                       r"builds: none declared\); expected the build whose ladder runs the probe"):
+    with pytest.raises(
+        SpecError,
+        match=r"o.yaml:\d+: probe.build: no build 'nat' \(the spec's "
+        r"builds: none declared\); expected the build whose ladder runs the probe",
+    ):
         _two_experiments(tmp_path, probe={"build": "nat"})
     with pytest.raises(SpecError, match=r"order"):
         _two_experiments(tmp_path / "b", order="round-robin")
-    path = write_spec(tmp_path / "p.yaml", {
-        "campaign": "p", "experiments": [{"name": "a", "command": ["true"]}],
-        "profiles": {"one": {"only": ["a", "zzz"]}}})
+    path = write_spec(
+        tmp_path / "p.yaml",
+        {
+            "campaign": "p",
+            "experiments": [{"name": "a", "command": ["true"]}],
+            "profiles": {"one": {"only": ["a", "zzz"]}},
+        },
+    )
     with pytest.raises(SpecError, match=r"profiles.one.only: no experiment named 'zzz'"):
         load_spec(path, profile="one")
 
@@ -209,25 +306,39 @@ def test_per_core_profile_plans_every_per_core_cell_interleaved():
     plan = expand_points(spec, {"gnr": hostclass.entry("gnr-kvm-2vcpu", spec)})
     assert plan.skipped == []
     points = [p for p in plan.points if not p.warmup]
-    assert {p.experiment for p in points} == {"ladder", "ladder-amx", "compute", "compute-amx",
-                                              "latency", "layer-slice"}
+    assert {p.experiment for p in points} == {
+        "ladder",
+        "ladder-amx",
+        "compute",
+        "compute-amx",
+        "latency",
+        "layer-slice",
+    }
     assert all(p.extra.get("probe") for p in points)
     assert [p.repetition for p in points] == sorted(p.repetition for p in points)
     pub = load_published(PUBLISHED_DIR / "sram-oct-2026.yaml")
     for cell in (c for c in pub.cells if c.per_core is not None and not c.unmeasured):
         if cell.conditions.get("scope") in ("adjacent-node", "far-node"):
             continue  # needs another NUMA node: not a per-core cell on one node
-        match = [p for p in points if p.experiment == cell.experiment and all(
-            str(p.params.get(k)) == str(v) for k, v in cell.join_params().items())]
+        match = [
+            p
+            for p in points
+            if p.experiment == cell.experiment
+            and all(str(p.params.get(k)) == str(v) for k, v in cell.join_params().items())
+        ]
         assert len(match) == 3, (cell.id, len(match))
     seconds = 0.0
     for p in points:
         argv = list(p.argv)
         if "--seconds" in argv:
-            assert argv[argv.index("--seconds") + 1] == "2" and argv[argv.index("--reps") + 1] == "1"
+            assert (
+                argv[argv.index("--seconds") + 1] == "2" and argv[argv.index("--reps") + 1] == "1"
+            )
             seconds += 2
-    print(f"per-core profile on the GNR guest: {len(points)} runs, {seconds:.0f} s of timed "
-          "ladder loops")
+    print(
+        f"per-core profile on the GNR guest: {len(points)} runs, {seconds:.0f} s of timed "
+        "ladder loops"
+    )
     assert len(points) == 69 and seconds < 600
 
 
@@ -254,16 +365,34 @@ def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] == "ladder"]
     per_core = doc["profiles"]["per-core"]
     per_core["only"] = ["ladder"]
-    per_core["experiments"] = {"ladder": {**per_core["experiments"]["ladder"], "sweep": {
-        "matrix": {"kernel": ["avx512-read"], "pages": ["thp"], "mib_per_core": [1.0]},
-        "exclude": []}}}
+    per_core["experiments"] = {
+        "ladder": {
+            **per_core["experiments"]["ladder"],
+            "sweep": {
+                "matrix": {"kernel": ["avx512-read"], "pages": ["thp"], "mib_per_core": [1.0]},
+                "exclude": [],
+            },
+        }
+    }
     doc["profiles"] = {"per-core": per_core}
     spec_path = tmp_path / "campaign-oct.yaml"
     spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     results = tmp_path / "r"
-    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec_path), "--profile", "per-core",
-                           "--plain", "--results", str(results)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(ORCHESTRATE),
+            "run",
+            str(spec_path),
+            "--profile",
+            "per-core",
+            "--plain",
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     spec = load_spec(spec_path, profile="per-core")
     for host in hostclass.HOSTS:

@@ -27,10 +27,14 @@ from tests.test_isolation_playbooks import (  # noqa: F401 - flipped_vm_knobs is
 )
 
 pytestmark = [
-    pytest.mark.root, pytest.mark.slow, pytest.mark.netns,
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.netns,
     pytest.mark.skipif(os.geteuid() != 0, reason="isolation changes kernel knobs: needs root"),
-    pytest.mark.skipif(shutil.which("sudo") is None, reason="sudo missing (scripts/system-deps.sh)"),
-]  # fmt: skip
+    pytest.mark.skipif(
+        shutil.which("sudo") is None, reason="sudo missing (scripts/system-deps.sh)"
+    ),
+]
 
 
 def test_dash_b_with_a_non_root_login_isolates(ssh_pool, tmp_path, flipped_vm_knobs):  # noqa: F811
@@ -45,10 +49,22 @@ def test_dash_b_with_a_non_root_login_isolates(ssh_pool, tmp_path, flipped_vm_kn
 
         def playbook(*args: str) -> subprocess.CompletedProcess:
             proc = subprocess.run(
-                [str(ANSIBLE_PLAYBOOK), "-i", str(inventory), *args,
-                 "-e", f"socketlab_state_dir={state}", "-e", "socketlab_housekeeping_per_node=1"],
-                cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-            )  # fmt: skip
+                [
+                    str(ANSIBLE_PLAYBOOK),
+                    "-i",
+                    str(inventory),
+                    *args,
+                    "-e",
+                    f"socketlab_state_dir={state}",
+                    "-e",
+                    "socketlab_housekeeping_per_node=1",
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             proc.output = proc.stdout + proc.stderr
             return proc
 
@@ -64,8 +80,11 @@ def test_dash_b_with_a_non_root_login_isolates(ssh_pool, tmp_path, flipped_vm_kn
         finally:
             restored = playbook("-b", "restore.yml")
             for master in control.iterdir():  # no ControlPersist master left behind
-                subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
-                               capture_output=True, timeout=30)  # fmt: skip
+                subprocess.run(
+                    ["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
+                    capture_output=True,
+                    timeout=30,
+                )
             shutil.rmtree(control, ignore_errors=True)
     assert restored.returncode == 0, restored.output
     assert not list(state.glob("isolation-*.json"))

@@ -42,20 +42,45 @@ def run_steps(tmp_path: Path, *steps: tuple) -> list[dict]:
     tasks = []
     for index, step in enumerate(steps):
         name, args, *keywords = step
-        task = {"name": f"step {index}", name: args, "register": f"step{index}",
-                "ignore_errors": True, **(keywords[0] if keywords else {})}  # fmt: skip
+        task = {
+            "name": f"step {index}",
+            name: args,
+            "register": f"step{index}",
+            "ignore_errors": True,
+            **(keywords[0] if keywords else {}),
+        }
         tasks.append(task)
     results = "[" + ", ".join(f"step{i}" for i in range(len(steps))) + "]"
-    tasks.append({"name": "save", "ansible.builtin.copy": {
-        "content": "{{ " + results + " | to_json }}", "dest": str(out)},
-        "check_mode": False, "diff": False})  # fmt: skip
+    tasks.append(
+        {
+            "name": "save",
+            "ansible.builtin.copy": {
+                "content": "{{ " + results + " | to_json }}",
+                "dest": str(out),
+            },
+            "check_mode": False,
+            "diff": False,
+        }
+    )
     play = [{"name": "modules", "hosts": "localhost", "gather_facts": False, "tasks": tasks}]
     (tmp_path / "play.yml").write_text(json.dumps(play))
     proc = subprocess.run(
-        [str(PLAYBOOK), "-c", "local", "-i", "localhost,", str(tmp_path / "play.yml"),
-         "-e", "ansible_python_interpreter=/usr/bin/python3"],
-        capture_output=True, text=True, env=ansible_env(), cwd=REPO, timeout=300,
-    )  # fmt: skip
+        [
+            str(PLAYBOOK),
+            "-c",
+            "local",
+            "-i",
+            "localhost,",
+            str(tmp_path / "play.yml"),
+            "-e",
+            "ansible_python_interpreter=/usr/bin/python3",
+        ],
+        capture_output=True,
+        text=True,
+        env=ansible_env(),
+        cwd=REPO,
+        timeout=300,
+    )
     assert out.exists(), proc.stdout + proc.stderr
     data = json.loads(out.read_text())
     out.unlink()
@@ -174,8 +199,10 @@ def test_irq_affinity_keeps_locality_and_verify_names_drift(tmp_path, tree):
     # An IRQ keeps the housekeeping CPUs it already had (locality); others get all of them.
     assert moved["moved"] == ["1: 0-3 -> 0,2", "2: 3 -> 0,2"] and moved["refused"] == []
     assert (read(tree["irq1"]), read(tree["irq2"]), read(tree["irqdef"])) == (
-        "0,2", "0,2", "00000005",
-    )  # fmt: skip
+        "0,2",
+        "0,2",
+        "00000005",
+    )
     assert not again["changed"]
     assert not ok.get("failed") and {"irq affinity", "numa"} <= set(ok["checked"])
 
@@ -237,10 +264,12 @@ def test_irqbalance_is_stopped_by_pid_and_restarted_by_restore(tmp_path, tree):
             tmp_path,
             ("socketlab.lab.isolation_state", {"path": state, "processes": ["irqbalance"]}),
             ("socketlab.lab.irqbalance", {"state_file": state}),
-            ("socketlab.lab.isolation_check", {"state_file": state, "cpus": "0",
-                                           "irq_dir": str(tmp_path / "none")}),
+            (
+                "socketlab.lab.isolation_check",
+                {"state_file": state, "cpus": "0", "irq_dir": str(tmp_path / "none")},
+            ),
             ("socketlab.lab.isolation_state", {"path": state, "state": "absent"}),
-        )  # fmt: skip
+        )
         assert snap["state"]["processes"]["irqbalance"]["pids"] == [stand_in.pid]
         assert stop.get("stopped") == [stand_in.pid], stop
         assert stand_in.wait(timeout=10) == -15  # SIGTERM, to exactly that PID

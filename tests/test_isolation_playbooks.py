@@ -79,8 +79,11 @@ def assert_same_knobs(before: dict[str, str], after: dict[str, str]) -> list[str
     """Compare the full snapshots; return (and print) the knobs compared."""
     compared = sorted(before)
     print(f"compared {len(compared)} knobs: " + ", ".join(compared))
-    drift = {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
-             if before.get(k) != after.get(k)}  # fmt: skip
+    drift = {
+        k: (before.get(k), after.get(k))
+        for k in set(before) | set(after)
+        if before.get(k) != after.get(k)
+    }
     assert not drift, f"knobs differ from before (before, after): {drift}"
     return compared
 
@@ -88,10 +91,9 @@ def assert_same_knobs(before: dict[str, str], after: dict[str, str]) -> list[str
 # ---------------------------------------------------------------- running playbooks
 def recap(output: str) -> dict[str, dict[str, int]]:
     return {
-        m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]),
-               "failed": int(m[5])}
+        m[1]: {"ok": int(m[2]), "changed": int(m[3]), "unreachable": int(m[4]), "failed": int(m[5])}
         for m in RECAP.finditer(output)
-    }  # fmt: skip
+    }
 
 
 class Runner:
@@ -104,16 +106,26 @@ class Runner:
 
     def argv(self, playbook: str, *extra: str) -> list[str]:
         return [
-            str(ANSIBLE_PLAYBOOK), "-i", str(self.inventory), str(PLAYBOOKS / playbook),
-            "-e", f"socketlab_state_dir={self.state_dir}",
-            "-e", "socketlab_housekeeping_per_node=1", *extra,
-        ]  # fmt: skip
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(self.inventory),
+            str(PLAYBOOKS / playbook),
+            "-e",
+            f"socketlab_state_dir={self.state_dir}",
+            "-e",
+            "socketlab_housekeeping_per_node=1",
+            *extra,
+        ]
 
     def run(self, playbook: str, *extra: str) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            self.argv(playbook, *extra), capture_output=True, text=True, env=self.env,
-            cwd=REPO, timeout=600,
-        )  # fmt: skip
+            self.argv(playbook, *extra),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            timeout=600,
+        )
         proc.output = proc.stdout + proc.stderr
         return proc
 
@@ -133,8 +145,13 @@ def runner(tmp_path, kernel_knobs_lock):
     yield run
     for state in run.state_files():
         host = state.stem.removeprefix("isolation-")
-        run.run("restore.yml", "-e", f"socketlab_state_file={state}",
-                "-e", f"socketlab_verify_file={run.verify_file(host)}")
+        run.run(
+            "restore.yml",
+            "-e",
+            f"socketlab_state_file={state}",
+            "-e",
+            f"socketlab_verify_file={run.verify_file(host)}",
+        )
 
 
 @pytest.fixture
@@ -294,9 +311,15 @@ def test_check_mode_with_c8i_facts_plans_the_documented_layout(runner, tmp_path)
     host_facts_module().write_tree(snapshot, str(tmp_path / "c8i"))
     before = knob_snapshot()
     checked = runner.run(
-        "isolate.yml", "--check", "-e", "socketlab_housekeeping_per_node=2",
-        "-e", f"socketlab_facts_root={tmp_path / 'c8i'}", "-e", "socketlab_hugepages_per_node=4",
-    )  # fmt: skip
+        "isolate.yml",
+        "--check",
+        "-e",
+        "socketlab_housekeeping_per_node=2",
+        "-e",
+        f"socketlab_facts_root={tmp_path / 'c8i'}",
+        "-e",
+        "socketlab_hugepages_per_node=4",
+    )
     assert checked.returncode == 0, checked.output
     for line in (
         "'housekeeping CPUs: 0-1,32-33,64-65,96-97,128-129,160-161'",
@@ -318,16 +341,22 @@ def test_restore_after_apply_killed_half_way(runner, flipped_vm_knobs):
     before = knob_snapshot()
     proc = subprocess.Popen(
         runner.argv("isolate.yml", "-e", "socketlab_hugepages_per_node=2"),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-        env={**runner.env, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env={**runner.env, "PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
     watchdog = threading.Timer(300, lambda: os.killpg(proc.pid, signal.SIGKILL))
     watchdog.start()
     seen, killed = [], False
     try:
         for line in proc.stdout:
             seen.append(line)
-            if line.startswith("TASK [socketlab.lab.isolation_hugepages : Reserve 2 MiB huge pages per NUMA node]"):
+            if line.startswith(
+                "TASK [socketlab.lab.isolation_hugepages : Reserve 2 MiB huge pages per NUMA node]"
+            ):
                 os.killpg(proc.pid, signal.SIGKILL)
                 killed = True
                 break
@@ -386,8 +415,11 @@ def test_ssh_host_apply_verify_reapply_restore(runner, ssh_pool, tmp_path, flipp
     finally:
         restored = ssh.run("restore.yml")
         for master in control_dir.iterdir():  # ask each master to exit: no process left behind
-            subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
-                           capture_output=True, timeout=30)  # fmt: skip
+            subprocess.run(
+                ["ssh", "-O", "exit", "-o", f"ControlPath={master}", host.address],
+                capture_output=True,
+                timeout=30,
+            )
         shutil.rmtree(control_dir, ignore_errors=True)
     assert restored.returncode == 0, restored.output
     assert not ssh.state_files() and not ssh.state_dir.exists()
@@ -397,28 +429,40 @@ def test_ssh_host_apply_verify_reapply_restore(runner, ssh_pool, tmp_path, flipp
 # ---------------------------------------------------------------- bad input
 BAD_INPUT = {
     "housekeeping >= cores per node": (
-        "isolate.yml", ["-e", "socketlab_housekeeping_per_node=2"],
+        "isolate.yml",
+        ["-e", "socketlab_housekeeping_per_node=2"],
         r"^\[ERROR\]: Task failed: Action failed: no isolation plan for localhost: .*"
         r"housekeeping_per_node=2 leaves no worker cores on NUMA node 0.*; nothing was changed$",
     ),
     "unknown host": (
-        "isolate.yml", ["-l", "no-such-host"],
+        "isolate.yml",
+        ["-l", "no-such-host"],
         r"^\[ERROR\]: Specified inventory, host pattern and/or --limit leaves us with no hosts",
     ),
     "not root": (
         "isolate.yml",
-        ["-e", "socketlab_become=true", "-e", "ansible_become_method=su",
-         "-e", "ansible_become_flags='-s /bin/sh'", "-e", "ansible_become_user=nobody",
-         "-e", "ansible_python_interpreter=/usr/bin/python3"],
+        [
+            "-e",
+            "socketlab_become=true",
+            "-e",
+            "ansible_become_method=su",
+            "-e",
+            "ansible_become_flags='-s /bin/sh'",
+            "-e",
+            "ansible_become_user=nobody",
+            "-e",
+            "ansible_python_interpreter=/usr/bin/python3",
+        ],
         r"^\[ERROR\]: Task failed: Module failed: isolation needs root on this host, but the play "
         r"runs as uid 65534 \(nobody\)",
     ),
     "host without /proc/irq": (
-        "isolate.yml", ["-e", "socketlab_proc_root={tmp}/proc"],
+        "isolate.yml",
+        ["-e", "socketlab_proc_root={tmp}/proc"],
         r"^\[ERROR\]: Task failed: Module failed: this host has no \S+/proc/irq, so IRQ affinity "
         r"can't be set: not isolating; nothing was changed$",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUT))
@@ -444,7 +488,8 @@ def test_verify_of_a_host_that_is_not_isolated_leaves_no_record(runner):
     assert result.returncode != 0
     assert error_line(result.output) == (
         "[ERROR]: Task failed: Action failed: isolation is not applied on localhost: no state file "
-        f"{runner.state_dir}/isolation-localhost.json")
+        f"{runner.state_dir}/isolation-localhost.json"
+    )
     assert not stale.exists()
     assert_same_knobs(before, knob_snapshot())
 

@@ -66,8 +66,14 @@ class Emu:
         standin = tmp_path / "emu-sbin" / "irqbalance"
         standin.parent.mkdir()
         shutil.copy(shutil.which("sleep"), standin)
-        units = {**UNITS, "irqbalance.service": {
-            "ActiveState": "inactive", "MainPID": 0, "ExecStart": [str(standin), STANDIN_S]}}  # fmt: skip
+        units = {
+            **UNITS,
+            "irqbalance.service": {
+                "ActiveState": "inactive",
+                "MainPID": 0,
+                "ExecStart": [str(standin), STANDIN_S],
+            },
+        }
         install(self.bin, self.state, units)
         self.env = {**ansible_env(), "PATH": f"{self.bin}:{os.environ['PATH']}"}
 
@@ -81,8 +87,9 @@ class Emu:
         return load(self.state)["errors"]
 
     def systemctl(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([self.bin / "systemctl", *args], capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
+        return subprocess.run(
+            [self.bin / "systemctl", *args], capture_output=True, text=True, timeout=60
+        )
 
 
 @pytest.fixture
@@ -139,8 +146,13 @@ def test_systemd_apply_verify_reapply_restore(emu):
         units = emu.units()
         assert units["system.slice"]["AllowedCPUs"] == housekeeping
         assert units["init.scope"]["AllowedCPUs"] == housekeeping
-        assert ["systemctl", "set-property", "--runtime", "init.scope",
-                f"AllowedCPUs={housekeeping}"] in emu.calls()  # fmt: skip
+        assert [
+            "systemctl",
+            "set-property",
+            "--runtime",
+            "init.scope",
+            f"AllowedCPUs={housekeeping}",
+        ] in emu.calls()
         # irqbalance stopped through systemctl, not by signalling its PID.
         assert ["systemctl", "stop", "irqbalance"] in emu.calls()
         assert units["irqbalance.service"]["ActiveState"] == "inactive"
@@ -162,17 +174,26 @@ def test_systemd_apply_verify_reapply_restore(emu):
         verified = emu.runner.run("verify.yml", "-e", "socketlab_noise_seconds=0")
         assert verified.returncode == 0, verified.output
         said = " ".join(verified.output.split())  # the YAML callback wraps long lines
-        assert re.search(r"all \d+ knobs match the plan \(.*, system\.slice AllowedCPUs, "
-                         r"init\.scope AllowedCPUs\)", said), verified.output  # fmt: skip
+        assert re.search(
+            r"all \d+ knobs match the plan \(.*, system\.slice AllowedCPUs, "
+            r"init\.scope AllowedCPUs\)",
+            said,
+        ), verified.output
 
         # Verify reads AllowedCPUs back through systemctl: a unit widened by hand is drift.
-        assert emu.systemctl("set-property", "--runtime", "init.scope",
-                             "AllowedCPUs=0-1").returncode == 0  # fmt: skip
+        assert (
+            emu.systemctl("set-property", "--runtime", "init.scope", "AllowedCPUs=0-1").returncode
+            == 0
+        )
         drifted = emu.runner.run("verify.yml", "-e", "socketlab_noise_seconds=0")
         assert drifted.returncode != 0
         assert "init.scope AllowedCPUs: expected 0, found 0-1" in drifted.output, drifted.output
-        assert emu.systemctl("set-property", "--runtime", "init.scope",
-                             f"AllowedCPUs={housekeeping}").returncode == 0  # fmt: skip
+        assert (
+            emu.systemctl(
+                "set-property", "--runtime", "init.scope", f"AllowedCPUs={housekeeping}"
+            ).returncode
+            == 0
+        )
 
         second = emu.runner.run("isolate.yml", *SYSTEMD)
         assert second.returncode == 0, second.output
@@ -222,10 +243,22 @@ def test_multi_range_allowed_cpus_round_trip(tmp_path):
     emu = Emu(tmp_path)
     state = tmp_path / "isolation-localhost.json"
     state.write_text(json.dumps({"files": {}, "systemd_units": {"system.slice": ""}}))
-    args = json.dumps({"cpus": "0-1,96-97", "units": ["system.slice"], "state_file": str(state),
-                       "service_manager": "systemd"})  # fmt: skip
-    adhoc = [str(ANSIBLE_PLAYBOOK.with_name("ansible")), "localhost", "-m",
-             "socketlab.lab.systemd_cpuset", "-a", args]  # fmt: skip
+    args = json.dumps(
+        {
+            "cpus": "0-1,96-97",
+            "units": ["system.slice"],
+            "state_file": str(state),
+            "service_manager": "systemd",
+        }
+    )
+    adhoc = [
+        str(ANSIBLE_PLAYBOOK.with_name("ansible")),
+        "localhost",
+        "-m",
+        "socketlab.lab.systemd_cpuset",
+        "-a",
+        args,
+    ]
     first = subprocess.run(adhoc, capture_output=True, text=True, env=emu.env, timeout=300)
     assert "localhost | CHANGED" in first.stdout, first.stdout + first.stderr
     assert emu.units()["system.slice"]["AllowedCPUs"] == "0-1 96-97"
@@ -237,8 +270,11 @@ def test_multi_range_allowed_cpus_round_trip(tmp_path):
 
 def test_emulation_refuses_calls_it_does_not_know(tmp_path):
     emu = Emu(tmp_path)
-    for call in (["restart", "irqbalance"], ["set-property", "system.slice", "AllowedCPUs=0"],
-                 ["show", "-p", "AllowedCPUs", "--value", "user.slice"]):  # fmt: skip
+    for call in (
+        ["restart", "irqbalance"],
+        ["set-property", "system.slice", "AllowedCPUs=0"],
+        ["show", "-p", "AllowedCPUs", "--value", "user.slice"],
+    ):
         result = emu.systemctl(*call)
         assert result.returncode == 1 and "not emulated" in result.stderr, call
     assert len(emu.errors()) == 3

@@ -37,18 +37,32 @@ def spec_body(layer: int) -> dict:
         "campaign": "ckpt-layer",
         "hosts": {"pattern": "localhost"},
         "builds": {"native": {"source": ".", "target": "build/cc/layer"}},
-        "experiments": [{
-            "name": "layer-ckpt",
-            "build": "native",
-            "layer_dump": {"shape": "tiny-full" if layer else "tiny", "context": 64,
-                           "batch": "{{ batch }}", "checkpoint": "ckpt", "layer": layer},
-            "command": ["{{ build.dir }}/layer", "--dump={{ dump.dir }}", "--cpus=0",
-                        "--gemv=avx2", "--batch={{ batch }}", "--steps=6", "--timeout=120"],
-            "sweep": {"matrix": {"batch": [2]}},
-            "metrics": {"parser": "jsonl"},
-            "sanity": {"exit_codes": [0], "required_metrics": ["step_p50"]},
-        }],
-    }  # fmt: skip
+        "experiments": [
+            {
+                "name": "layer-ckpt",
+                "build": "native",
+                "layer_dump": {
+                    "shape": "tiny-full" if layer else "tiny",
+                    "context": 64,
+                    "batch": "{{ batch }}",
+                    "checkpoint": "ckpt",
+                    "layer": layer,
+                },
+                "command": [
+                    "{{ build.dir }}/layer",
+                    "--dump={{ dump.dir }}",
+                    "--cpus=0",
+                    "--gemv=avx2",
+                    "--batch={{ batch }}",
+                    "--steps=6",
+                    "--timeout=120",
+                ],
+                "sweep": {"matrix": {"batch": [2]}},
+                "metrics": {"parser": "jsonl"},
+                "sanity": {"exit_codes": [0], "required_metrics": ["step_p50"]},
+            }
+        ],
+    }
 
 
 def raw_tensors(ckpt: Path, layer: int) -> dict[str, np.ndarray]:
@@ -67,9 +81,13 @@ def test_a_spec_runs_a_checkpoints_layer_bit_for_bit(tmp_path):
     spec = write_spec(tmp_path / "ckpt.yaml", spec_body(layer=0))
     cache = tmp_path / "dump-cache"
     env = {**os.environ, "SOCKETLAB_DUMP_CACHE": str(cache)}
-    proc = subprocess.run([str(ORCHESTRATE), "run", str(spec), "--plain", "--results",
-                           str(tmp_path / "res")], capture_output=True, text=True, timeout=600,
-                          env=env)  # fmt: skip
+    proc = subprocess.run(
+        [str(ORCHESTRATE), "run", str(spec), "--plain", "--results", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = stored(tmp_path / "res", "ckpt-layer")
     assert [r.status for r in runs.values()] == ["ok"]  # the stage's gate passed
@@ -82,8 +100,7 @@ def test_a_spec_runs_a_checkpoints_layer_bit_for_bit(tmp_path):
     assert len(want) == 17  # 16 weights + layer_scalar (the vision tensor skipped)
     for param, bits in want.items():
         # layer_scalar is f32 in the dump: the BF16 value widened exactly
-        got = (d.f32(param).view(np.uint32) >> 16 if param == "layer_scalar"
-               else d.raw(f"w.{param}"))
+        got = d.f32(param).view(np.uint32) >> 16 if param == "layer_scalar" else d.raw(f"w.{param}")
         assert np.array_equal(got.reshape(bits.shape), bits), param  # bit for bit
     print(f"{len(want)} tensors of layer 0 bit for bit in {dump_dir.name}")
 
@@ -110,8 +127,12 @@ def test_the_key_follows_the_checkpoints_tensors_and_bad_input_is_one_line(tmp_p
     body = spec_body(layer=0)
     body["experiments"][0]["layer_dump"]["checkpoint"] = "nosuch"
     spec = write_spec(tmp_path / "bad.yaml", body)
-    proc = subprocess.run([str(ORCHESTRATE), "plan", str(spec)], capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [str(ORCHESTRATE), "plan", str(spec)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
-    assert "layer_dump.shape: on host localhost:" in proc.stderr and "no such directory" in \
-        proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert (
+        "layer_dump.shape: on host localhost:" in proc.stderr
+        and "no such directory" in proc.stderr
+        and len(proc.stderr.strip().splitlines()) == 1
+    )

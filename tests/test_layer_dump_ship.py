@@ -74,13 +74,16 @@ def test_a_dump_is_copied_once_verified_and_a_cut_copy_resumes(executor, cache):
     how = ship_dump(executor, ref, target, cache=cache)
     print(how)
     resent = len(names) // 2 + 1
-    assert how.startswith(f"copied {resent} files") and f"{len(names) - resent} already there" in how
+    assert (
+        how.startswith(f"copied {resent} files") and f"{len(names) - resent} already there" in how
+    )
     assert host_sums(executor, target) == sums
 
 
 @pytest.mark.netns
-def test_a_file_that_differs_after_the_copy_fails_the_point_with_one_line(executor, cache,
-                                                                          monkeypatch):  # fmt: skip
+def test_a_file_that_differs_after_the_copy_fails_the_point_with_one_line(
+    executor, cache, monkeypatch
+):
     ref = dump_ref(**{**TINY, "seed": 7}).as_dict()
     target = f"{executor.workdir}/layer-dumps/{ref['key']}"
     real_put = executor.put
@@ -98,8 +101,12 @@ def test_a_file_that_differs_after_the_copy_fails_the_point_with_one_line(execut
 
 
 def _spec(tmp_path, **exp):
-    doc = {"schema_version": 1, "campaign": "c", "builds": {"native": {}},
-           "experiments": [{"name": "e", "command": ["/bin/echo", "{{ dump.dir }}"], **exp}]}
+    doc = {
+        "schema_version": 1,
+        "campaign": "c",
+        "builds": {"native": {}},
+        "experiments": [{"name": "e", "command": ["/bin/echo", "{{ dump.dir }}"], **exp}],
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -123,8 +130,10 @@ def test_a_bad_shape_or_context_is_one_line_at_plan_time(tmp_path):
     from socketlab.topology import topology_from_snapshot
 
     snap = json.loads((REPO / "tests/fixtures/topology/c8i-metal-48xl.json").read_text())
-    for block, why in (({"shape": "nosuch", "context": 8}, "no such shape file"),
-                       ({"shape": "tiny", "context": "{{ 'x' }}"}, "expected a whole number")):
+    for block, why in (
+        ({"shape": "nosuch", "context": 8}, "no such shape file"),
+        ({"shape": "tiny", "context": "{{ 'x' }}"}, "expected a whole number"),
+    ):
         spec = load_spec(_spec(tmp_path, layer_dump=block))
         with pytest.raises(SpecError) as bad:
             expand_points(spec, {"c8i": host_entry(topology_from_snapshot(snap), spec)})
@@ -144,7 +153,9 @@ def test_stage_plan_runs_on_the_controller_and_tile_balance_needs_no_shape_on_th
     from tests.support.campaign import run_quick
 
     doc = yaml.safe_load((REPO / "experiments" / "campaign-oct.yaml").read_text())
-    doc["experiments"] = [e for e in doc["experiments"] if e["name"] in ("stage-plan", "tile-balance")]
+    doc["experiments"] = [
+        e for e in doc["experiments"] if e["name"] in ("stage-plan", "tile-balance")
+    ]
     for e in doc["experiments"]:
         if e["name"] == "tile-balance":  # one stage, a kernel every x86 host has
             e["sweep"] = {"matrix": {"stage": ["E2B L0 2K"], "kernel": ["avx2-bf16"]}}
@@ -156,4 +167,6 @@ def test_stage_plan_runs_on_the_controller_and_tile_balance_needs_no_shape_on_th
     plan, tiles = runs["stage-plan"], runs["tile-balance"]
     assert plan.status == "ok" and plan.argv[0] == sys.executable, plan
     assert tiles.status == "ok", tiles
-    assert tiles.argv[tiles.argv.index("--layer") + 1] == load_shape("gemma4-e2b-l0").gemv_layer_arg()
+    assert (
+        tiles.argv[tiles.argv.index("--layer") + 1] == load_shape("gemma4-e2b-l0").gemv_layer_arg()
+    )

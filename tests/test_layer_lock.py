@@ -37,23 +37,46 @@ def tools(tmp_path_factory) -> tuple[Path, Path]:
 def tiny(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny") / "d"
     orchestrate = Path(sys.executable).parent / "orchestrate"
-    proc = subprocess.run([str(orchestrate), "layer-dump", str(SHAPES / "tiny.yaml"), "--context",
-                           "100", "--batch", "1", "--seed", "3", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(orchestrate),
+            "layer-dump",
+            str(SHAPES / "tiny.yaml"),
+            "--context",
+            "100",
+            "--batch",
+            "1",
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
-def run_locked(tools, tiny, tmp_path, *args: str, **env: str) -> tuple[
-        subprocess.CompletedProcess, list[str]]:
+def run_locked(
+    tools, tiny, tmp_path, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     binary, emu = tools
     log = tmp_path / "emu.log"
     device = str(tmp_path / "pseudo_lock")
     proc = subprocess.run(
         [str(binary), "--dump", str(tiny), "--steps", "20", "--lock", "--device", device, *args],
-        capture_output=True, text=True, timeout=120,
-        env={"LD_PRELOAD": str(emu), "PL_EMU_DEVICE": device, "PL_EMU_LOG": str(log),
-             "PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "LD_PRELOAD": str(emu),
+            "PL_EMU_DEVICE": device,
+            "PL_EMU_LOG": str(log),
+            "PATH": "/usr/bin:/bin",
+            **env,
+        },
     )
     return proc, log.read_text().splitlines() if log.exists() else []
 
@@ -117,39 +140,51 @@ def test_resident_rows_apart_are_locked_as_separate_page_runs(tools, tiny, tmp_p
 
 def test_no_device_is_not_available(tools, tiny, tmp_path):
     binary, _ = tools
-    proc = subprocess.run([str(binary), "--dump", str(tiny), "--lock", "--device",
-                           str(tmp_path / "absent")], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(binary), "--dump", str(tiny), "--lock", "--device", str(tmp_path / "absent")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 3
-    assert proc.stderr.startswith("layer: not available on this host: pseudo-lock driver not "
-                                  "loaded")
+    assert proc.stderr.startswith(
+        "layer: not available on this host: pseudo-lock driver not loaded"
+    )
     assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout
 
 
 def test_weights_over_the_lockable_capacity_are_a_usage_error(tools, tiny, tmp_path):
     proc, log = run_locked(tools, tiny, tmp_path, "--cpus", "0")
     assert proc.returncode == 2
-    assert (f"worker 0 (cpu 0) has {TINY_WEIGHTS} resident weight bytes (in pages), larger "
-            f"than the lockable L2 capacity per core, {CAP_12_WAYS} bytes") in proc.stderr
+    assert (
+        f"worker 0 (cpu 0) has {TINY_WEIGHTS} resident weight bytes (in pages), larger "
+        f"than the lockable L2 capacity per core, {CAP_12_WAYS} bytes"
+    ) in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not any(line.startswith("lock ") for line in log)
 
 
 def test_driver_with_other_ways_is_not_available(tools, tiny, tmp_path):
-    proc, log = run_locked(tools, tiny, tmp_path, "--cpus", two_cpus(), "--lock-ways", "14",
-                           PL_EMU_L2_WAYS="12")
+    proc, log = run_locked(
+        tools, tiny, tmp_path, "--cpus", two_cpus(), "--lock-ways", "14", PL_EMU_L2_WAYS="12"
+    )
     assert proc.returncode == 3
     assert "reserves 12 L2 ways (lock mask 0xfff), --lock-ways asks for 14" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not any(line.startswith("lock ") for line in log)
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["--lock-ways", "12"], "--lock-ways is only used with --lock"),
-    (["--lock", "--lock-ways", "40"], "--lock-ways"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["--lock-ways", "12"], "--lock-ways is only used with --lock"),
+        (["--lock", "--lock-ways", "40"], "--lock-ways"),
+    ],
+)
 def test_bad_lock_options_are_one_line_exit_2(tools, tiny, args, expect):
     binary, _ = tools
-    proc = subprocess.run([str(binary), "--dump", str(tiny), *args], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [str(binary), "--dump", str(tiny), *args], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert expect in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

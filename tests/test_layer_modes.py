@@ -52,8 +52,20 @@ def build(tmp_path_factory) -> Path:
         pytest.fail("gcc is not installed (scripts/system-deps.sh installs it)")
     out = tmp_path_factory.mktemp("layer-kv")
     proc = subprocess.run(
-        ["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2", f"{out}/layer",
-         f"{out}/layer_amx_emu"], capture_output=True, text=True, timeout=600)
+        [
+            "make",
+            "-C",
+            str(NATIVE),
+            f"BUILD={out}",
+            "CC=gcc",
+            "-j2",
+            f"{out}/layer",
+            f"{out}/layer_amx_emu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return out
 
@@ -61,9 +73,24 @@ def build(tmp_path_factory) -> Path:
 def layer_dump(shape: str, context: int, batch: int, out: Path) -> Path:
     orchestrate = Path(sys.executable).parent / "orchestrate"
     proc = subprocess.run(
-        [str(orchestrate), "layer-dump", str(SHAPES / f"{shape}.yaml"), "--context", str(context),
-         "--batch", str(batch), "--seed", "3", "--out", str(out), "--quiet"],
-        capture_output=True, text=True, timeout=300)
+        [
+            str(orchestrate),
+            "layer-dump",
+            str(SHAPES / f"{shape}.yaml"),
+            "--context",
+            str(context),
+            "--batch",
+            str(batch),
+            "--seed",
+            "3",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -114,8 +141,20 @@ def kernels(build: Path) -> list[tuple[Path, str]]:
 def test_kv_mode_passes_gate(build, full, mode):
     for binary, kernel in kernels(build):
         for batch, workers in SHAPES_RUN:
-            proc = run(binary, "--dump", str(full), "--gemv", kernel, "--batch", str(batch),
-                       "--cpus", CPUS[workers], "--steps", "5", *MODES[mode])
+            proc = run(
+                binary,
+                "--dump",
+                str(full),
+                "--gemv",
+                kernel,
+                "--batch",
+                str(batch),
+                "--cpus",
+                CPUS[workers],
+                "--steps",
+                "5",
+                *MODES[mode],
+            )
             meta, _ = gated(proc, batch)
             assert meta["gemv"] == kernel
 
@@ -124,45 +163,98 @@ def test_sliding_layer_under_the_kv_policy_passes_gate(build, sliding):
     """A sliding layer (the window bounds its KV) with cold copies and T0 prefetch: path C."""
     for binary, kernel in kernels(build):
         for batch, workers in SHAPES_RUN:
-            proc = run(binary, "--dump", str(sliding), "--gemv", kernel, "--batch", str(batch),
-                       "--cpus", CPUS[workers], "--steps", "4", "--kv-cold-mib", "1")
+            proc = run(
+                binary,
+                "--dump",
+                str(sliding),
+                "--gemv",
+                kernel,
+                "--batch",
+                str(batch),
+                "--cpus",
+                CPUS[workers],
+                "--steps",
+                "4",
+                "--kv-cold-mib",
+                "1",
+            )
             meta, _ = gated(proc, batch)
             assert meta["layer_type"] == "sliding_attention" and meta["kv_copies"] > 1
 
 
 def test_cold_mib_rotates_at_least_that_much(build, full):
     """--kv-cold-mib M: ceil(M MiB / the whole layer's KV per step) copies, as p4_run.sh."""
-    proc = run(build / "layer", "--dump", str(full), "--batch", "4", "--cpus", CPUS[2],
-               "--steps", "3", "--kv-cold-mib", "8")
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(full),
+        "--batch",
+        "4",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "3",
+        "--kv-cold-mib",
+        "8",
+    )
     meta, metrics = gated(proc, 4)
     kv = next(m["value"] for m in metrics if m["name"] == "kv_bytes_per_step")
     assert meta["kv_copies"] == math.ceil(8 * 2**20 / kv)
     assert meta["kv_rotated_bytes"] >= 8 * 2**20 > meta["kv_rotated_bytes"] - kv
 
 
-@pytest.mark.parametrize("mode,flags,planted,where", [
-    ("copies", ["--kv-copies", "4"], "corrupt-copy", "kv copy 3"),  # step 3 of 6 reads copy 3
-    # 2 copies at B=16: the last step reads the corrupted copy, so step 0 and it differ
-    ("cold", ["--kv-cold-mib", "8"], "corrupt-copy", "(kv copy|boundary attn)"),
-    ("one-tile", ["--kv-tile-kib", "0"], "drop-combine", "boundary attn"),
-    ("nta", ["--prefetch-hint", "nta"], "perturb-row", "boundary q"),
-    ("staging", ["--kv-stage-kib", "16", "--prefetch-hint", "t2"], "perturb-row", "boundary q"),
-])
+@pytest.mark.parametrize(
+    "mode,flags,planted,where",
+    [
+        ("copies", ["--kv-copies", "4"], "corrupt-copy", "kv copy 3"),  # step 3 of 6 reads copy 3
+        # 2 copies at B=16: the last step reads the corrupted copy, so step 0 and it differ
+        ("cold", ["--kv-cold-mib", "8"], "corrupt-copy", "(kv copy|boundary attn)"),
+        ("one-tile", ["--kv-tile-kib", "0"], "drop-combine", "boundary attn"),
+        ("nta", ["--prefetch-hint", "nta"], "perturb-row", "boundary q"),
+        ("staging", ["--kv-stage-kib", "16", "--prefetch-hint", "t2"], "perturb-row", "boundary q"),
+    ],
+)
 def test_planted_error_in_each_mode_fails_gate(build, full, sliding, mode, flags, planted, where):
     """One K element of the copy the middle step reads off by +1 is caught copy by copy (its
     attention differs from the last step's); the other modes keep the gate's planted errors."""
     for dump in (full, sliding):
         for binary, kernel in kernels(build):
-            proc = run(binary, "--dump", str(dump), "--gemv", kernel, "--batch", "16", "--cpus",
-                       CPUS[2], "--steps", "6", "--debug", planted, *flags)
+            proc = run(
+                binary,
+                "--dump",
+                str(dump),
+                "--gemv",
+                kernel,
+                "--batch",
+                "16",
+                "--cpus",
+                CPUS[2],
+                "--steps",
+                "6",
+                "--debug",
+                planted,
+                *flags,
+            )
             assert proc.returncode == 1, (mode, kernel, proc.stderr)
             assert re.search(f"gate failed at {where}", proc.stderr), proc.stderr
             assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_attn_only_runs_without_numerics(build, full):
-    proc = run(build / "layer", "--dump", str(full), "--batch", "16", "--cpus", CPUS[2],
-               "--steps", "5", "--attn-only", "--kv-copies", "2")
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(full),
+        "--batch",
+        "16",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "5",
+        "--attn-only",
+        "--kv-copies",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
     assert meta["attn_only"] is True and meta["numerics_checked"] is False
@@ -173,13 +265,16 @@ def test_attn_only_runs_without_numerics(build, full):
     assert any(m["name"] == "step_p50" for m in metrics)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--kv-copies", "0"], "--kv-copies"),
-    (["--kv-copies", "2", "--kv-cold-mib", "8"], "give one"),
-    (["--debug", "corrupt-copy"], "needs --kv-copies >= 2"),
-    (["--batch", "16", "--kv-cold-mib", "1", "--debug", "corrupt-copy"], "gives 1 copy"),
-    (["--kv-tile-kib", "-1"], "--kv-tile-kib"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--kv-copies", "0"], "--kv-copies"),
+        (["--kv-copies", "2", "--kv-cold-mib", "8"], "give one"),
+        (["--debug", "corrupt-copy"], "needs --kv-copies >= 2"),
+        (["--batch", "16", "--kv-cold-mib", "1", "--debug", "corrupt-copy"], "gives 1 copy"),
+        (["--kv-tile-kib", "-1"], "--kv-tile-kib"),
+    ],
+)
 def test_bad_kv_flags_are_one_line_exit_2(build, full, args, message):
     proc = run(build / "layer", "--dump", str(full), "--steps", "3", *args)
     assert proc.returncode == 2, proc.stderr
@@ -205,14 +300,16 @@ def test_cold_target_is_p4_runs_on_the_published_l3():
 
 # ---- the MoE block (tiny-moe: 8 experts, top 2, k_eq_v, no per-layer input) ----
 
+
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory) -> Path:
     return layer_dump("tiny-moe", 64, 16, tmp_path_factory.mktemp("moe") / "d")
 
 
 def moe_records(metrics: list[dict]) -> dict[str, dict]:
-    return {m["name"]: m for m in metrics if m["name"] in ("gate_pass", "routing_kl",
-                                                          "routing_flips")}
+    return {
+        m["name"]: m for m in metrics if m["name"] in ("gate_pass", "routing_kl", "routing_flips")
+    }
 
 
 def test_moe_layer_passes_gate(build, moe):
@@ -221,8 +318,19 @@ def test_moe_layer_passes_gate(build, moe):
     own top-k."""
     for binary, kernel in kernels(build):
         for batch, workers in SHAPES_RUN:
-            proc = run(binary, "--dump", str(moe), "--gemv", kernel, "--batch", str(batch),
-                       "--cpus", CPUS[workers], "--steps", "4")
+            proc = run(
+                binary,
+                "--dump",
+                str(moe),
+                "--gemv",
+                kernel,
+                "--batch",
+                str(batch),
+                "--cpus",
+                CPUS[workers],
+                "--steps",
+                "4",
+            )
             meta, metrics = records(proc)
             assert proc.returncode == 0, proc.stderr
             gate = {m["boundary"] for m in metrics if m["name"] == "gate_rel_rms"}
@@ -239,8 +347,19 @@ def test_moe_layer_passes_gate(build, moe):
 def test_moe_planted_errors_fail_gate(build, moe, full):
     """A wrong expert for one pick fails at the routing weights (the block's first boundary it
     reaches); a dense layer refuses the MoE planted error (exit 2)."""
-    proc = run(build / "layer", "--dump", str(moe), "--batch", "16", "--cpus", CPUS[2],
-               "--steps", "4", "--debug", "swap-expert")
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(moe),
+        "--batch",
+        "16",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "4",
+        "--debug",
+        "swap-expert",
+    )
     assert proc.returncode == 1 and "gate failed at boundary rw:" in proc.stderr, proc.stderr
     assert moe_records(records(proc)[1])["gate_pass"]["value"] == 0
     proc = run(build / "layer", "--dump", str(full), "--steps", "3", "--debug", "swap-expert")
@@ -252,17 +371,34 @@ def test_near_tie_moe_unsplit_p_fails_split_passes(build, tmp_path):
     gate at attn (and says so in gate_pass before exiting 1); split P passes."""
     orchestrate = Path(sys.executable).parent / "orchestrate"
     dump = tmp_path / "nt"
-    proc = subprocess.run([str(orchestrate), "layer-dump", "tiny-moe", "--context", "256",
-                           "--batch", "16", "--seed", "1", "--variant", "near-tie", "--out",
-                           str(dump), "--quiet"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(orchestrate),
+            "layer-dump",
+            "tiny-moe",
+            "--context",
+            "256",
+            "--batch",
+            "16",
+            "--seed",
+            "1",
+            "--variant",
+            "near-tie",
+            "--out",
+            str(dump),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     args = ["--dump", str(dump), "--gemv", "amx", "--batch", "16", "--steps", "3"]
     split = run(build / "layer_amx_emu", *args)
     assert split.returncode == 0, split.stderr
     unsplit = run(build / "layer_amx_emu", *args, "--pv-unsplit")
     assert unsplit.returncode == 1 and "gate failed at boundary attn:" in unsplit.stderr
-    got = {name: moe_records(records(p)[1]) for name, p in (("split", split),
-                                                            ("unsplit", unsplit))}
+    got = {name: moe_records(records(p)[1]) for name, p in (("split", split), ("unsplit", unsplit))}
     assert got["split"]["gate_pass"]["value"] == 1 and got["unsplit"]["gate_pass"]["value"] == 0
     assert got["unsplit"]["gate_pass"]["failed_at"] == "attn"
 
@@ -275,13 +411,25 @@ def test_dense_layer_without_ple_and_with_k_eq_v(build, tmp_path):
     from socketlab.layer.generate import build_layer, write_layer
     from socketlab.layer.shapes import load_shape
 
-    shape = dataclasses.replace(load_shape("tiny-moe"), experts=0, top_k=0, moe_inter=0,
-                                name="tiny-dense-keqv")
+    shape = dataclasses.replace(
+        load_shape("tiny-moe"), experts=0, top_k=0, moe_inter=0, name="tiny-dense-keqv"
+    )
     write_layer(build_layer(shape, 64, 16, 3), tmp_path / "d")
     for binary, kernel in kernels(build):
         for batch, workers in ((1, 1), (16, 2)):
-            proc = run(binary, "--dump", str(tmp_path / "d"), "--gemv", kernel, "--batch",
-                       str(batch), "--cpus", CPUS[workers], "--steps", "4")
+            proc = run(
+                binary,
+                "--dump",
+                str(tmp_path / "d"),
+                "--gemv",
+                kernel,
+                "--batch",
+                str(batch),
+                "--cpus",
+                CPUS[workers],
+                "--steps",
+                "4",
+            )
             assert proc.returncode == 0, proc.stderr
             _, metrics = records(proc)
             gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
@@ -289,6 +437,7 @@ def test_dense_layer_without_ple_and_with_k_eq_v(build, tmp_path):
 
 
 # ---- tensor-parallel slices (ref_layer.py's tp ranks; socketlab.layer.tp) ----
+
 
 @pytest.fixture(scope="module")
 def tp_ranks(tmp_path_factory) -> list[Path]:
@@ -299,10 +448,29 @@ def tp_ranks(tmp_path_factory) -> list[Path]:
     dirs = []
     for rank in (0, 1):
         d = out / f"r{rank}"
-        proc = subprocess.run([str(orchestrate), "layer-dump", "tiny", "--context", "100",
-                               "--batch", "16", "--seed", "3", "--tp", "2", "--rank", str(rank),
-                               "--out", str(d), "--quiet"], capture_output=True, text=True,
-                              timeout=300)
+        proc = subprocess.run(
+            [
+                str(orchestrate),
+                "layer-dump",
+                "tiny",
+                "--context",
+                "100",
+                "--batch",
+                "16",
+                "--seed",
+                "3",
+                "--tp",
+                "2",
+                "--rank",
+                str(rank),
+                "--out",
+                str(d),
+                "--quiet",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         dirs.append(d)
     return dirs
@@ -312,16 +480,43 @@ def test_tp_slice_passes_gate(build, tp_ranks):
     for rank, dump in enumerate(tp_ranks):
         for binary, kernel in kernels(build):
             for batch, workers in SHAPES_RUN:
-                proc = run(binary, "--dump", str(dump), "--gemv", kernel, "--batch", str(batch),
-                           "--cpus", CPUS[workers], "--steps", "4")
+                proc = run(
+                    binary,
+                    "--dump",
+                    str(dump),
+                    "--gemv",
+                    kernel,
+                    "--batch",
+                    str(batch),
+                    "--cpus",
+                    CPUS[workers],
+                    "--steps",
+                    "4",
+                )
                 meta, _ = gated(proc, batch)
-                assert (meta["tp"], meta["rank"], meta["heads"], meta["kv_heads"],
-                        meta["inter"]) == (2, rank, 2, 1, 384)
+                assert (
+                    meta["tp"],
+                    meta["rank"],
+                    meta["heads"],
+                    meta["kv_heads"],
+                    meta["inter"],
+                ) == (2, rank, 2, 1, 384)
 
 
 def test_tp_slice_without_the_all_reduce_fails_at_h1(build, tp_ranks):
-    proc = run(build / "layer", "--dump", str(tp_ranks[1]), "--batch", "16", "--cpus", CPUS[2],
-               "--steps", "4", "--debug", "drop-rest")
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(tp_ranks[1]),
+        "--batch",
+        "16",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "4",
+        "--debug",
+        "drop-rest",
+    )
     assert proc.returncode == 1 and "gate failed at boundary h1:" in proc.stderr, proc.stderr
 
 
@@ -360,10 +555,16 @@ def test_tp_slice_references_are_the_whole_layers(tp_ranks):
 
 def test_bad_tp_split_is_one_line_exit_2(tmp_path):
     orchestrate = Path(sys.executable).parent / "orchestrate"
-    for args, message in ((["tiny", "--tp", "3"], "heads 4 and inter 768 must be multiples"),
-                          (["tiny", "--tp", "2", "--rank", "2"], "0 <= rank < tp"),
-                          (["tiny-moe", "--tp", "2"], "a MoE layer splits into head and expert")):
-        proc = subprocess.run([str(orchestrate), "layer-dump", *args, "--context", "8", "--out",
-                               str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
+    for args, message in (
+        (["tiny", "--tp", "3"], "heads 4 and inter 768 must be multiples"),
+        (["tiny", "--tp", "2", "--rank", "2"], "0 <= rank < tp"),
+        (["tiny-moe", "--tp", "2"], "a MoE layer splits into head and expert"),
+    ):
+        proc = subprocess.run(
+            [str(orchestrate), "layer-dump", *args, "--context", "8", "--out", str(tmp_path / "x")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1

@@ -37,18 +37,51 @@ def _builtin_sys_intern(monkeypatch):
 
 
 META_KEYS = (
-    "layer", "ctx", "layer_type", "hidden", "heads", "kv_heads", "head_dim", "window",
-    "cache_len", "eps", "inter", "ple", "moe", "kv_eq", "tp", "rank", "full_heads",
-    "full_kv_heads", "full_inter", "token", "bf16_ref_err", "generator", "shape", "seed",
-    "batch_row", "attn_scale",
-)  # fmt: skip
+    "layer",
+    "ctx",
+    "layer_type",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "window",
+    "cache_len",
+    "eps",
+    "inter",
+    "ple",
+    "moe",
+    "kv_eq",
+    "tp",
+    "rank",
+    "full_heads",
+    "full_kv_heads",
+    "full_inter",
+    "token",
+    "bf16_ref_err",
+    "generator",
+    "shape",
+    "seed",
+    "batch_row",
+    "attn_scale",
+)
 WEIGHTS = (
-    "input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-    "self_attn.o_proj", "self_attn.q_norm", "self_attn.k_norm", "post_attention_layernorm",
-    "pre_feedforward_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
-    "post_feedforward_layernorm", "per_layer_input_gate", "per_layer_projection",
+    "input_layernorm",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+    "post_feedforward_layernorm",
+    "per_layer_input_gate",
+    "per_layer_projection",
     "post_per_layer_input_norm",
-)  # fmt: skip
+)
 
 
 def orchestrate(*args: str) -> subprocess.CompletedProcess:
@@ -61,8 +94,9 @@ def orchestrate(*args: str) -> subprocess.CompletedProcess:
 def tiny_dump(tmp_path_factory) -> Path:
     """tiny.yaml (window 32) at 100 tokens of context, 3 batch rows, through the CLI."""
     out = tmp_path_factory.mktemp("tiny") / "dump"
-    r = orchestrate("layer-dump", "tiny", "--context", "100", "--batch", "3", "--seed", "7",
-                    "--out", str(out))  # fmt: skip
+    r = orchestrate(
+        "layer-dump", "tiny", "--context", "100", "--batch", "3", "--seed", "7", "--out", str(out)
+    )
     assert r.returncode == 0, r.stderr
     return out
 
@@ -86,8 +120,13 @@ def test_dump_has_every_tensor_of_the_contract(tiny_dump):
     s = load_shape("tiny")
     assert d.entries["kcache"] == ("bf16", (s.kv_heads, s.window - 1, s.head_dim))
     assert d.entries["vcache"] == ("bf16", (s.kv_heads, s.window - 1, s.head_dim))
-    for name, dims in (("layer_scalar", (1,)), ("x_in", (s.hidden,)), ("per_layer_input", (s.ple,)),
-                       ("cos", (s.head_dim,)), ("sin", (s.head_dim,))):  # fmt: skip
+    for name, dims in (
+        ("layer_scalar", (1,)),
+        ("x_in", (s.hidden,)),
+        ("per_layer_input", (s.ple,)),
+        ("cos", (s.head_dim,)),
+        ("sin", (s.head_dim,)),
+    ):
         assert d.entries[name] == ("f32", dims), name
     assert set(META_KEYS) <= set(d.meta)
     assert d.meta["layer_type"] == "sliding_attention" and d.meta["cache_len"] == s.window - 1
@@ -122,7 +161,9 @@ def test_dump_round_trips_the_generated_layer(tiny_dump):
     for w in WEIGHTS:
         assert np.array_equal(Dump(tiny_dump).f32(f"w.{w}.weight"), layer.weights[f"{w}.weight"])
     other = build_layer(s, 100, 1, 8)
-    assert not np.array_equal(other.weights["mlp.up_proj.weight"], layer.weights["mlp.up_proj.weight"])
+    assert not np.array_equal(
+        other.weights["mlp.up_proj.weight"], layer.weights["mlp.up_proj.weight"]
+    )
 
 
 def test_bf16_bars_are_positive_small_and_the_output_cosine_holds(tiny_dump):
@@ -238,23 +279,44 @@ def _manifest_edit(d: Path, fn) -> None:
 @pytest.mark.parametrize(
     "break_it, message",
     [
-        (lambda d: _manifest_edit(d, lambda ls: [x for x in ls if not x.startswith("w.mlp.up_proj")]),
-         r"manifest.txt: w.mlp.up_proj.weight: missing; expected w.mlp.up_proj.weight bf16 768 256"),
-        (lambda d: _manifest_edit(d, lambda ls: [x.replace("ref.q f32 256", "ref.q f32 255") for x in ls]),
-         r"manifest.txt: ref.q: f32 \[255\], expected f32 \[256\]"),
-        (lambda d: (d / "ref.out.f32").write_bytes((d / "ref.out.f32").read_bytes()[:100]),
-         r"ref.out.f32: 100 bytes, expected 1024 \(f32 \[256\]\); truncated or wrong shape"),
-        (lambda d: (d / "cos.f32").unlink(), r"cos.f32: missing; the manifest lists cos f32 \[64\]"),
+        (
+            lambda d: _manifest_edit(
+                d, lambda ls: [x for x in ls if not x.startswith("w.mlp.up_proj")]
+            ),
+            r"manifest.txt: w.mlp.up_proj.weight: missing; expected w.mlp.up_proj.weight bf16 768 256",
+        ),
+        (
+            lambda d: _manifest_edit(
+                d, lambda ls: [x.replace("ref.q f32 256", "ref.q f32 255") for x in ls]
+            ),
+            r"manifest.txt: ref.q: f32 \[255\], expected f32 \[256\]",
+        ),
+        (
+            lambda d: (d / "ref.out.f32").write_bytes((d / "ref.out.f32").read_bytes()[:100]),
+            r"ref.out.f32: 100 bytes, expected 1024 \(f32 \[256\]\); truncated or wrong shape",
+        ),
+        (
+            lambda d: (d / "cos.f32").unlink(),
+            r"cos.f32: missing; the manifest lists cos f32 \[64\]",
+        ),
         (lambda d: (d / "row1" / "x_in.f32").unlink(), r"row1/x_in.f32: missing"),
-        (lambda d: __import__("shutil").rmtree(d / "row2"),
-         r"meta.json: batch: 3, but 2 row dump\(s\) found; expected .*/row1 \.\. row2"),
-        (lambda d: _manifest_edit(d, lambda ls: [*ls, "extra f64 3"]),
-         r"manifest.txt:\d+: extra: dtype 'f64', expected bf16 or f32"),
+        (
+            lambda d: __import__("shutil").rmtree(d / "row2"),
+            r"meta.json: batch: 3, but 2 row dump\(s\) found; expected .*/row1 \.\. row2",
+        ),
+        (
+            lambda d: _manifest_edit(d, lambda ls: [*ls, "extra f64 3"]),
+            r"manifest.txt:\d+: extra: dtype 'f64', expected bf16 or f32",
+        ),
         (lambda d: (d / "meta.json").write_text("{"), r"meta.json: not valid JSON"),
-        (lambda d: (d / "meta.json").write_text(json.dumps({**json.loads((d / "meta.json").read_text()), "hidden": "x"})),
-         r"meta.json: hidden: expected a non-negative integer, got 'x'"),
+        (
+            lambda d: (d / "meta.json").write_text(
+                json.dumps({**json.loads((d / "meta.json").read_text()), "hidden": "x"})
+            ),
+            r"meta.json: hidden: expected a non-negative integer, got 'x'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_broken_dump_is_one_line_exit_2(tiny_dump, tmp_path, break_it, message):
     d = _copy(tiny_dump, tmp_path / "d")
     break_it(d)
@@ -288,12 +350,22 @@ def test_bad_cli_args_are_one_line_exit_2(tmp_path, args, message):
 def test_e2b_l0_at_2k_context_generates(tmp_path):
     """The full-size sliding layer at 2K: cache of window-1 rows, bars in range (no timing
     asserted; the generation time is in docs/layer.md)."""
-    r = orchestrate("layer-dump", "gemma4-e2b-l0", "--context", "2048", "--batch", "2",
-                    "--out", str(tmp_path / "e2b"))  # fmt: skip
+    r = orchestrate(
+        "layer-dump",
+        "gemma4-e2b-l0",
+        "--context",
+        "2048",
+        "--batch",
+        "2",
+        "--out",
+        str(tmp_path / "e2b"),
+    )
     assert r.returncode == 0, r.stderr
     dumps = open_dump(str(tmp_path / "e2b"))
     assert len(dumps) == 2 and dumps[0].entries["kcache"] == ("bf16", (1, 511, 256))
-    assert sum(os.path.getsize(tmp_path / "e2b" / f"w.{w}.weight.bf16") for w in WEIGHTS) > 69 * 2**20
+    assert (
+        sum(os.path.getsize(tmp_path / "e2b" / f"w.{w}.weight.bf16") for w in WEIGHTS) > 69 * 2**20
+    )
     assert dumps[1].meta["bf16_ref_err"]["out"]["cos"] >= 0.99999
 
 
@@ -310,9 +382,12 @@ def _hf_config(shape):
     # under test is the one of the shape's kind, the other only fills the config.
     rope = {
         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-        "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
-                           "rope_theta": 1000000.0},
-    }  # fmt: skip
+        "full_attention": {
+            "rope_type": "proportional",
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 1000000.0,
+        },
+    }
     kind = shape.layer_type
     rope[kind] = {"rope_type": shape.rope_type, "rope_theta": shape.rope_theta}
     if shape.rope_type == "proportional":
@@ -338,8 +413,15 @@ def _hf_config(shape):
         num_global_key_value_heads=shape.kv_heads if shape.kv_eq else None,
         max_position_embeddings=4 * HF_CONTEXT,
         enable_moe_block=shape.moe,
-        **({"num_experts": shape.experts, "top_k_experts": shape.top_k,
-            "moe_intermediate_size": shape.moe_inter} if shape.moe else {}),
+        **(
+            {
+                "num_experts": shape.experts,
+                "top_k_experts": shape.top_k,
+                "moe_intermediate_size": shape.moe_inter,
+            }
+            if shape.moe
+            else {}
+        ),
     )
     cfg._attn_implementation = "eager"
     return cfg, 0 if sliding else 1
@@ -380,8 +462,15 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
     # projects, norms and ropes them, and its sliding cache keeps what it keeps.
     cache = DynamicCache(config=cfg)
     xh = torch.from_numpy(hidden_states(shape, seed, 0, 0, context))[None]
-    hf(xh, per_layer_input=ple, shared_kv_states={}, position_embeddings=rope(list(range(context))),
-       attention_mask=None, position_ids=torch.arange(context)[None], **{cache_kw: cache})  # fmt: skip
+    hf(
+        xh,
+        per_layer_input=ple,
+        shared_kv_states={},
+        position_embeddings=rope(list(range(context))),
+        attention_mask=None,
+        position_ids=torch.arange(context)[None],
+        **{cache_kw: cache},
+    )
     k_hist = cache.layers[idx].keys[0].clone()
     v_hist = cache.layers[idx].values[0].clone()
 
@@ -394,9 +483,17 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
         return lambda m, a: cap.__setitem__(key, a[0].clone())
 
     attn = hf.self_attn
-    outs = [("xn", hf.input_layernorm), ("q", attn.q_proj), ("k", attn.k_proj),
-            ("q_normed", attn.q_norm), ("o", attn.o_proj), ("xn2", hf.pre_feedforward_layernorm),
-            ("gate", hf.mlp.gate_proj), ("up", hf.mlp.up_proj), ("down", hf.mlp.down_proj)]
+    outs = [
+        ("xn", hf.input_layernorm),
+        ("q", attn.q_proj),
+        ("k", attn.k_proj),
+        ("q_normed", attn.q_norm),
+        ("o", attn.o_proj),
+        ("xn2", hf.pre_feedforward_layernorm),
+        ("gate", hf.mlp.gate_proj),
+        ("up", hf.mlp.up_proj),
+        ("down", hf.mlp.down_proj),
+    ]
     ins = [("attn", attn.o_proj), ("h1", hf.pre_feedforward_layernorm), ("act", hf.mlp.down_proj)]
     if not shape.kv_eq:
         outs.append(("v", attn.v_proj))
@@ -404,22 +501,32 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
         outs += [("pg", hf.per_layer_input_gate), ("pp", hf.per_layer_projection)]
         ins += [("h2", hf.per_layer_input_gate), ("pact", hf.per_layer_projection)]
     if shape.moe:  # ref_layer.py's MoE hooks: the router's logits and weights, xn3, the experts
-        outs += [("rs", hf.router.proj), ("xn3", hf.pre_feedforward_layernorm_2),
-                 ("moe", hf.experts)]
+        outs += [
+            ("rs", hf.router.proj),
+            ("xn3", hf.pre_feedforward_layernorm_2),
+            ("moe", hf.experts),
+        ]
         hf.router.register_forward_hook(
-            lambda m, a, o: cap.__setitem__("rw", o[1].clone()) or cap.__setitem__(
-                "router_idx", o[2].clone()))
+            lambda m, a, o: (
+                cap.__setitem__("rw", o[1].clone()) or cap.__setitem__("router_idx", o[2].clone())
+            )
+        )
     for key, mod in outs:
         mod.register_forward_hook(out_hook(key))
     for key, mod in ins:
         mod.register_forward_pre_hook(in_hook(key))
     cos, sin = rope([context])
     x = torch.from_numpy(ours.rows.x_in[0].copy())[None, None]
-    pli = (torch.from_numpy(ours.rows.per_layer_input[0].copy())[None, None] if shape.ple
-           else None)
-    cap["out"] = hf(x, per_layer_input=pli, shared_kv_states={}, position_embeddings=(cos, sin),
-                    attention_mask=None, position_ids=torch.tensor([[context]]),
-                    **{cache_kw: cache}).clone()  # fmt: skip
+    pli = torch.from_numpy(ours.rows.per_layer_input[0].copy())[None, None] if shape.ple else None
+    cap["out"] = hf(
+        x,
+        per_layer_input=pli,
+        shared_kv_states={},
+        position_embeddings=(cos, sin),
+        attention_mask=None,
+        position_ids=torch.tensor([[context]]),
+        **{cache_kw: cache},
+    ).clone()
     cap["qn"] = apply_rotary_pos_emb(cap.pop("q_normed"), cos, sin, unsqueeze_dim=2)
     # the new token's row as HF cached it: k-normed + roped, v-normed
     cap["kn"] = cache.layers[idx].keys[0, :, -1]
@@ -431,8 +538,10 @@ def hf_check(name: str, context: int, seed: int = 3) -> dict[str, float]:
             cap["h2"] = cap["out"] / torch.from_numpy(ours.weights["layer_scalar"])
         assert cap["router_idx"].numpy().ravel().tolist() == ours.rows.router_idx[0].tolist()
 
-    table = {b: err(ours.f32[b][0], cap[b].double().numpy().ravel())["rel_rms"]
-             for b in boundaries_for(shape)}
+    table = {
+        b: err(ours.f32[b][0], cap[b].double().numpy().ravel())["rel_rms"]
+        for b in boundaries_for(shape)
+    }
     table["input cos"] = err(ours.rows.cos, cos.double().numpy().ravel())["rel_rms"]
     table["input sin"] = err(ours.rows.sin, sin.double().numpy().ravel())["rel_rms"]
     assert k_hist.shape == ours.rows.kcache[0].shape, (k_hist.shape, ours.rows.kcache[0].shape)
@@ -451,9 +560,11 @@ def test_reference_matches_transformers_gemma4_layer(name, capsys):
     table = hf_check(name, HF_CONTEXT)
     shape = load_shape(name)
     with capsys.disabled():
-        print(f"\n{name} ({shape.layer_type}, context {HF_CONTEXT}, cache rows "
-              f"{shape.cache_len(HF_CONTEXT)}) vs transformers {transformers.__version__} "
-              "Gemma4TextDecoderLayer, FP32 eager:")  # fmt: skip
+        print(
+            f"\n{name} ({shape.layer_type}, context {HF_CONTEXT}, cache rows "
+            f"{shape.cache_len(HF_CONTEXT)}) vs transformers {transformers.__version__} "
+            "Gemma4TextDecoderLayer, FP32 eager:"
+        )
         print("| boundary | rel RMS |\n|---|---|")
         for b, v in table.items():
             print(f"| {b} | {v:.2e} |")
@@ -472,8 +583,18 @@ def _tiny_checkpoint(path: Path, drop: str | None = None) -> Path:
 def test_checkpoint_layer_gives_its_real_weights(tmp_path):
     ckpt = _tiny_checkpoint(tmp_path / "ckpt")
     out = tmp_path / "d"
-    r = orchestrate("layer-dump", "tiny-full", "--context", "40", "--checkpoint", str(ckpt),
-                    "--layer", "1", "--out", str(out))  # fmt: skip
+    r = orchestrate(
+        "layer-dump",
+        "tiny-full",
+        "--context",
+        "40",
+        "--checkpoint",
+        str(ckpt),
+        "--layer",
+        "1",
+        "--out",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     import torch
     from safetensors.torch import load_file as load_torch
@@ -491,18 +612,37 @@ def test_checkpoint_layer_gives_its_real_weights(tmp_path):
 @pytest.mark.parametrize(
     "shape, layer, drop, message",
     [
-        ("tiny-full", 0, None, r"config.json: layer 0: attention 'sliding', but .*tiny-full.yaml says 'full'"),
-        ("tiny", 0, "model.language_model.layers.0.mlp.down_proj.weight",
-         r"\(layer 0\): mlp.down_proj.weight: missing; expected a tensor of shape \[256, 768\]"),
+        (
+            "tiny-full",
+            0,
+            None,
+            r"config.json: layer 0: attention 'sliding', but .*tiny-full.yaml says 'full'",
+        ),
+        (
+            "tiny",
+            0,
+            "model.language_model.layers.0.mlp.down_proj.weight",
+            r"\(layer 0\): mlp.down_proj.weight: missing; expected a tensor of shape \[256, 768\]",
+        ),
         ("tiny", 2, None, r"config.json: --layer: expected 0\.\.1, got 2"),
     ],
-)  # fmt: skip
+)
 def test_bad_checkpoint_is_one_line_exit_2(tmp_path, shape, layer, drop, message):
     import re
 
     ckpt = _tiny_checkpoint(tmp_path / "ckpt", drop)
-    r = orchestrate("layer-dump", shape, "--context", "8", "--checkpoint", str(ckpt),
-                    "--layer", str(layer), "--out", str(tmp_path / "d"))  # fmt: skip
+    r = orchestrate(
+        "layer-dump",
+        shape,
+        "--context",
+        "8",
+        "--checkpoint",
+        str(ckpt),
+        "--layer",
+        str(layer),
+        "--out",
+        str(tmp_path / "d"),
+    )
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(message, lines[0]), r.stderr

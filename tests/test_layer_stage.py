@@ -56,9 +56,20 @@ def build(request, tmp_path_factory) -> Path:
     # layer_avx512_emu needs SIMDe's headers; without them the emu512 fixture says so
     emu = [f"{out}/layer_avx512_emu"] if SIMDE_H.exists() else []
     proc = subprocess.run(
-        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2",
-         f"{out}/layer", f"{out}/layer_amx_emu", *emu],
-        capture_output=True, text=True, timeout=600,
+        [
+            "make",
+            "-C",
+            str(NATIVE),
+            f"BUILD={out}",
+            f"CC={cc}",
+            "-j2",
+            f"{out}/layer",
+            f"{out}/layer_amx_emu",
+            *emu,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
@@ -68,9 +79,22 @@ def build(request, tmp_path_factory) -> Path:
 def layer_dump(shape: str, context: int, batch: int, out: Path, seed: int = 3) -> Path:
     orchestrate = Path(sys.executable).parent / "orchestrate"
     proc = subprocess.run(
-        [str(orchestrate), "layer-dump", str(SHAPES / f"{shape}.yaml"), "--context", str(context),
-         "--batch", str(batch), "--seed", str(seed), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(orchestrate),
+            "layer-dump",
+            str(SHAPES / f"{shape}.yaml"),
+            "--context",
+            str(context),
+            "--batch",
+            str(batch),
+            "--seed",
+            str(seed),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -80,8 +104,9 @@ def layer_dump(shape: str, context: int, batch: int, out: Path, seed: int = 3) -
 def emu512(build) -> Path:
     """layer_avx512_emu: the AVX-512 path on SIMDe (test-only), in the same build dir."""
     if not SIMDE_H.exists():
-        pytest.fail(f"{SIMDE_H} missing: libsimde-dev is not installed "
-                    "(scripts/system-deps.sh installs it)")
+        pytest.fail(
+            f"{SIMDE_H} missing: libsimde-dev is not installed (scripts/system-deps.sh installs it)"
+        )
     return build / "layer_avx512_emu"
 
 
@@ -104,10 +129,17 @@ def near_tie(tmp_path_factory) -> Path:
     w = random_weights(shape, 3)
     w["self_attn.q_norm.weight"] = round_f32(w["self_attn.q_norm.weight"] * 0.03)
     layer = build_layer(shape, 512, 16, 3, weights=w)
-    rows = dataclasses.replace(layer.rows, kcache=[round_f32(k) for k in layer.rows.kcache],
-                               vcache=[round_f32(v) for v in layer.rows.vcache])
-    layer = dataclasses.replace(layer, rows=rows, f32=layer_ref(shape, w, rows, bf16=False),
-                                bf16=layer_ref(shape, w, rows, bf16=True))
+    rows = dataclasses.replace(
+        layer.rows,
+        kcache=[round_f32(k) for k in layer.rows.kcache],
+        vcache=[round_f32(v) for v in layer.rows.vcache],
+    )
+    layer = dataclasses.replace(
+        layer,
+        rows=rows,
+        f32=layer_ref(shape, w, rows, bf16=False),
+        bf16=layer_ref(shape, w, rows, bf16=True),
+    )
     out = tmp_path_factory.mktemp("near-tie") / "d"
     write_layer(layer, out)
     return out
@@ -149,13 +181,22 @@ def assert_gate_passed(proc: subprocess.CompletedProcess, batch: int) -> dict:
         assert m["pass"] is True, m
         assert m["repeat_max_abs"] == 0, m  # every step recomputes the same token
         # 1.5 x the BF16 reference's error: its bar or, where larger, its spread (spread.py)
-        assert m["limit"] == pytest.approx(max(1.5 * max(m["bf16_bar"], m["bf16_spread"]), 1e-6),
-                                           rel=1e-5), m
+        assert m["limit"] == pytest.approx(
+            max(1.5 * max(m["bf16_bar"], m["bf16_spread"]), 1e-6), rel=1e-5
+        ), m
         assert m["value"] <= m["limit"], m
         assert 0 <= m["row"] < batch
     names = {m["name"] for m in metrics}
-    assert {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_barrier",
-            "weight_bytes_per_worker", "kv_bytes_per_step"} <= names
+    assert {
+        "step_p50",
+        "step_p95",
+        "step_p99",
+        "step_max",
+        "phase_compute",
+        "phase_barrier",
+        "weight_bytes_per_worker",
+        "kv_bytes_per_step",
+    } <= names
     return meta
 
 
@@ -163,17 +204,41 @@ def assert_gate_passed(proc: subprocess.CompletedProcess, batch: int) -> dict:
 @pytest.mark.parametrize("batch", [1, 4, 16])
 @pytest.mark.parametrize("mode", MODES)
 def test_portable_every_mode_passes_gate(build, tiny, workers, batch, mode):
-    proc = run(build / "layer", "--dump", str(tiny), "--batch", str(batch), "--cpus",
-               CPUS[workers], "--xchg", mode, "--steps", "12", "--kv-tile-kib", "4")
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(tiny),
+        "--batch",
+        str(batch),
+        "--cpus",
+        CPUS[workers],
+        "--xchg",
+        mode,
+        "--steps",
+        "12",
+        "--kv-tile-kib",
+        "4",
+    )
     meta = assert_gate_passed(proc, batch)
     assert meta["xchg"] == mode and meta["gemv"] == "avx2"
 
 
-@pytest.mark.parametrize("variant", [("--barrier", "hier"), ("--nobcast",),
-                                     ("--gemv", "scalar"), ("--page", "4k")])
+@pytest.mark.parametrize(
+    "variant", [("--barrier", "hier"), ("--nobcast",), ("--gemv", "scalar"), ("--page", "4k")]
+)
 def test_portable_variants_pass_gate(build, tiny, variant):
-    proc = run(build / "layer", "--dump", str(tiny), "--batch", "4", "--cpus", CPUS[2],
-               "--steps", "12", *variant)
+    proc = run(
+        build / "layer",
+        "--dump",
+        str(tiny),
+        "--batch",
+        "4",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "12",
+        *variant,
+    )
     assert_gate_passed(proc, 4)
 
 
@@ -181,9 +246,23 @@ def test_portable_variants_pass_gate(build, tiny, variant):
 @pytest.mark.parametrize("batch", [1, 4, 16])
 def test_amx_emulated_passes_gate(build, tiny, workers, batch):
     mode = "fid" if workers == 2 else "direct"
-    proc = run(build / "layer_amx_emu", "--gemv", "amx", "--dump", str(tiny), "--batch",
-               str(batch), "--cpus", CPUS[workers], "--xchg", mode, "--steps", "3",
-               "--kv-tile-kib", "8")
+    proc = run(
+        build / "layer_amx_emu",
+        "--gemv",
+        "amx",
+        "--dump",
+        str(tiny),
+        "--batch",
+        str(batch),
+        "--cpus",
+        CPUS[workers],
+        "--xchg",
+        mode,
+        "--steps",
+        "3",
+        "--kv-tile-kib",
+        "8",
+    )
     meta = assert_gate_passed(proc, batch)
     assert meta["amx_emulated"] is True and meta["pv_split"] is True and meta["row_unit"] == 16
 
@@ -194,8 +273,23 @@ def test_avx512_emulated_passes_gate(emu512, tiny, workers, batch):
     """The --gemv avx512 path (native/gemv's VDPBF16PS kernel, VNNI-packed KV) on SIMDe: on every
     host, whether or not the CPU has AVX-512 (test_avx512_path_or_exit_3 runs the real one)."""
     mode = "fid" if workers == 2 else "direct"
-    proc = run(emu512, "--gemv", "avx512", "--dump", str(tiny), "--batch", str(batch), "--cpus",
-               CPUS[workers], "--xchg", mode, "--steps", "3", "--kv-tile-kib", "8")
+    proc = run(
+        emu512,
+        "--gemv",
+        "avx512",
+        "--dump",
+        str(tiny),
+        "--batch",
+        str(batch),
+        "--cpus",
+        CPUS[workers],
+        "--xchg",
+        mode,
+        "--steps",
+        "3",
+        "--kv-tile-kib",
+        "8",
+    )
     meta = assert_gate_passed(proc, batch)
     assert meta["avx512_emulated"] is True and meta["pv_split"] is True
     assert meta["gemv"] == "avx512" and meta["row_unit"] == 4
@@ -207,8 +301,23 @@ def test_avx512_vnni_emulated_passes_gate(emu512, tiny, workers, batch):
     """--gemv avx512-vnni (the blocked kernel on AMX's 16-row VNNI layout, kept for comparison)
     on SIMDe: the same gate on every host."""
     mode = "fid" if workers == 2 else "direct"
-    proc = run(emu512, "--gemv", "avx512-vnni", "--dump", str(tiny), "--batch", str(batch),
-               "--cpus", CPUS[workers], "--xchg", mode, "--steps", "3", "--kv-tile-kib", "8")
+    proc = run(
+        emu512,
+        "--gemv",
+        "avx512-vnni",
+        "--dump",
+        str(tiny),
+        "--batch",
+        str(batch),
+        "--cpus",
+        CPUS[workers],
+        "--xchg",
+        mode,
+        "--steps",
+        "3",
+        "--kv-tile-kib",
+        "8",
+    )
     meta = assert_gate_passed(proc, batch)
     assert meta["avx512_emulated"] is True and meta["pv_split"] is True
     assert meta["gemv"] == "avx512-vnni" and meta["row_unit"] == 4
@@ -217,15 +326,38 @@ def test_avx512_vnni_emulated_passes_gate(emu512, tiny, workers, batch):
 # worker 0 of 90 on E2B L0, bytes per weight phase: row-major kernels stream their rows (4-row
 # units: q 24, k/v 4, o 20, gate/up 72, down 20, ple gate 4, ple proj 20 rows); the VNNI-block
 # ones pad every matrix's rows to 16 (q 32, k/v 16, o 32, gate/up 80, down 32, ple 16/32)
-E2B_SLICE0_ROWS = {"qkv": 98_304, "o": 81_920, "gateup": 442_368, "down": 245_760,
-                   "ple_gate": 12_288, "ple_proj": 10_240}
-E2B_SLICE0_VNNI = {"qkv": 196_608, "o": 131_072, "gateup": 491_520, "down": 393_216,
-                   "ple_gate": 49_152, "ple_proj": 16_384}
+E2B_SLICE0_ROWS = {
+    "qkv": 98_304,
+    "o": 81_920,
+    "gateup": 442_368,
+    "down": 245_760,
+    "ple_gate": 12_288,
+    "ple_proj": 10_240,
+}
+E2B_SLICE0_VNNI = {
+    "qkv": 196_608,
+    "o": 131_072,
+    "gateup": 491_520,
+    "down": 393_216,
+    "ple_gate": 49_152,
+    "ple_proj": 16_384,
+}
 
 
 def slice0_bytes(binary: Path, dump: Path, kernel: str) -> dict:
-    proc = run(binary, "--dump", str(dump), "--slice", "0/90", "--cpus", "0", "--gemv", kernel,
-               "--steps", "2")
+    proc = run(
+        binary,
+        "--dump",
+        str(dump),
+        "--slice",
+        "0/90",
+        "--cpus",
+        "0",
+        "--gemv",
+        kernel,
+        "--steps",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
     assert meta["gemv"] == kernel
@@ -266,8 +398,9 @@ def test_fid_store_is_reported(build, tiny):
     AVX-512 ("nt64"), else payload then tail tag with release ("plain"); meta says which."""
     want = "nt64" if HAS_AVX512 else "plain"
     print(f"branch: CPU {'has' if HAS_AVX512 else 'lacks'} AVX-512, expecting fid_store {want}")
-    proc = run(build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--xchg", "fid",
-               "--steps", "4")
+    proc = run(
+        build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--xchg", "fid", "--steps", "4"
+    )
     meta = assert_gate_passed(proc, 1)
     assert meta["fid_store"] == want
     proc = run(build / "layer", "--dump", str(tiny), "--steps", "4")
@@ -276,8 +409,9 @@ def test_fid_store_is_reported(build, tiny):
 
 @pytest.mark.parametrize("flag,boundary", [("perturb-row", "q"), ("drop-combine", "attn")])
 def test_planted_errors_fail_gate_naming_boundary(build, tiny, flag, boundary):
-    proc = run(build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--steps", "4",
-               "--debug", flag)
+    proc = run(
+        build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--steps", "4", "--debug", flag
+    )
     assert proc.returncode == 1
     assert f"gate failed at boundary {boundary}:" in proc.stderr, proc.stderr
 
@@ -300,8 +434,19 @@ def test_perturbed_weight_file_fails_gate(build, tiny, tmp_path):
 
 def test_avx512_path_or_exit_3(build, tiny):
     """Host-dependent: real AVX-512 BF16 where the CPU has it, else exit 3 naming the reason."""
-    proc = run(build / "layer", "--gemv", "avx512", "--dump", str(tiny), "--batch", "4",
-               "--cpus", CPUS[2], "--steps", "6")
+    proc = run(
+        build / "layer",
+        "--gemv",
+        "avx512",
+        "--dump",
+        str(tiny),
+        "--batch",
+        "4",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "6",
+    )
     if HAS_AVX512_BF16:
         print("branch: CPU has AVX-512 BF16, the real path ran")
         assert_gate_passed(proc, 4)
@@ -319,8 +464,23 @@ def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mo
     """Host-dependent: the real VDPBF16PS paths (row-major and VNNI-blocked; fid with one 64-byte
     non-temporal store per line) in every exchange mode where the CPU has AVX-512 BF16, else
     exit 3."""
-    proc = run(build / "layer", "--gemv", kernel, "--dump", str(tiny), "--batch", str(batch),
-               "--cpus", CPUS[workers], "--xchg", mode, "--steps", "6", "--kv-tile-kib", "8")
+    proc = run(
+        build / "layer",
+        "--gemv",
+        kernel,
+        "--dump",
+        str(tiny),
+        "--batch",
+        str(batch),
+        "--cpus",
+        CPUS[workers],
+        "--xchg",
+        mode,
+        "--steps",
+        "6",
+        "--kv-tile-kib",
+        "8",
+    )
     if not HAS_AVX512_BF16:
         assert proc.returncode == 3 and "not available on this host" in proc.stderr
         return
@@ -345,8 +505,10 @@ def check_issue12_rows(proc: subprocess.CompletedProcess) -> None:
     one-realization bar (the old limit) and within 1.5 x the spread."""
     assert_gate_passed(proc, 16)
     pp = next(m for m in records(proc)[1] if m["name"] == "gate_rel_rms" and m["boundary"] == "pp")
-    print(f"pp: row {pp['row']} ratio to bar {pp['ratio_to_bar']:.3f}, spread / bar "
-          f"{pp['bf16_spread'] / pp['bf16_bar']:.3f}")
+    print(
+        f"pp: row {pp['row']} ratio to bar {pp['ratio_to_bar']:.3f}, spread / bar "
+        f"{pp['bf16_spread'] / pp['bf16_bar']:.3f}"
+    )
     assert pp["row"] == 13 and pp["value"] > 1.5 * pp["bf16_bar"], pp
 
 
@@ -370,8 +532,19 @@ def test_avx512_small_vector_rows_pass_gate_or_exit_3(build, tiny_s1):
     """Host-dependent: the same on the real VDPBF16PS path where the CPU has AVX-512 BF16 (1 and
     2 workers), else exit 3 naming the reason."""
     for cpus in ("0", CPUS[2]):
-        proc = run(build / "layer", "--gemv", "avx512", "--dump", str(tiny_s1), "--batch", "16",
-                   "--cpus", cpus, "--steps", "3")
+        proc = run(
+            build / "layer",
+            "--gemv",
+            "avx512",
+            "--dump",
+            str(tiny_s1),
+            "--batch",
+            "16",
+            "--cpus",
+            cpus,
+            "--steps",
+            "3",
+        )
         if not HAS_AVX512_BF16:
             print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
             assert proc.returncode == 3 and "not available on this host" in proc.stderr
@@ -400,8 +573,14 @@ def test_valid_bf16_realizations_pass_and_bad_ones_fail(tiny_s1, e2b):
     shape, w, rows = load_rows(dumps)
     above_old = 0
     for k in range(4):
-        got = layer_ref(shape, w, rows, bf16=True, order=np.random.default_rng([12345, k]),
-                        split_attn=bool(k % 2))
+        got = layer_ref(
+            shape,
+            w,
+            rows,
+            bf16=True,
+            order=np.random.default_rng([12345, k]),
+            split_attn=bool(k % 2),
+        )
         for i, d in enumerate(dumps):
             lines = gate({b: got[b][i] for b in got}, d)
             assert all(g.ok for g in lines), [g for g in lines if not g.ok]
@@ -436,15 +615,29 @@ def test_gelu_isas_agree_bit_for_bit(build, tiny, kernel):
             continue
         meta = assert_gate_passed(proc, 16)
         assert meta["gelu"] == (want_auto if isa == "auto" else isa)
-        gates[isa] = [{k: m[k] for k in ("boundary", "value", "max_abs", "cosine", "row")}
-                      for m in records(proc)[1] if m["name"] == "gate_rel_rms"]
+        gates[isa] = [
+            {k: m[k] for k in ("boundary", "value", "max_abs", "cosine", "row")}
+            for m in records(proc)[1]
+            if m["name"] == "gate_rel_rms"
+        ]
     assert all(g == gates["scalar"] for g in gates.values())
 
 
 def test_real_amx_path_or_exit_3(build, tiny):
     """Host-dependent: the real (not emulated) AMX path where the CPU has AMX, else exit 3."""
-    proc = run(build / "layer", "--gemv", "amx", "--dump", str(tiny), "--batch", "16",
-               "--cpus", CPUS[2], "--steps", "6")
+    proc = run(
+        build / "layer",
+        "--gemv",
+        "amx",
+        "--dump",
+        str(tiny),
+        "--batch",
+        "16",
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "6",
+    )
     if HAS_AMX:
         print("branch: CPU has AMX, the real path ran")
         assert records(proc)[0]["amx_emulated"] is False
@@ -455,18 +648,29 @@ def test_real_amx_path_or_exit_3(build, tiny):
 
 
 def test_e2b_l0_2k_passes_gate(build, e2b):
-    proc = run(build / "layer", "--dump", str(e2b), "--cpus", CPUS[2], "--steps", "6",
-               "--xchg", "repnt")
+    proc = run(
+        build / "layer", "--dump", str(e2b), "--cpus", CPUS[2], "--steps", "6", "--xchg", "repnt"
+    )
     meta = assert_gate_passed(proc, 1)
     assert meta["hidden"] == 1536 and meta["cache_len"] == 511
-    proc = run(build / "layer_amx_emu", "--gemv", "amx", "--dump", str(e2b), "--cpus", CPUS[2],
-               "--steps", "2")
+    proc = run(
+        build / "layer_amx_emu",
+        "--gemv",
+        "amx",
+        "--dump",
+        str(e2b),
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        "2",
+    )
     assert_gate_passed(proc, 1)
 
 
 def test_slice_mode_reports_one_worker_of_90(build, e2b):
-    proc = run(build / "layer", "--dump", str(e2b), "--slice", "0/90", "--cpus", "0",
-               "--steps", "50")
+    proc = run(
+        build / "layer", "--dump", str(e2b), "--slice", "0/90", "--cpus", "0", "--steps", "50"
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
     assert meta["slice"] is True and meta["slice_of"] == 90 and meta["workers"] == 90
@@ -503,16 +707,20 @@ def broken_copy(tiny: Path, tmp_path: Path) -> Path:
 def test_bad_dump_missing_tensor(build, tiny, tmp_path):
     d = broken_copy(tiny, tmp_path)
     man = d / "manifest.txt"
-    man.write_text("".join(ln + "\n" for ln in man.read_text().splitlines()
-                           if not ln.startswith("ref.down ")))
+    man.write_text(
+        "".join(ln + "\n" for ln in man.read_text().splitlines() if not ln.startswith("ref.down "))
+    )
     one_line_exit_2(run(build / "layer", "--dump", str(d)), "ref.down", "missing")
 
 
 def test_bad_dump_wrong_shape(build, tiny, tmp_path):
     d = broken_copy(tiny, tmp_path)
     man = d / "manifest.txt"
-    man.write_text(man.read_text().replace("w.mlp.up_proj.weight bf16 768 256",
-                                           "w.mlp.up_proj.weight bf16 767 256"))
+    man.write_text(
+        man.read_text().replace(
+            "w.mlp.up_proj.weight bf16 768 256", "w.mlp.up_proj.weight bf16 767 256"
+        )
+    )
     one_line_exit_2(run(build / "layer", "--dump", str(d)), "w.mlp.up_proj.weight", "768 256")
 
 
@@ -533,9 +741,15 @@ def test_bad_dump_spread(build, tiny, tmp_path):
     (d / "meta.json").write_text(json.dumps(meta, indent=1))
     one_line_exit_2(run(build / "layer", "--dump", str(d)), "bf16_ref_spread.rel_rms_max.pp")
     orchestrate = Path(sys.executable).parent / "orchestrate"
-    one_line_exit_2(subprocess.run([str(orchestrate), "layer-check", str(d), "--no-recompute"],
-                                   capture_output=True, text=True, timeout=TIMEOUT),
-                    "bf16_ref_spread.rel_rms_max.pp")
+    one_line_exit_2(
+        subprocess.run(
+            [str(orchestrate), "layer-check", str(d), "--no-recompute"],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        ),
+        "bf16_ref_spread.rel_rms_max.pp",
+    )
 
 
 def test_bad_input_flags(build, tiny, tmp_path):

@@ -62,7 +62,9 @@ def build(request, tmp_path_factory) -> tuple[str, Path]:
     out = tmp_path_factory.mktemp(f"native-{name}")
     proc = subprocess.run(
         ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
@@ -113,7 +115,9 @@ def test_make_check_passes(build):
     name, out = build
     proc = subprocess.run(
         ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={COMPILERS[name]}", "check"],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "FAIL" not in proc.stdout
@@ -128,18 +132,54 @@ TWO = ",".join(map(str, online_cpus()[:2]))
 needs_two = pytest.mark.skipif(len(online_cpus()) < 2, reason="needs 2 online CPUs")
 
 CONTRACT_RUNS = {
-    "ladder": (["--kernel", READ_KERNEL, "--size", "32K", "--seconds", "0.02", "--reps", "2",
-                "--cpus", TWO],
-               {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50",
-                "bw_per_core_max"}),
-    "gemv": (["--kernel", "avx512-bf16", "--rows", "64", "--cols", "128", "--batch", "4",
-              "--steps", "20", "--cpus", TWO],
-             {"step_p50", "step_p99", "weight_bw", "tflops", "rows_max_over_mean",
-              "rel_rms_err", "cosine"}),
-    "kvstream": (["--tokens", "512", "--heads", "2", "--steps", "5", "--cpus", TWO],
-                 {"kv_bw", "step_p50", "step_p99", "rel_rms_err", "cosine"}),
-    "exchange": (["--mode", "diss", "--cpus", TWO, "--iters", "100", "--warmup", "10"],
-                 {"latency_p50", "latency_p99"}),
+    "ladder": (
+        [
+            "--kernel",
+            READ_KERNEL,
+            "--size",
+            "32K",
+            "--seconds",
+            "0.02",
+            "--reps",
+            "2",
+            "--cpus",
+            TWO,
+        ],
+        {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50", "bw_per_core_max"},
+    ),
+    "gemv": (
+        [
+            "--kernel",
+            "avx512-bf16",
+            "--rows",
+            "64",
+            "--cols",
+            "128",
+            "--batch",
+            "4",
+            "--steps",
+            "20",
+            "--cpus",
+            TWO,
+        ],
+        {
+            "step_p50",
+            "step_p99",
+            "weight_bw",
+            "tflops",
+            "rows_max_over_mean",
+            "rel_rms_err",
+            "cosine",
+        },
+    ),
+    "kvstream": (
+        ["--tokens", "512", "--heads", "2", "--steps", "5", "--cpus", TWO],
+        {"kv_bw", "step_p50", "step_p99", "rel_rms_err", "cosine"},
+    ),
+    "exchange": (
+        ["--mode", "diss", "--cpus", TWO, "--iters", "100", "--warmup", "10"],
+        {"latency_p50", "latency_p99"},
+    ),
 }
 
 
@@ -163,8 +203,13 @@ def test_output_follows_json_lines_contract(build, binary):
         assert all(m["cpu"] in online_cpus() for m in mins)
         assert all(m["unit"] == "GB/s" for m in metrics if m["name"].startswith("bw_"))
     if binary == "exchange":
-        assert all(m["unit"] == "us" and m["mode"] == "diss" and m["participants"] == 2
-                   and m["bytes"] == 2560 for m in metrics)
+        assert all(
+            m["unit"] == "us"
+            and m["mode"] == "diss"
+            and m["participants"] == 2
+            and m["bytes"] == 2560
+            for m in metrics
+        )
 
 
 @needs_two
@@ -174,8 +219,9 @@ def test_exchange_modes(build, mode):
     with AVX-512 and 2 x 32-byte with AVX2 only, and the meta record says which ran."""
     name, out = build
     extra = ["--roundtrips", "10"] if mode == "pingpong" else []
-    proc = run(out / "exchange", "--mode", mode, "--cpus", TWO, "--iters", "50", "--warmup", "5",
-               *extra)
+    proc = run(
+        out / "exchange", "--mode", mode, "--cpus", TWO, "--iters", "50", "--warmup", "5", *extra
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = parse_contract(proc.stdout, "exchange", name)
     p50 = next(m for m in metrics if m["name"] == "latency_p50")
@@ -194,15 +240,17 @@ def test_exchange_cldemote_runs_everywhere_and_says_if_cpuid_has_it(build):
     """CLDEMOTE is a NOP where CPUID lacks it, so fid-cld runs on every host; meta and the
     metrics record whether the hint did anything here."""
     name, out = build
-    proc = run(out / "exchange", "--mode", "fid-cld", "--cpus", TWO, "--iters", "300",
-               "--warmup", "30")
+    proc = run(
+        out / "exchange", "--mode", "fid-cld", "--cpus", TWO, "--iters", "300", "--warmup", "30"
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = parse_contract(proc.stdout, "exchange", name)
     print(f"host branch: cldemote {'cldemote' in cpu_flags()}, waitpkg {HAS_WAITPKG}")
     assert meta["cldemote_supported"] is ("cldemote" in cpu_flags())
     assert meta["waitpkg_supported"] is HAS_WAITPKG
-    assert all(m["mode"] == "fid-cld" and m["cldemote"] is meta["cldemote_supported"]
-               for m in metrics)
+    assert all(
+        m["mode"] == "fid-cld" and m["cldemote"] is meta["cldemote_supported"] for m in metrics
+    )
 
 
 @needs_two
@@ -212,13 +260,33 @@ def test_exchange_hier_groups(build):
     name, out = build
     a, b = TWO.split(",")
     for extra, groups in ((["--groups", f"{a}/{b}"], 2), ([], None)):
-        proc = run(out / "exchange", "--mode", "hier", "--cpus", TWO, "--iters", "500",
-                   "--warmup", "50", "--bytes", "4096", *extra)
+        proc = run(
+            out / "exchange",
+            "--mode",
+            "hier",
+            "--cpus",
+            TWO,
+            "--iters",
+            "500",
+            "--warmup",
+            "50",
+            "--bytes",
+            "4096",
+            *extra,
+        )
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "exchange", name)
         assert meta["groups"] == (f"{a}/{b}" if groups else "numa-nodes")
-        nodes = len({p.name for p in Path("/sys/devices/system/node").glob("node*")
-                     if any((p / f"cpu{c}").exists() for c in (a, b))}) or 1
+        nodes = (
+            len(
+                {
+                    p.name
+                    for p in Path("/sys/devices/system/node").glob("node*")
+                    if any((p / f"cpu{c}").exists() for c in (a, b))
+                }
+            )
+            or 1
+        )
         assert all(m["groups"] == (groups or nodes) and m["bytes"] == 4096 for m in metrics)
 
 
@@ -227,8 +295,9 @@ def test_exchange_hier_umwait_needs_waitpkg(build):
     """Host-dependent (prints its branch): runs where CPUID has waitpkg, else exit 3 naming it."""
     name, out = build
     print(f"host branch: waitpkg {HAS_WAITPKG}")
-    proc = run(out / "exchange", "--mode", "hier-umwait", "--cpus", TWO, "--iters", "200",
-               "--warmup", "20")
+    proc = run(
+        out / "exchange", "--mode", "hier-umwait", "--cpus", TWO, "--iters", "200", "--warmup", "20"
+    )
     if HAS_WAITPKG:
         assert proc.returncode == 0, proc.stderr
         parse_contract(proc.stdout, "exchange", name)
@@ -249,20 +318,38 @@ def test_ladder_avx512_bf16_compute(build):
     which catches an overcount, holds for every run."""
     name, out = build
     for attempt in range(3):
-        proc = run(out / "ladder", "--kernel", "avx512-bf16-compute", "--cpus", TWO,
-                   "--seconds", "0.1", "--reps", "2")
+        proc = run(
+            out / "ladder",
+            "--kernel",
+            "avx512-bf16-compute",
+            "--cpus",
+            TWO,
+            "--seconds",
+            "0.1",
+            "--reps",
+            "2",
+        )
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "ladder", name)
         assert meta["kernel"] == "avx512-bf16-compute" and "flops" in meta["statistic"]
-        assert {"tflops_total", "tflops_per_core_mean", "tflops_per_core_min",
-                "tflops_per_core_p50", "tflops_per_core_max", "core_clock_mean",
-                "core_clock_min"} == names(metrics)
+        assert {
+            "tflops_total",
+            "tflops_per_core_mean",
+            "tflops_per_core_min",
+            "tflops_per_core_p50",
+            "tflops_per_core_max",
+            "core_clock_mean",
+            "core_clock_min",
+        } == names(metrics)
         assert not any(m["name"].startswith("bw_") for m in metrics)
         rates = []
         for rep in (0, 1):
             v = {m["name"]: m for m in metrics if m.get("rep") == rep}
-            assert v["tflops_per_core_min"]["value"] <= v["tflops_per_core_mean"]["value"] \
+            assert (
+                v["tflops_per_core_min"]["value"]
+                <= v["tflops_per_core_mean"]["value"]
                 <= v["tflops_per_core_max"]["value"]
+            )
             assert v["tflops_per_core_min"]["cpu"] in online_cpus()
             assert v["tflops_total"]["unit"] == "TFLOP/s" and v["core_clock_mean"]["unit"] == "MHz"
             # total over the span of all threads: at most the sum of the per-core rates
@@ -287,15 +374,22 @@ def test_gemv_layer_balance_reproduces_the_published_figures(build):
     name, out = build
     from socketlab.layer.shapes import load_shape
 
-    shapes = {stage: load_shape(name).gemv_layer_arg() for stage, name in (
-        ("E2B L0 2K", "gemma4-e2b-l0"), ("E2B L4 2K", "gemma4-e2b-l4"),
-        ("E4B L5 2K", "gemma4-e4b-l5"))}  # fmt: skip
-    want = {("E2B L0 2K", "amx-bf16"): (1.59, 1277952, 803908),
-            ("E2B L4 2K", "amx-bf16"): (1.52, 1458176, 961195),
-            ("E4B L5 2K", "amx-bf16"): (1.16, None, None),
-            ("E2B L0 2K", "avx512-bf16"): (1.11, None, None),
-            ("E2B L4 2K", "avx512-bf16"): (1.11, None, None),
-            ("E4B L5 2K", "avx512-bf16"): (1.06, None, None)}
+    shapes = {
+        stage: load_shape(name).gemv_layer_arg()
+        for stage, name in (
+            ("E2B L0 2K", "gemma4-e2b-l0"),
+            ("E2B L4 2K", "gemma4-e2b-l4"),
+            ("E4B L5 2K", "gemma4-e4b-l5"),
+        )
+    }
+    want = {
+        ("E2B L0 2K", "amx-bf16"): (1.59, 1277952, 803908),
+        ("E2B L4 2K", "amx-bf16"): (1.52, 1458176, 961195),
+        ("E4B L5 2K", "amx-bf16"): (1.16, None, None),
+        ("E2B L0 2K", "avx512-bf16"): (1.11, None, None),
+        ("E2B L4 2K", "avx512-bf16"): (1.11, None, None),
+        ("E4B L5 2K", "avx512-bf16"): (1.06, None, None),
+    }
     sizes_mib = {"E2B L0 2K": 69.0, "E2B L4 2K": 82.5, "E4B L5 2K": 202.5}  # §5.5
     for (stage, kernel), (ratio, max_b, mean_b) in want.items():
         proc = run(out / "gemv", "--kernel", kernel, "--layer", shapes[stage], "--workers", "90")
@@ -327,11 +421,13 @@ def test_gemv_layer_balance_reproduces_the_published_figures(build):
     assert one["workers"] == len(TWO.split(",")) and one["value"] == pytest.approx(1.0)
 
 
-GEMV_NEEDS = {"avx2-bf16": (HAS_AVX2, "AVX2 + FMA"),
-              "avx512-bf16": (HAS_AVX512_BF16, "AVX-512 BF16"),
-              "avx512-bf16-rows": (HAS_AVX512_BF16, "AVX-512 BF16"),
-              "avx512-fp32": (HAS_AVX512, "AVX-512 F/BW"),
-              "amx-bf16": (HAS_AMX, "AMX-TILE/AMX-BF16")}
+GEMV_NEEDS = {
+    "avx2-bf16": (HAS_AVX2, "AVX2 + FMA"),
+    "avx512-bf16": (HAS_AVX512_BF16, "AVX-512 BF16"),
+    "avx512-bf16-rows": (HAS_AVX512_BF16, "AVX-512 BF16"),
+    "avx512-fp32": (HAS_AVX512, "AVX-512 F/BW"),
+    "amx-bf16": (HAS_AMX, "AMX-TILE/AMX-BF16"),
+}
 
 
 @pytest.mark.parametrize("kernel", sorted(GEMV_NEEDS))
@@ -343,8 +439,23 @@ def test_gemv_matches_fp32_reference(build, kernel, batch):
     has, isa = GEMV_NEEDS[kernel]
     if not has:
         pytest.skip(f"gemv --kernel {kernel} needs {isa}; this CPU lacks it")
-    proc = run(out / "gemv", "--kernel", kernel, "--rows", "200", "--cols", "512", "--batch",
-               str(batch), "--steps", "10", "--warmup", "1", "--cpus", TWO)
+    proc = run(
+        out / "gemv",
+        "--kernel",
+        kernel,
+        "--rows",
+        "200",
+        "--cols",
+        "512",
+        "--batch",
+        str(batch),
+        "--steps",
+        "10",
+        "--warmup",
+        "1",
+        "--cpus",
+        TWO,
+    )
     assert proc.returncode == 0, proc.stderr
     _, metrics = parse_contract(proc.stdout, "gemv", name)
     value = {m["name"]: m["value"] for m in metrics}
@@ -362,16 +473,44 @@ def test_gemv_avx512_emulated_matches_fp32_reference(build, kernel, batch):
     name, out = build
     if not SIMDE_H.exists():
         pytest.fail(f"{SIMDE_H} missing: scripts/system-deps.sh installs libsimde-dev")
-    proc = run(out / "gemv_avx512_emu", "--kernel", kernel, "--rows", "200", "--cols", "256",
-               "--batch", str(batch), "--steps", "2", "--warmup", "1", "--cpus", TWO)
+    proc = run(
+        out / "gemv_avx512_emu",
+        "--kernel",
+        kernel,
+        "--rows",
+        "200",
+        "--cols",
+        "256",
+        "--batch",
+        str(batch),
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--cpus",
+        TWO,
+    )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = parse_contract(proc.stdout, "gemv", name)
     assert meta["avx512_emulated"] is True and meta["kernel"] == kernel
     value = {m["name"]: m["value"] for m in metrics}
     assert 0 < value["rel_rms_err"] <= 1e-5 and value["cosine"] >= 0.99999
     # and the check is live there too: below the real error it fails
-    proc = run(out / "gemv_avx512_emu", "--kernel", kernel, "--rows", "64", "--cols", "512",
-               "--steps", "2", "--warmup", "0", "--max-rel-rms", "1e-15")
+    proc = run(
+        out / "gemv_avx512_emu",
+        "--kernel",
+        kernel,
+        "--rows",
+        "64",
+        "--cols",
+        "512",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+        "--max-rel-rms",
+        "1e-15",
+    )
     assert proc.returncode == 1 and "self-check failed" in proc.stderr
 
 
@@ -386,8 +525,21 @@ def test_gemv_avx512_rows_every_row_and_input_group(build, binary):
     if binary == "gemv_avx512_emu" and not SIMDE_H.exists():
         pytest.fail(f"{SIMDE_H} missing: scripts/system-deps.sh installs libsimde-dev")
     for batch in (1, 2, 3, 5, 6, 7, 16):
-        proc = run(out / binary, "--kernel", "avx512-bf16-rows", "--rows", "37", "--cols", "96",
-                   "--batch", str(batch), "--steps", "2", "--warmup", "0")
+        proc = run(
+            out / binary,
+            "--kernel",
+            "avx512-bf16-rows",
+            "--rows",
+            "37",
+            "--cols",
+            "96",
+            "--batch",
+            str(batch),
+            "--steps",
+            "2",
+            "--warmup",
+            "0",
+        )
         if binary == "gemv" and not HAS_AVX512_BF16:
             print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
             assert proc.returncode == 3 and "not available on this host" in proc.stderr
@@ -402,8 +554,19 @@ def test_gemv_real_build_reports_avx512_not_emulated(build):
     """The real gemv says avx512_emulated false (AVX-512 hosts) or exits 3 (others): the
     emulation never leaks into the timed binary. Host-dependent, the branch is printed."""
     _, out = build
-    proc = run(out / "gemv", "--kernel", "avx512-fp32", "--rows", "64", "--cols", "64",
-               "--steps", "2", "--warmup", "0")
+    proc = run(
+        out / "gemv",
+        "--kernel",
+        "avx512-fp32",
+        "--rows",
+        "64",
+        "--cols",
+        "64",
+        "--steps",
+        "2",
+        "--warmup",
+        "0",
+    )
     if HAS_AVX512:
         print("branch: CPU has AVX-512, the real kernel ran")
         assert proc.returncode == 0, proc.stderr
@@ -417,8 +580,19 @@ def test_gemv_real_build_reports_avx512_not_emulated(build):
 def test_gemv_check_can_fail(build):
     """A threshold below the real error makes the self-check fail with exit 1."""
     _, out = build
-    proc = run(out / "gemv", "--kernel", "avx512-bf16", "--rows", "64", "--cols", "2048",
-               "--steps", "2", "--max-rel-rms", "1e-15")
+    proc = run(
+        out / "gemv",
+        "--kernel",
+        "avx512-bf16",
+        "--rows",
+        "64",
+        "--cols",
+        "2048",
+        "--steps",
+        "2",
+        "--max-rel-rms",
+        "1e-15",
+    )
     err = next(json.loads(ln) for ln in proc.stdout.splitlines() if '"rel_rms_err"' in ln)
     assert err["value"] > 1e-15
     assert proc.returncode == 1
@@ -431,8 +605,19 @@ def test_tile_granularity_imbalance(build):
     """16-row tiles: 40 rows = 3 tiles over 2 workers -> 32 vs 8 rows, max/mean 32/20 = 1.6
     (the seed's effect: 1,536 rows = 96 tiles over 90 cores leaves 6 cores with two tiles)."""
     name, out = build
-    proc = run(out / "gemv", "--kernel", "avx512-bf16", "--rows", "40", "--cols", "64",
-               "--steps", "2", "--cpus", TWO)
+    proc = run(
+        out / "gemv",
+        "--kernel",
+        "avx512-bf16",
+        "--rows",
+        "40",
+        "--cols",
+        "64",
+        "--steps",
+        "2",
+        "--cpus",
+        TWO,
+    )
     assert proc.returncode == 0, proc.stderr
     _, metrics = parse_contract(proc.stdout, "gemv", name)
     value = {m["name"]: m["value"] for m in metrics}
@@ -457,9 +642,14 @@ def test_amx_emulation_matches_reference(build):
     assert by_name["compute_checksum_error"] == 0  # ladder amx-bf16-compute's resident tiles
 
 
-TILECFG_ROUTINES = {("gemv_amx_config", 1), ("gemv_amx_config", 4), ("gemv_amx_config", 16),
-                    ("ladder_amx_config", None), ("run_amx_bf16_stream", None),
-                    ("run_amx_bf16_compute", None)}
+TILECFG_ROUTINES = {
+    ("gemv_amx_config", 1),
+    ("gemv_amx_config", 4),
+    ("gemv_amx_config", 16),
+    ("ladder_amx_config", None),
+    ("run_amx_bf16_stream", None),
+    ("run_amx_bf16_compute", None),
+}
 
 
 def test_tilecfg_check_on_the_real_amx_objects(build):
@@ -483,20 +673,24 @@ def test_tilecfg_check_on_the_real_amx_objects(build):
         assert {m["path"] for m in first} == {"sigill-decoded"}
         assert hw["value"] == 0 and "lacks AMX" in hw["reason"]
         return
-    print(f"host branch: AMX; first round paths {sorted({m['path'] for m in first})}, "
-          f"hardware round {bool(hw['value'])} ({hw['reason']})")
+    print(
+        f"host branch: AMX; first round paths {sorted({m['path'] for m in first})}, "
+        f"hardware round {bool(hw['value'])} ({hw['reason']})"
+    )
     assert {m["path"] for m in first} <= {"sigill-decoded", "sttilecfg", "loaded-then-sigill"}
     if hw["value"]:
         second = [m for m in cases if m.get("hardware_round")]
         assert {(m["routine"], m.get("batch")) for m in second} == {
-            r for r in TILECFG_ROUTINES if r[0].endswith("_config")}
+            r for r in TILECFG_ROUTINES if r[0].endswith("_config")
+        }
         assert {m["path"] for m in second} == {"sttilecfg"}
 
 
 def gcc_tile_loadconfig_drops_stores() -> bool:
     """True when this gcc's _tile_loadconfig hands the asm an 8-byte operand (gcc 12's header)."""
-    header = subprocess.run(["gcc", "-print-file-name=include/amxtileintrin.h"],
-                            capture_output=True, text=True).stdout.strip()
+    header = subprocess.run(
+        ["gcc", "-print-file-name=include/amxtileintrin.h"], capture_output=True, text=True
+    ).stdout.strip()
     text = Path(header).read_text() if Path(header).is_file() else ""
     body = text.partition("_tile_loadconfig (const void *__config)")[2][:200]
     return "(const void **)" in body
@@ -514,14 +708,28 @@ def test_tilecfg_check_catches_the_old_loader(compiler, tmp_path):
     if compiler == "gcc" and not drops:
         pytest.skip("this gcc's _tile_loadconfig passes the whole config: nothing to catch")
     proc = subprocess.run(
-        ["make", "-C", str(NATIVE), f"BUILD={tmp_path}", f"CC={cc}", "-j2",
-         "CFLAGS=-O3 -march=native -DSL_TILECFG_LEGACY", f"{tmp_path}/tilecfg_check"],
-        capture_output=True, text=True, timeout=300)
+        [
+            "make",
+            "-C",
+            str(NATIVE),
+            f"BUILD={tmp_path}",
+            f"CC={cc}",
+            "-j2",
+            "CFLAGS=-O3 -march=native -DSL_TILECFG_LEGACY",
+            f"{tmp_path}/tilecfg_check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = run(tmp_path / "tilecfg_check")
     _, metrics = parse_contract(proc.stdout, "tilecfg_check", compiler)
-    wrong = {(m["routine"], m.get("batch")): m for m in metrics
-             if m["name"] == "tilecfg_wrong_bytes" and not m.get("hardware_round")}
+    wrong = {
+        (m["routine"], m.get("batch")): m
+        for m in metrics
+        if m["name"] == "tilecfg_wrong_bytes" and not m.get("hardware_round")
+    }
     assert set(wrong) == TILECFG_ROUTINES
     if not drops:
         assert proc.returncode == 0, proc.stderr
@@ -544,16 +752,22 @@ def test_one_tile_config_loader_for_every_amx_kernel():
     loader = NATIVE / "common" / "amx_tiles.h"
     sources = [p for p in NATIVE.rglob("*") if p.suffix in (".c", ".h") and p != loader]
     assert any("sl_tile_loadconfig(" in p.read_text() for p in sources)
-    offenders = [str(p.relative_to(NATIVE)) for p in sources
-                 if re.search(r'\b_tile_loadconfig\s*\(|"\s*ldtilecfg', p.read_text())]
+    offenders = [
+        str(p.relative_to(NATIVE))
+        for p in sources
+        if re.search(r'\b_tile_loadconfig\s*\(|"\s*ldtilecfg', p.read_text())
+    ]
     assert not offenders, offenders
 
 
-@pytest.mark.parametrize("binary,args", [
-    ("ladder", ["--kernel", "amx-bf16-stream", "--size", "64K", "--seconds", "0.01"]),
-    ("ladder", ["--kernel", "amx-bf16-compute", "--seconds", "0.01"]),
-    ("gemv", ["--kernel", "amx-bf16", "--rows", "32", "--cols", "64", "--steps", "2"]),
-])
+@pytest.mark.parametrize(
+    "binary,args",
+    [
+        ("ladder", ["--kernel", "amx-bf16-stream", "--size", "64K", "--seconds", "0.01"]),
+        ("ladder", ["--kernel", "amx-bf16-compute", "--seconds", "0.01"]),
+        ("gemv", ["--kernel", "amx-bf16", "--rows", "32", "--cols", "64", "--steps", "2"]),
+    ],
+)
 def test_amx_kernels_run_or_say_unsupported(build, binary, args):
     """Host-dependent (prints its branch): on AMX hosts the kernel runs on the real tiles with
     its self-check (exit 0); elsewhere exit 3 with one line naming AMX."""
@@ -580,8 +794,19 @@ def test_hugetlb_without_reserved_pages_is_unsupported(build):
     meminfo = Path("/proc/meminfo").read_text()
     total = int(re.search(r"HugePages_Total:\s+(\d+)", meminfo).group(1))
     print(f"host branch: HugePages_Total {total}, ladder --kernel {READ_KERNEL}")
-    proc = run(out / "ladder", "--kernel", READ_KERNEL, "--size", "64K", "--seconds", "0.01",
-               "--reps", "1", "--page", "hugetlb")
+    proc = run(
+        out / "ladder",
+        "--kernel",
+        READ_KERNEL,
+        "--size",
+        "64K",
+        "--seconds",
+        "0.01",
+        "--reps",
+        "1",
+        "--page",
+        "hugetlb",
+    )
     if total == 0:
         assert proc.returncode == 3 and "MAP_HUGETLB" in proc.stderr
     else:
@@ -627,8 +852,7 @@ def bad_flag_cases() -> list[tuple[str, list[str], str]]:
         ("exchange", ["--mode", "pingpong", "--pairs", f"0:{offline}"], "not online"),
         ("exchange", ["--mode", "diss", "--cpus", CPU0], "at least 2"),
         ("exchange", ["--mode", "fid", "--cpus", TWO, "--groups", CPU0], "only applies"),
-        ("exchange", ["--mode", "hier", "--cpus", TWO, "--groups", f"{CPU0}/{CPU0}"],
-         "two groups"),
+        ("exchange", ["--mode", "hier", "--cpus", TWO, "--groups", f"{CPU0}/{CPU0}"], "two groups"),
         ("exchange", ["--mode", "hier", "--cpus", TWO, "--groups", CPU0], "in no group"),
         ("gemv", ["--kernel", "amx-bf16", "--layer", "2048x"], "ROWSxCOLS"),
         ("gemv", ["--kernel", "amx-bf16", "--layer", "0x64"], "ROWSxCOLS"),
@@ -674,8 +898,18 @@ def test_watchdog_stops_a_stuck_run(build):
     """--timeout bounds a run: a long ladder run (the host's read kernel) is cut at 1 s with exit
     1, one line."""
     _, out = build
-    proc = run(out / "ladder", "--kernel", READ_KERNEL, "--size", "16K", "--seconds", "30",
-               "--timeout", "1", timeout=20)
+    proc = run(
+        out / "ladder",
+        "--kernel",
+        READ_KERNEL,
+        "--size",
+        "16K",
+        "--seconds",
+        "30",
+        "--timeout",
+        "1",
+        timeout=20,
+    )
     assert proc.returncode == 1
     assert "watchdog" in proc.stderr
 
@@ -686,8 +920,23 @@ def test_kvstream_tiles_and_prefetch_agree(build):
     name, out = build
     values = []
     for tile, pf in (("0.5", "0"), ("16", "4")):
-        proc = run(out / "kvstream", "--tokens", "777", "--heads", "3", "--head-dim", "64",
-                   "--tile-kib", tile, "--prefetch-kib", pf, "--steps", "3", "--cpus", TWO)
+        proc = run(
+            out / "kvstream",
+            "--tokens",
+            "777",
+            "--heads",
+            "3",
+            "--head-dim",
+            "64",
+            "--tile-kib",
+            tile,
+            "--prefetch-kib",
+            pf,
+            "--steps",
+            "3",
+            "--cpus",
+            TWO,
+        )
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "kvstream", name)
         values.append({m["name"]: m["value"] for m in metrics})

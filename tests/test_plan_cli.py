@@ -70,9 +70,14 @@ experiments:
 
 def test_plan_json_and_repetitions_override(inventory):
     proc = orchestrate(
-        "plan", str(GOOD / "full.yaml"), "--inventory", str(inventory), "--json",
-        "--repetitions", "1",
-    )  # fmt: skip
+        "plan",
+        str(GOOD / "full.yaml"),
+        "--inventory",
+        str(inventory),
+        "--json",
+        "--repetitions",
+        "1",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["campaign"] == "full-example" and len(doc["spec_sha256"]) == 64
@@ -110,10 +115,16 @@ def test_estimate_comes_from_past_runs(inventory, tmp_path):
         for i, seconds in enumerate((2.0, 4.0, 30.0)):
             store.add_run(
                 RunRecord(
-                    run_key=f"k{i}", campaign="minimal", experiment="hello", host="localhost",
-                    repetition=i, params={}, status="ok", duration_s=seconds,
+                    run_key=f"k{i}",
+                    campaign="minimal",
+                    experiment="hello",
+                    host="localhost",
+                    repetition=i,
+                    params={},
+                    status="ok",
+                    duration_s=seconds,
                 )
-            )  # fmt: skip
+            )
     env = {"SOCKETLAB_RESULTS": str(results)}
     args = ("plan", str(GOOD / "minimal.yaml"), "--inventory", str(inventory))
     text = orchestrate(*args, "--repetitions", "5", env=env)

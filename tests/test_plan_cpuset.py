@@ -372,9 +372,21 @@ def test_cli_fixture_json_matches_the_planner():
 
 def test_cli_fixture_table_options():
     proc = orchestrate(
-        "cpuset", "A=32", "B=80", "C=6", "--topology", C8I, "--policy", "isolate",
-        "--order", "given", "--threads", "C", "--distributed", "B",
-    )  # fmt: skip
+        "cpuset",
+        "A=32",
+        "B=80",
+        "C=6",
+        "--topology",
+        C8I,
+        "--policy",
+        "isolate",
+        "--order",
+        "given",
+        "--threads",
+        "C",
+        "--distributed",
+        "B",
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "policy isolate, order given" in out
@@ -383,8 +395,11 @@ def test_cli_fixture_table_options():
     t = topo("c8i-metal-48xl")
     plan = plan_jobs(
         [Job("A", 32), Job("B", 80, distributed=True), Job("C", 6, whole_cores=False)],
-        t, plan_isolation(t), "isolate", order="given",
-    )  # fmt: skip
+        t,
+        plan_isolation(t),
+        "isolate",
+        order="given",
+    )
     for p in plan.placements:
         assert p.job.name in out and format_cpulist(p.cpus)[:12] in out.replace("\n", "")
 
@@ -410,8 +425,9 @@ def test_cli_localhost():
     iso = plan_isolation(t, 1)
     assert job["cpus"] == [iso.workers[0]] and job["cpus"][0] not in iso.housekeeping
     # --topology / reads the same live tree without the inventory.
-    direct = orchestrate("cpuset", "A=1", "--threads", "A", "--housekeeping", "1", "--json",
-                         "--topology", "/")  # fmt: skip
+    direct = orchestrate(
+        "cpuset", "A=1", "--threads", "A", "--housekeeping", "1", "--json", "--topology", "/"
+    )
     assert direct.returncode == 0, direct.stderr
     assert json.loads(direct.stdout)["hosts"][0]["cpuset"] == host["cpuset"]
     # The default of 2 housekeeping cores per node: planned, or one line saying why not.
@@ -476,8 +492,9 @@ def test_offline_sibling_never_splits_a_core():
     plan = plan_jobs([Job("A", 2), Job("B", 2)], t, iso, order="given")
     assert jobs_of(plan) == {"A": "2,34", "B": "4,36"}
     for p in plan.placements:
-        assert all(len(t.cpu(c).siblings) == 2 and set(t.cpu(c).siblings) <= set(p.cpus)
-                   for c in p.cpus)  # fmt: skip
+        assert all(
+            len(t.cpu(c).siblings) == 2 and set(t.cpu(c).siblings) <= set(p.cpus) for c in p.cpus
+        )
     # The half core is left for a first-thread job, not wasted.
     threads = plan_jobs([Job("A", 58), Job("T", 1, whole_cores=False)], t, iso, order="given")
     assert 3 not in threads.placement("A").cpus
@@ -584,19 +601,35 @@ def test_cli_not_an_object_and_unicode_counts(tmp_path):
     # U+0664 is an Arabic-Indic four: \d and int() accept it, a CPU count must not.
     line = one_line_error(orchestrate("cpuset", "A=\u0664", "--topology", C8I))
     assert "expected NAME=CPUS" in line
-    line = one_line_error(orchestrate("cpuset", "A=2", "--hugepages", "A=\u0664", "--topology",
-                                      C8I))  # fmt: skip
+    line = one_line_error(
+        orchestrate("cpuset", "A=2", "--hugepages", "A=\u0664", "--topology", C8I)
+    )
     assert "expected NAME=PAGES" in line
 
 
 def test_cli_offline_sibling_and_distances_from_the_snapshot():
-    proc = orchestrate("cpuset", "A=2", "B=2", "--order", "given", "--json", "--topology",
-                       str(FIXTURES / "offline-sibling.json"))  # fmt: skip
+    proc = orchestrate(
+        "cpuset",
+        "A=2",
+        "B=2",
+        "--order",
+        "given",
+        "--json",
+        "--topology",
+        str(FIXTURES / "offline-sibling.json"),
+    )
     assert proc.returncode == 0, proc.stderr
     jobs = {j["name"]: j for j in json.loads(proc.stdout)["hosts"][0]["cpuset"]["jobs"]}
     assert jobs["A"]["cpulist"] == "2,34" and jobs["A"]["search"] == "exact"
-    proc = orchestrate("cpuset", "A=28", "--housekeeping", "1", "--json", "--topology",
-                       str(FIXTURES / "snc2-two-socket.json"))  # fmt: skip
+    proc = orchestrate(
+        "cpuset",
+        "A=28",
+        "--housekeeping",
+        "1",
+        "--json",
+        "--topology",
+        str(FIXTURES / "snc2-two-socket.json"),
+    )
     assert proc.returncode == 0, proc.stderr
     (job,) = json.loads(proc.stdout)["hosts"][0]["cpuset"]["jobs"]
     assert job["nodes"] == [0, 1] and job["score"]["distance"] == 12

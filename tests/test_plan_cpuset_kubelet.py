@@ -27,10 +27,21 @@ def kubelet_topology(name: str, details: dict[int, tuple[int, int, int]]):
     """A topology from kubelet's CPUDetails: cpu -> (CoreID, SocketID, NUMANodeID)."""
     threads = [(cpu, socket, core, node) for cpu, (core, socket, node) in sorted(details.items())]
     snap = synthetic(
-        hostname=name, model_name="kubelet test topology", family="6", model="85",
-        stepping="7", microcode="0x1", flags=SILVER_FLAGS, threads=threads,
-        l1d_k=32, l1i_k=32, l2_k=1024, l3_k=16384, kernel="5.14.0", irqs=None,
-    )  # fmt: skip
+        hostname=name,
+        model_name="kubelet test topology",
+        family="6",
+        model="85",
+        stepping="7",
+        microcode="0x1",
+        flags=SILVER_FLAGS,
+        threads=threads,
+        l1d_k=32,
+        l1i_k=32,
+        l2_k=1024,
+        l3_k=16384,
+        kernel="5.14.0",
+        irqs=None,
+    )
     t = topology_from_snapshot(snap)
     return make_view(t, [c.id for c in t.cpus], llc=False)
 
@@ -106,20 +117,47 @@ def test_take_by_topology_numa_packed(case):
 # (description, topology, available, numCPUs, cpuGroupSize, expected result)
 EXTENDED = [(d, t, a, n, 1, e) for d, t, a, n, e in COMMON] + [
     ("4 full cores, 2 on each node", "topoDualSocketHT", "0-11", 8, 1, "0,6,2,8,1,7,3,9"),
-    ("32 full cores, 8 on each node", "topoDualSocketMultiNumaPerSocketHT", "0-79", 64, 1,
-     "0-7,10-17,20-27,30-37,40-47,50-57,60-67,70-77"),
-    ("24 full cores, 8 on each of the first 3 nodes", "topoDualSocketMultiNumaPerSocketHT",
-     "0-79", 48, 1, "0-7,10-17,20-27,40-47,50-57,60-67"),
-    ("24 full cores on the first 3 nodes, all but 2 of node 0",
-     "topoDualSocketMultiNumaPerSocketHT", "1-29,32-39,41-69,72-79", 48, 1,
-     "1-8,10-17,20-27,41-48,50-57,60-67"),
-    ("24 full cores on the last 3 nodes, though node 0 could hold 8",
-     "topoDualSocketMultiNumaPerSocketHT", "2-29,31-39,42-69,71-79", 48, 1,
-     "10-17,20-27,31-38,50-57,60-67,71-78"),
-    ("8 full cores, 2 on each node", "topoDualSocketMultiNumaPerSocketHT",
-     "0-2,10-12,20-22,30-32,40-41,50-51,60-61,70-71", 16, 1,
-     "0-1,10-11,20-21,30-31,40-41,50-51,60-61,70-71"),
-]  # fmt: skip
+    (
+        "32 full cores, 8 on each node",
+        "topoDualSocketMultiNumaPerSocketHT",
+        "0-79",
+        64,
+        1,
+        "0-7,10-17,20-27,30-37,40-47,50-57,60-67,70-77",
+    ),
+    (
+        "24 full cores, 8 on each of the first 3 nodes",
+        "topoDualSocketMultiNumaPerSocketHT",
+        "0-79",
+        48,
+        1,
+        "0-7,10-17,20-27,40-47,50-57,60-67",
+    ),
+    (
+        "24 full cores on the first 3 nodes, all but 2 of node 0",
+        "topoDualSocketMultiNumaPerSocketHT",
+        "1-29,32-39,41-69,72-79",
+        48,
+        1,
+        "1-8,10-17,20-27,41-48,50-57,60-67",
+    ),
+    (
+        "24 full cores on the last 3 nodes, though node 0 could hold 8",
+        "topoDualSocketMultiNumaPerSocketHT",
+        "2-29,31-39,42-69,71-79",
+        48,
+        1,
+        "10-17,20-27,31-38,50-57,60-67,71-78",
+    ),
+    (
+        "8 full cores, 2 on each node",
+        "topoDualSocketMultiNumaPerSocketHT",
+        "0-2,10-12,20-22,30-32,40-41,50-51,60-61,70-71",
+        16,
+        1,
+        "0-1,10-11,20-21,30-31,40-41,50-51,60-61,70-71",
+    ),
+]
 
 DISTRIBUTED_ONLY = [
     ("one cpu, dual socket HT, core from socket 0", "topoDualSocketHT", "1-5,7-11", 1, 1, "1"),

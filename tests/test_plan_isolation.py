@@ -32,8 +32,10 @@ def test_c8i_default_plan_is_exactly_the_campaigns():
     assert p["siblings_list"] == "98-127,130-159,162-191"
     assert p["housekeeping_list"] == "0-1,32-33,64-65,96-97,128-129,160-161"
     assert p["workers_by_node"] == {
-        "0": list(range(2, 32)), "1": list(range(34, 64)), "2": list(range(66, 96)),
-    }  # fmt: skip
+        "0": list(range(2, 32)),
+        "1": list(range(34, 64)),
+        "2": list(range(66, 96)),
+    }
     assert p["housekeeping_by_node_list"] == {
         "0": "0-1,96-97",
         "1": "32-33,128-129",
@@ -114,8 +116,10 @@ def test_prefer_irq_cores_on_c8i():
     # and its sibling 136; node 2 has no device IRQs and keeps the lowest core ids.
     p = plan_isolation(topo("c8i-metal-48xl"), prefer_irq_cores=True).facts()
     assert p["housekeeping_by_node_list"] == {
-        "0": "5-6,101-102", "1": "32,40,128,136", "2": "64-65,160-161",
-    }  # fmt: skip
+        "0": "5-6,101-102",
+        "1": "32,40,128,136",
+        "2": "64-65,160-161",
+    }
     assert p["chosen_by"] == {"0": "device IRQs", "1": "device IRQs", "2": "lowest core ids"}
     assert 2 in p["workers"] and 5 not in p["workers"] and 33 in p["workers"]
 
@@ -192,7 +196,9 @@ def test_filter_can_return_the_planners_message_instead_of_raising():
         "2 physical cores; expected at most 1"
     }
     bad_h = filters.isolation_plan(snapshot("c8i-metal-48xl"), "x", on_error="return")
-    assert bad_h == {"error": "socketlab.lab: housekeeping_per_node: expected a whole number, got 'x'"}
+    assert bad_h == {
+        "error": "socketlab.lab: housekeeping_per_node: expected a whole number, got 'x'"
+    }
     ok = filters.isolation_plan(snapshot("this-machine"), 1, on_error="return")
     assert "error" not in ok and ok["workers"] == [1]
 
@@ -244,8 +250,11 @@ def test_filters_in_a_real_playbook(tmp_path):
     bindir = Path(sys.executable).parent
     proc = subprocess.run(
         [str(bindir / "ansible-playbook"), "-i", str(paths.DEFAULT_INVENTORY), str(playbook)],
-        capture_output=True, text=True, timeout=300, env=paths.ansible_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=paths.ansible_env(),
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     plan = json.loads(out.read_text())
     assert plan["workers_list"] == "2-31,34-63,66-95"
@@ -255,16 +264,28 @@ def test_filters_in_a_real_playbook(tmp_path):
 # ---------------------------------------------------------------- knob targets per role
 def _targets(snap: dict, **over):
     plan = filters.isolation_plan(snap)
-    args = {"sys_root": "/sys", "proc_root": "/proc", "thp_mode": "madvise",
-            "numa_balancing": "0", "hugepages_per_node": "4", "governor": "performance", **over}
+    args = {
+        "sys_root": "/sys",
+        "proc_root": "/proc",
+        "thp_mode": "madvise",
+        "numa_balancing": "0",
+        "hugepages_per_node": "4",
+        "governor": "performance",
+        **over,
+    }
     return plan, filters.isolation_targets(json.dumps(snap), plan, **args)
 
 
 def test_targets_give_each_role_its_knobs_on_c8i():
     plan, t = _targets(snapshot("c8i-metal-48xl"))
-    assert t["workqueue_mask"] == [{
-        "name": "workqueue cpumask", "path": "/sys/devices/virtual/workqueue/cpumask",
-        "value": plan["workqueue_mask"], "kind": "cpumask"}]  # fmt: skip
+    assert t["workqueue_mask"] == [
+        {
+            "name": "workqueue cpumask",
+            "path": "/sys/devices/virtual/workqueue/cpumask",
+            "value": plan["workqueue_mask"],
+            "kind": "cpumask",
+        }
+    ]
     assert [(k["path"], k["value"], k["kind"]) for k in t["vm_tuning"]] == [
         ("/sys/kernel/mm/transparent_hugepage/enabled", "madvise", "choice"),
         ("/proc/sys/kernel/numa_balancing", "0", "int"),
@@ -286,8 +307,14 @@ def test_targets_follow_the_settings_and_the_host():
     snap = copy.deepcopy(snapshot("c8i-metal-48xl"))
     for cpu in snap["cpus"].values():
         cpu["scaling_governor"] = None  # a VM without cpufreq
-    _, t = _targets(snap, hugepages_per_node=0, sys_root="/tmp/s", proc_root="/tmp/p",
-                    thp_mode="never", numa_balancing=1)  # fmt: skip
+    _, t = _targets(
+        snap,
+        hugepages_per_node=0,
+        sys_root="/tmp/s",
+        proc_root="/tmp/p",
+        thp_mode="never",
+        numa_balancing=1,
+    )
     assert t["hugepages"] == [] and t["cpufreq_governor"] == []
     assert [(k["path"], k["value"]) for k in t["vm_tuning"]] == [
         ("/tmp/s/kernel/mm/transparent_hugepage/enabled", "never"),
@@ -296,10 +323,16 @@ def test_targets_follow_the_settings_and_the_host():
     assert t["summary"][-1] == "cpufreq governor = performance on 0 CPU(s)"
 
 
-@pytest.mark.parametrize(("over", "message"), [
-    ({"thp_mode": "sometimes"}, "thp_mode: expected one of always, madvise, never, got 'sometimes'"),
-    ({"hugepages_per_node": "many"}, "hugepages_per_node: expected a whole number, got 'many'"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        (
+            {"thp_mode": "sometimes"},
+            "thp_mode: expected one of always, madvise, never, got 'sometimes'",
+        ),
+        ({"hugepages_per_node": "many"}, "hugepages_per_node: expected a whole number, got 'many'"),
+    ],
+)
 def test_targets_refuse_bad_settings_in_one_line(over, message):
     with pytest.raises(filters.AnsibleFilterError) as exc:
         _targets(snapshot("c8i-metal-48xl"), **over)
@@ -311,4 +344,4 @@ def test_no_jinja_loop_builds_knob_lists():
     text = (paths.COLLECTION / "playbooks/isolate.yml").read_text()
     assert "{%" not in text and "selectattr" not in text and "search" not in text
     for role in ("workqueue_mask", "vm_tuning", "hugepages", "cpufreq_governor"):
-        assert f"isolation_{role}_knobs: \"{{{{ socketlab_iso_targets.{role} }}}}\"" in text
+        assert f'isolation_{role}_knobs: "{{{{ socketlab_iso_targets.{role} }}}}"' in text

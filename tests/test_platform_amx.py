@@ -107,13 +107,23 @@ def test_unknown_precision_is_refused():
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "socketlab.cli", *args],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "socketlab.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_cli_recorded_jsonl_records(tmp_path):
-    proc = _cli("platform", "amx", "--trace", str(GNR / "bf16.log"), "--precision", "bf16",
-                "--flags", ",".join(GNR_FLAGS), "--jsonl")  # fmt: skip
+    proc = _cli(
+        "platform",
+        "amx",
+        "--trace",
+        str(GNR / "bf16.log"),
+        "--precision",
+        "bf16",
+        "--flags",
+        ",".join(GNR_FLAGS),
+        "--jsonl",
+    )
     assert proc.returncode == 0, proc.stderr
     (record,) = [json.loads(line) for line in proc.stdout.splitlines()]
     assert record["value"] == 1 and record["verdict"] == EXECUTING

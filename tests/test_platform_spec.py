@@ -51,8 +51,20 @@ def _ip(*argv: str) -> None:
 def direct_link(tag: str, a, b, net: str, base: int):
     """A veth pair straight between two test hosts' namespaces; yields (addr of a, addr of b)."""
     left, right = f"sf{tag}a", f"sf{tag}b"
-    _ip("link", "add", left, "netns", a.netns, "type", "veth", "peer", "name", right,
-        "netns", b.netns)  # fmt: skip
+    _ip(
+        "link",
+        "add",
+        left,
+        "netns",
+        a.netns,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        right,
+        "netns",
+        b.netns,
+    )
     try:
         ends = ((a.netns, left, f"{net}.{base + 1}"), (b.netns, right, f"{net}.{base + 2}"))
         for ns, dev, addr in ends:
@@ -68,8 +80,12 @@ def moto_on_all(workdir: Path):
     """moto's server on every address of this machine; stopped by its PID."""
     port = free_port()
     log = open(workdir / "moto.log", "wb")  # noqa: SIM115 - kept for the process
-    proc = subprocess.Popen([str(MOTO_SERVER), "-H", "0.0.0.0", "-p", str(port)], stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(MOTO_SERVER), "-H", "0.0.0.0", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         _wait_port("127.0.0.1", port, 60, proc, "moto_server")
         yield port, proc.pid
@@ -89,12 +105,14 @@ def write_inventory(path: Path, pool, fabric: dict, s3_port: int) -> Path:
     for m in pool.hosts:
         host_vars = {
             **m.inventory_vars(),  # the image's /usr/bin/python3, ec2-user with sudo
-            "socketlab_tier": tiers[m], "socketlab_peer": peers[m].name,
+            "socketlab_tier": tiers[m],
+            "socketlab_peer": peers[m].name,
             "socketlab_fabric_address": fabric[m.name],
             "socketlab_s3_endpoint": f"http://{pool.gateway}:{s3_port}",
-            "socketlab_s3_profile": "spinifex", "socketlab_aws_config": f"{HOST_AWS}/config",
+            "socketlab_s3_profile": "spinifex",
+            "socketlab_aws_config": f"{HOST_AWS}/config",
             "socketlab_aws_credentials": f"{HOST_AWS}/credentials",
-        }  # fmt: skip
+        }
         if m in hosts_of:
             host_vars["socketlab_host"] = hosts_of[m].name
         group = "platform_hosts" if tiers[m] == "host" else "platform_guests"
@@ -105,28 +123,51 @@ def write_inventory(path: Path, pool, fabric: dict, s3_port: int) -> Path:
 
 def copy_aws_profile(host) -> None:
     """The profile a user would put on each machine (the hosts can't see the controller's)."""
-    script = (f"mkdir -p {HOST_AWS} && printf '[profile spinifex]\\nregion = us-east-1\\n' > "
-              f"{HOST_AWS}/config && printf '[spinifex]\\naws_access_key_id = testing\\n"
-              f"aws_secret_access_key = testing\\n' > {HOST_AWS}/credentials")  # fmt: skip
+    script = (
+        f"mkdir -p {HOST_AWS} && printf '[profile spinifex]\\nregion = us-east-1\\n' > "
+        f"{HOST_AWS}/config && printf '[spinifex]\\naws_access_key_id = testing\\n"
+        f"aws_secret_access_key = testing\\n' > {HOST_AWS}/credentials"
+    )
     subprocess.run(host.ssh_argv(script), check=True, capture_output=True, timeout=60)
 
 
 def prep(inv: Path, work: Path) -> subprocess.CompletedProcess:
     """The prep step with the suite's packages (no compilers: the suite builds nothing)."""
-    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
-           "ANSIBLE_SSH_ARGS": "-o ControlMaster=no"}  # fmt: skip
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(work / "ansible-tmp"),
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=no",
+    }
     return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inv),
-         "playbooks/prepare.yml", "-e", "@playbooks/vars/platform-packages.yml",
-         "-e", "host_packages_base=false", "-e", "socketlab_become=true"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(inv),
+            "playbooks/prepare.yml",
+            "-e",
+            "@playbooks/vars/platform-packages.yml",
+            "-e",
+            "host_packages_base=false",
+            "-e",
+            "socketlab_become=true",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def _orchestrate(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "socketlab.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "socketlab.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
@@ -134,8 +175,10 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
     net = f"192.168.{os.getpid() % 250}"
     with pristine_hosts(4, tmp_path / "hosts") as pool, moto_on_all(tmp_path) as (port, moto_pid):
         h0, h1, g0, g1 = pool.hosts
-        with direct_link(f"{tag}f", h0, h1, net, 0) as (fa, fb), \
-                direct_link(f"{tag}o", g0, g1, net, 4) as (oa, ob):  # fmt: skip
+        with (
+            direct_link(f"{tag}f", h0, h1, net, 0) as (fa, fb),
+            direct_link(f"{tag}o", g0, g1, net, 4) as (oa, ob),
+        ):
             fabric = {h0.name: fa, h1.name: fb, g0.name: oa, g1.name: ob}
             inv = write_inventory(tmp_path / "hosts.yml", pool, fabric, port)
             for m in pool.hosts:
@@ -143,8 +186,17 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             prepared = prep(inv, tmp_path)
             assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-2000:]
             results = tmp_path / "results"
-            proc = _orchestrate("run", str(SPEC), "--inventory", str(inv), "--results",
-                                str(results), "--profile", "quick", "--plain")  # fmt: skip
+            proc = _orchestrate(
+                "run",
+                str(SPEC),
+                "--inventory",
+                str(inv),
+                "--results",
+                str(results),
+                "--profile",
+                "quick",
+                "--plain",
+            )
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
             report = _orchestrate("platform", "report", "platform", "--results", str(results))
             published = _orchestrate("report", "platform", "--results", str(results))
@@ -156,8 +208,11 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             rows = store.metric_rows("platform")
             stops = store.meta_items("adaptive:")
         # every point ran; amx alone can't (no torch on a fresh image): stored apart, with why
-        bad = [(r.host, r.experiment, r.status, r.reason) for r in runs
-               if r.status != ("unavailable" if r.experiment == "amx" else "ok")]  # fmt: skip
+        bad = [
+            (r.host, r.experiment, r.status, r.reason)
+            for r in runs
+            if r.status != ("unavailable" if r.experiment == "amx" else "ok")
+        ]
         assert runs and not bad, bad
         amx = {r.reason for r in runs if r.experiment == "amx"}
         print(f"amx on a fresh image: {amx}")
@@ -168,10 +223,12 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
         for row in rows:
             r = by_run[row["run_key"]]
             have.setdefault((r.host, r.experiment, row["name"]), []).append(
-                ({**r.params, **json.loads(row["dims"])}, row["value"]))
+                ({**r.params, **json.loads(row["dims"])}, row["value"])
+            )
         for m in names:
-            threads = sorted(p["threads"] for p, _ in have[(m, "sysbench-cpu",
-                                                            "events_per_second")])
+            threads = sorted(
+                p["threads"] for p, _ in have[(m, "sysbench-cpu", "events_per_second")]
+            )
             assert threads == [1, 2]
             fio = sorted((p["pattern"], p["bs"]) for p, _ in have[(m, "fio", "read_bw")])
             assert fio == [("randread", "4k"), ("read", "1M")]
@@ -186,8 +243,9 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             assert stop["value"] == 2.0 and stop["kind"] in ("breach", "cap"), stop
             print(f"{m}: concurrency sweep {stop['kind']}: {stop['reason']}")
         for client, server in ((h0.name, h1.name), (g0.name, g1.name)):
-            streams = sorted(p["streams"] for p, v in have[(client, "iperf3", "throughput")]
-                             if v > 0)  # fmt: skip
+            streams = sorted(
+                p["streams"] for p, v in have[(client, "iperf3", "throughput")] if v > 0
+            )
             assert streams == [1, 4]
             assert [v for _, v in have[(server, "iperf3", "server_served")]] == [1.0, 1.0]
         # every iperf3 server was stopped: its PID (printed by the wrapper) is gone on its host
@@ -200,17 +258,25 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
         assert len(server_pids) == 4
         by_name = {m.name: m for m in pool.hosts}
         for host, pid in server_pids:
-            left = subprocess.run(by_name[host].ssh_argv(
-                f"cat /proc/{pid}/cmdline 2>/dev/null | tr '\\0' ' '"), capture_output=True,
-                text=True, timeout=60).stdout  # fmt: skip
+            left = subprocess.run(
+                by_name[host].ssh_argv(f"cat /proc/{pid}/cmdline 2>/dev/null | tr '\\0' ' '"),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             assert "iperf3" not in left, (host, pid, left)
     assert not Path(f"/proc/{moto_pid}").exists() or "moto" not in Path(
-        f"/proc/{moto_pid}/cmdline").read_text(errors="replace")
+        f"/proc/{moto_pid}/cmdline"
+    ).read_text(errors="replace")
     # seed 003's cells: not comparable on this hardware, one line per reason (the report
     # groups them), each machine's measured value named under its published cell
-    (line,) = [x for x in published.stdout.splitlines()
-               if x.startswith("- not comparable: host is ") and "host mulga-01 (" in x
-               and "random 4K" not in x]  # fmt: skip
+    (line,) = [
+        x
+        for x in published.stdout.splitlines()
+        if x.startswith("- not comparable: host is ")
+        and "host mulga-01 (" in x
+        and "random 4K" not in x
+    ]
     assert "published host is Xeon 6543P-B (32 cores) (24)" in line, line
     for m in names:
         assert f"host mulga-01 ({m}): " in line, (m, line)
@@ -225,6 +291,13 @@ def test_platform_spec_runs_everywhere_and_fills_the_ratio_table(tmp_path):
             assert re.search(r"\| \d+\.\d{3} \|$", line), line
     net = [x for x in text.splitlines() if re.match(r"\| (1|4) \| [\d.]+ \| [\d.]+ \| \d", x)]
     assert len(net) == 2, text
-    s3 = [x for x in text.splitlines() if re.match(r"\| (read|write) \| [\d,.]+ \| [\d,.]+ \| "
-                                                   r"\d+\.\d{3} \| 2 / 2 \|$", x)]  # fmt: skip
+    s3 = [
+        x
+        for x in text.splitlines()
+        if re.match(
+            r"\| (read|write) \| [\d,.]+ \| [\d,.]+ \| "
+            r"\d+\.\d{3} \| 2 / 2 \|$",
+            x,
+        )
+    ]
     assert len(s3) == 2, text

@@ -37,19 +37,27 @@ SYNTH = (
 )
 
 
-def _spec(tmp_path: Path, rules: list[dict], flag: str = "", reps: int = 1,
-          workers=(1, 2, 3, 4, 5, 6)) -> Path:  # fmt: skip
-    return write_spec(tmp_path / "sweep.yaml", {
-        "campaign": "sweep", "hosts": {"pattern": "localhost"},
-        "defaults": {"timeout_s": 200, "repetitions": reps},
-        "experiments": [{
-            "name": "workers", "command": [sys.executable, "-c", SYNTH, "{{ workers }}", flag],
-            "sweep": {"matrix": {"workers": list(workers)}},
-            "metrics": {"parser": "jsonl"},
-            "sanity": {"required_metrics": ["latency_p95", "throughput"]},
-            "adaptive": {"param": "workers", "stop": rules},
-        }],
-    })  # fmt: skip
+def _spec(
+    tmp_path: Path, rules: list[dict], flag: str = "", reps: int = 1, workers=(1, 2, 3, 4, 5, 6)
+) -> Path:
+    return write_spec(
+        tmp_path / "sweep.yaml",
+        {
+            "campaign": "sweep",
+            "hosts": {"pattern": "localhost"},
+            "defaults": {"timeout_s": 200, "repetitions": reps},
+            "experiments": [
+                {
+                    "name": "workers",
+                    "command": [sys.executable, "-c", SYNTH, "{{ workers }}", flag],
+                    "sweep": {"matrix": {"workers": list(workers)}},
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["latency_p95", "throughput"]},
+                    "adaptive": {"param": "workers", "stop": rules},
+                }
+            ],
+        },
+    )
 
 
 def local_inventory(folder: Path) -> Path:
@@ -57,9 +65,21 @@ def local_inventory(folder: Path) -> Path:
     orchestrator on this machine can't hold these runs up."""
     path = folder / "localhost.yml"
     if not path.exists():
-        path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-            "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-            "socketlab_workroot": str(folder / "work")}}}}))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "hosts": {
+                            "localhost": {
+                                "ansible_connection": "local",
+                                "ansible_python_interpreter": sys.executable,
+                                "socketlab_workroot": str(folder / "work"),
+                            }
+                        }
+                    }
+                }
+            )
+        )
     return path
 
 
@@ -67,8 +87,13 @@ def _orchestrate(*args: str, **kw) -> subprocess.CompletedProcess:
     extra = []
     if args[0] in ("run", "plan"):
         extra = ["--inventory", str(local_inventory(Path(args[1]).parent))]
-    return subprocess.run([sys.executable, "-m", "socketlab.cli", *args, *extra],
-                          capture_output=True, text=True, timeout=300, **kw)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "socketlab.cli", *args, *extra],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kw,
+    )
 
 
 def _state(results: Path):
@@ -83,14 +108,18 @@ P95_RULE = [{"metric": "latency_p95", "above": 2.0}]
 
 def test_decide_with_known_numbers():
     a = Adaptive("workers", tuple(map(float, P95)), (StopRule("latency_p95", above=2.0),))
-    steps = {float(n): {"expected": 1, "ok": 1, "bad": "", "metrics": {"latency_p95": [v]}}
-             for n, v in P95.items()}  # fmt: skip
+    steps = {
+        float(n): {"expected": 1, "ok": 1, "bad": "", "metrics": {"latency_p95": [v]}}
+        for n, v in P95.items()
+    }
     stop = decide(a, steps)
     assert (stop.value, stop.kind) == (3.0, "breach")
     assert stop.reason == "latency_p95 25 > 2 x 10 = 20 at workers=3"
     gain = Adaptive("workers", a.values, (StopRule("throughput", min_gain=0.05),))
-    steps = {float(n): {"expected": 1, "ok": 1, "bad": "", "metrics": {"throughput": [v]}}
-             for n, v in TPUT.items()}  # fmt: skip
+    steps = {
+        float(n): {"expected": 1, "ok": 1, "bad": "", "metrics": {"throughput": [v]}}
+        for n, v in TPUT.items()
+    }
     stop = decide(gain, steps)
     assert stop.value == 4.0 and "gain +4.2% < 5%" in stop.reason
     partial = {k: v for k, v in steps.items() if k < 3}
@@ -103,16 +132,21 @@ def test_sweep_stops_at_the_first_breach_and_records_why(tmp_path):
     spec = _spec(tmp_path, P95_RULE)
     plan = _orchestrate("plan", str(spec))
     assert plan.returncode == 0, plan.stderr
-    assert ("adaptive workers: sweep workers upward over [1, 2, 3, 4, 5, 6]; stop when "
-            "latency_p95 > 2 x first step; else at the cap") in plan.stdout
+    assert (
+        "adaptive workers: sweep workers upward over [1, 2, 3, 4, 5, 6]; stop when "
+        "latency_p95 > 2 x first step; else at the cap"
+    ) in plan.stdout
     results = tmp_path / "results"
     proc = _orchestrate("run", str(spec), "--results", str(results), "--plain")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs, stops = _state(results)
     assert sorted(r.params["workers"] for r in runs) == [1, 2, 3]
     (stop,) = stops.values()
-    assert stop == {"value": 3.0, "kind": "breach",
-                    "reason": "latency_p95 25 > 2 x 10 = 20 at workers=3"}
+    assert stop == {
+        "value": 3.0,
+        "kind": "breach",
+        "reason": "latency_p95 25 > 2 x 10 = 20 at workers=3",
+    }
     again = _orchestrate("run", str(spec), "--results", str(results), "--plain")
     assert again.returncode == 0 and len(_state(results)[0]) == 3  # nothing more to run
 
@@ -124,18 +158,30 @@ def test_sweep_that_never_breaches_stops_at_its_cap(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs, stops = _state(results)
     assert sorted(r.params["workers"] for r in runs) == [1, 2, 4]
-    assert list(stops.values()) == [{"value": 4.0, "kind": "cap",
-                                     "reason": "cap reached at workers=4; no rule breached"}]
+    assert list(stops.values()) == [
+        {"value": 4.0, "kind": "cap", "reason": "cap reached at workers=4; no rule breached"}
+    ]
 
 
 def test_sweep_resumes_after_sigkill(tmp_path):
     flag = tmp_path / "slept"
     spec = _spec(tmp_path, P95_RULE, flag=str(flag), reps=2)
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--plain", "--inventory", str(local_inventory(tmp_path))]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--plain",
+        "--inventory",
+        str(local_inventory(tmp_path)),
+    ]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
         while not (flag.exists() and flag.read_text()) and time.monotonic() < deadline:
@@ -176,24 +222,36 @@ def test_stop_rule_on_an_unknown_metric_is_one_line(tmp_path):
 def test_real_worker_sweep_pinned_unpinned(tmp_path):
     """The CPU-bound worker through the orchestrator (its timings are this machine's; the rule
     is set so it can't breach, so the steps that run don't depend on the CPU)."""
-    spec = write_spec(tmp_path / "w.yaml", {
-        "campaign": "sweep", "hosts": {"pattern": "localhost"},
-        "experiments": [{
-            "name": "worker",
-            "command": "{{ python }} -I {{ tools }}/platform_worker.py --workers {{ workers }} "
-                       "--requests 4 --warmup 1 --pinned {{ pinned }}",
-            "sweep": {"matrix": {"pinned": [0, 1], "workers": [1, 2]}},
-            "sanity": {"required_metrics": ["latency_p95", "throughput"]},
-            "adaptive": {"param": "workers", "stop": [{"metric": "latency_p95",
-                                                       "above": 1e6}]},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "w.yaml",
+        {
+            "campaign": "sweep",
+            "hosts": {"pattern": "localhost"},
+            "experiments": [
+                {
+                    "name": "worker",
+                    "command": "{{ python }} -I {{ tools }}/platform_worker.py --workers {{ workers }} "
+                    "--requests 4 --warmup 1 --pinned {{ pinned }}",
+                    "sweep": {"matrix": {"pinned": [0, 1], "workers": [1, 2]}},
+                    "sanity": {"required_metrics": ["latency_p95", "throughput"]},
+                    "adaptive": {
+                        "param": "workers",
+                        "stop": [{"metric": "latency_p95", "above": 1e6}],
+                    },
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     proc = _orchestrate("run", str(spec), "--results", str(results), "--plain")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     runs, stops = _state(results)
     assert sorted((r.params["pinned"], r.params["workers"]) for r in runs) == [
-        (0, 1), (0, 2), (1, 1), (1, 2)]
+        (0, 1),
+        (0, 2),
+        (1, 1),
+        (1, 2),
+    ]
     assert sorted(s["kind"] for s in stops.values()) == ["cap", "cap"]
     with Store(store_path("sweep", results), create=False) as store:
         names = {r["name"] for r in store.metric_rows("sweep")}

@@ -11,8 +11,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _netfacts():
-    spec = importlib.util.spec_from_file_location("netfacts", REPO / "collectors" /
-                                                  "platform_netfacts.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location(
+        "netfacts", REPO / "collectors" / "platform_netfacts.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -40,13 +41,15 @@ def test_ethtool_current_combined_not_the_maximum():
 
 
 def _data() -> Data:
-    data = Data({"h0": "host", "h1": "host", "g0": "guest", "g1": "guest"},
-                {"g0": "h0", "g1": "h1"})  # fmt: skip
+    data = Data(
+        {"h0": "host", "h1": "host", "g0": "guest", "g1": "guest"}, {"g0": "h0", "g1": "h1"}
+    )
     put = data.values
     for m, v in (("h0", 1000.0), ("g0", 990.0), ("h1", 1000.0), ("g1", 500.0)):
         for rep in range(3):
             put[("sysbench-cpu", "events_per_second")].append(
-                (m, {"threads": 2}, {}, rep, v + rep, "k"))
+                (m, {"threads": 2}, {}, rep, v + rep, "k")
+            )
     # two clients per tier; the guests' spans overlap only partly
     s3 = {"h0": (0.0, 1.0), "h1": (0.0, 1.0), "g0": (10.0, 12.0), "g1": (11.0, 14.0)}
     for m, (t0, t1) in s3.items():
@@ -80,8 +83,10 @@ def test_a_point_not_available_on_a_host_is_listed_with_its_reason():
     """A host tool's exit 3 (no boto3 on that host) is a row with the reason, not a gap."""
     data = _data()
     assert "did not run ok" not in render("platform", data)
-    why = ("exit code 3 (accepted: 0): platform_s3load: not available on this host: boto3 is "
-           "not installed (install python3-boto3)")  # fmt: skip
+    why = (
+        "exit code 3 (accepted: 0): platform_s3load: not available on this host: boto3 is "
+        "not installed (install python3-boto3)"
+    )
     data.not_ok.append(("g1", "s3", {"direction": "read", "objects": 2}, "failed", why))
     text = render("platform", data)
     assert "## Points that did not run ok" in text

@@ -53,7 +53,7 @@ def test_a_host_sees_none_of_the_controller(pool, tmp_path):
             probe = sh(host, f"test -e {path} && echo VISIBLE || echo absent")
             assert probe.returncode == 0 and probe.stdout.strip() == "absent", (path, probe)
         assert REPO.exists() and planted.exists()  # they are there, on the controller
-        assert 'VERSION_CODENAME=bullseye' in sh(host, "cat /etc/os-release").stdout
+        assert "VERSION_CODENAME=bullseye" in sh(host, "cat /etc/os-release").stdout
         # its own PID namespace: none of our processes (sshd is its PID 1)
         procs = sh(host, "ls /proc | grep -c '^[0-9]'").stdout.strip()
         assert int(procs) < 20, procs
@@ -78,9 +78,14 @@ def test_python_is_the_images_3_9_without_numpy_and_sudo_works(pool):
 def test_hosts_keep_their_writes_apart_and_a_new_host_starts_clean(pool, tmp_path):
     a, b = pool.hosts
     mark = uuid.uuid4().hex
-    assert sh(a, f"echo {mark} > /tmp/{mark} && sudo sh -c 'echo {mark} > /etc/{mark}'").returncode == 0
+    assert (
+        sh(a, f"echo {mark} > /tmp/{mark} && sudo sh -c 'echo {mark} > /etc/{mark}'").returncode
+        == 0
+    )
     assert sh(a, f"cat /etc/{mark}").stdout.strip() == mark
-    assert sh(b, f"test -e /tmp/{mark} || test -e /etc/{mark} || echo clean").stdout.strip() == "clean"
+    assert (
+        sh(b, f"test -e /tmp/{mark} || test -e /etc/{mark} || echo clean").stdout.strip() == "clean"
+    )
     with pristine_hosts(1, tmp_path / "again") as fresh:
         assert sh(fresh.hosts[0], f"test -e /etc/{mark} || echo clean").stdout.strip() == "clean"
 
@@ -103,8 +108,10 @@ def test_close_leaves_no_namespace_link_process_or_folder(tmp_path):
     assert sh(host, "true").returncode == 0
     pool.close()
     assert subprocess.run(["kill", "-0", str(host.sshd_pid)], capture_output=True).returncode != 0
-    assert host.netns not in subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                            text=True).stdout  # fmt: skip
+    assert (
+        host.netns
+        not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    )
     assert subprocess.run(["ip", "link", "show", host.veth], capture_output=True).returncode != 0
     assert not (tmp_path / "gone").exists()
     assert str(tmp_path / "gone") not in Path("/proc/self/mountinfo").read_text()
@@ -114,9 +121,12 @@ def test_close_leaves_no_namespace_link_process_or_folder(tmp_path):
 def test_apt_installs_packages_inside_a_host(pool):
     host = pool.hosts[0]
     t0 = time.monotonic()
-    got = sh(host, "sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get "
-                   "install -y -qq --no-install-recommends make >/dev/null && make --version",
-             timeout=600)  # fmt: skip
+    got = sh(
+        host,
+        "sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get "
+        "install -y -qq --no-install-recommends make >/dev/null && make --version",
+        timeout=600,
+    )
     print(f"apt-get update + install make: {time.monotonic() - t0:.1f} s")
     assert got.returncode == 0, got.stderr[-500:]
     assert got.stdout.startswith("GNU Make")

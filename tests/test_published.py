@@ -17,8 +17,17 @@ REAL = HERE.parent / "experiments" / "published" / "sram-oct-2026.yaml"
 def test_real_file_has_the_issue_tables():
     pub = load_published(REAL)
     ids = {t.id for t in pub.tables}
-    for needed in ("ladder", "per-core-l2", "compute", "clocks", "exchange", "exchange-floor",
-                   "batching", "kv-stream", "noise"):
+    for needed in (
+        "ladder",
+        "per-core-l2",
+        "compute",
+        "clocks",
+        "exchange",
+        "exchange-floor",
+        "batching",
+        "kv-stream",
+        "noise",
+    ):
         assert needed in ids
     cells = {c.id: c for c in pub.cells}
     # The issue's anchor numbers are data, with units and sources.
@@ -36,7 +45,10 @@ def test_real_file_has_the_issue_tables():
     # 27 ladder cells: 3 tiers' sizes x 4 KiB/THP x the three kernels.
     assert len(pub.table("ladder").cells) == 27
     assert {c.conditions["kernel"] for c in pub.table("ladder").cells} == {
-        "avx512-read", "amx-bf16-stream", "avx512-bf16-gemv"}
+        "avx512-read",
+        "amx-bf16-stream",
+        "avx512-bf16-gemv",
+    }
     # Every measured cell's join keys are present; every unmeasured one says why.
     for c in pub.cells:
         assert c.experiment or c.unmeasured, c.id

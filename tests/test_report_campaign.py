@@ -28,20 +28,52 @@ PUBLISHED = REPO / "experiments" / "published" / "sram-oct-2026.yaml"
 TOPO = REPO / "tests" / "fixtures" / "topology"
 #: metrics each native binary prints (its --help), plus what collectors add
 NATIVE_METRICS = {
-    "ladder": {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50",
-               "bw_per_core_max", "gflops_total", "tflops_total", "tflops_per_core_mean",
-               "tflops_per_core_min", "tflops_per_core_p50", "tflops_per_core_max",
-               "core_clock_mean", "core_clock_min"},
+    "ladder": {
+        "bw_total",
+        "bw_per_core_mean",
+        "bw_per_core_min",
+        "bw_per_core_p50",
+        "bw_per_core_max",
+        "gflops_total",
+        "tflops_total",
+        "tflops_per_core_mean",
+        "tflops_per_core_min",
+        "tflops_per_core_p50",
+        "tflops_per_core_max",
+        "core_clock_mean",
+        "core_clock_min",
+    },
     "exchange": {"latency_p50", "latency_p99", "latency_min"},
-    "gemv": {"step_p50", "step_p99", "weight_bw", "tflops", "rows_max_over_mean",
-             "layer_bytes_max_over_mean", "layer_bytes_per_worker_max",
-             "layer_bytes_per_worker_mean"},
+    "gemv": {
+        "step_p50",
+        "step_p99",
+        "weight_bw",
+        "tflops",
+        "rows_max_over_mean",
+        "layer_bytes_max_over_mean",
+        "layer_bytes_per_worker_max",
+        "layer_bytes_per_worker_mean",
+    },
     "kvstream": {"kv_bw", "step_p50", "step_p99"},
     # native/layer (its --help), plus the phase sums socketlab.report.derived makes of them
-    "layer": {"step_p50", "step_p95", "step_p99", "step_max", "phase_compute", "phase_gemv",
-              "phase_barrier", "weight_bytes_per_worker", "kv_bytes_per_step",
-              "held_lock_before", "held_lock_after", "gate_pass", "routing_kl",
-              "routing_flips", "gate_kv_copies"} | set(DERIVED),
+    "layer": {
+        "step_p50",
+        "step_p95",
+        "step_p99",
+        "step_max",
+        "phase_compute",
+        "phase_gemv",
+        "phase_barrier",
+        "weight_bytes_per_worker",
+        "kv_bytes_per_step",
+        "held_lock_before",
+        "held_lock_after",
+        "gate_pass",
+        "routing_kl",
+        "routing_flips",
+        "gate_kv_copies",
+    }
+    | set(DERIVED),
     "sleep": set(),
 }
 
@@ -89,8 +121,9 @@ def test_every_measured_published_cell_has_a_campaign_point():
         dims = set(cell.join) - set(exp.sweep.names)
         assert dims <= {"interrupt"}, f"{cell.id}: join keys {dims} are not parameters"
         points = sweep_points(exp.sweep)
-        assert any(all(str(p[k]) == str(v) for k, v in params.items()) for p in points), \
+        assert any(all(str(p[k]) == str(v) for k, v in params.items()) for p in points), (
             f"{cell.id}: no point with {params}"
+        )
         checked += 1
     assert checked > 100
 
@@ -98,21 +131,39 @@ def test_every_measured_published_cell_has_a_campaign_point():
 def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     spec, plan = _plan("this-machine", "quick")
     skipped = {s.experiment: s.reason for s in plan.skipped}
-    amx = {"ladder-amx", "clocks-amx", "gemv-batch-amx", "compute-amx", "layer-p2-amx",
-           "layer-p4-amx", "layer-p5-amx", "layer-tp-amx"}
+    amx = {
+        "ladder-amx",
+        "clocks-amx",
+        "gemv-batch-amx",
+        "compute-amx",
+        "layer-p2-amx",
+        "layer-p4-amx",
+        "layer-p5-amx",
+        "layer-tp-amx",
+    }
     # the lock experiments need /dev/pseudo_lock, which a kernel without modules can't have
-    locked = {"layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked", "layer-e4b-locked",
-              "layer-resident-locked", "layer-stability-locked", "layer-tp-stability-locked"}
+    locked = {
+        "layer-p4-lock12",
+        "layer-p4-lock14",
+        "layer-p5-amx-locked",
+        "layer-e4b-locked",
+        "layer-resident-locked",
+        "layer-stability-locked",
+        "layer-tp-stability-locked",
+    }
     assert set(skipped) == amx | {"exchange-umwait"} | locked
-    assert all(skipped[e].endswith("/dev/pseudo_lock (pseudo-lock driver not loaded: kernel "
-                                   "without module support)") for e in locked)
+    assert all(
+        skipped[e].endswith(
+            "/dev/pseudo_lock (pseudo-lock driver not loaded: kernel without module support)"
+        )
+        for e in locked
+    )
     assert all("lacks CPU flags amx_bf16" in skipped[e] for e in amx)
     assert "lacks CPU flags waitpkg" in skipped["exchange-umwait"]
     counts = {e: c["runs"] for e, c in plan.counts()["this-machine"].items()}
     # the quick profile stays small; tile-balance(-moe)'s runs are arithmetic (milliseconds each)
     # (the layer experiments' own budget: tests/test_campaign_layer.py)
-    assert sum(c for e, c in counts.items()
-               if not e.startswith(("tile-balance", "layer-"))) <= 60
+    assert sum(c for e, c in counts.items() if not e.startswith(("tile-balance", "layer-"))) <= 60
     assert counts["tile-balance"] == 6
     ladder = [p for p in plan.points if p.experiment == "ladder"]
 
@@ -122,7 +173,12 @@ def test_quick_plan_on_this_machine_skips_amx_with_the_reason():
     # the per-core cells (L2 sizes, compared per core on a host with the published core) run at
     # the published 2 s x 3 reps; the socket-level sizes stay short
     assert {(p.params["mib_per_core"], arg(p, "--seconds"), arg(p, "--reps")) for p in ladder} == {
-        (1.0, "2", "3"), (1.3, "2", "3"), (1.5, "2", "3"), (4, "0.2", "2"), (64, "0.2", "2")}
+        (1.0, "2", "3"),
+        (1.3, "2", "3"),
+        (1.5, "2", "3"),
+        (4, "0.2", "2"),
+        (64, "0.2", "2"),
+    }
     (compute,) = [p for p in plan.points if p.experiment == "compute"]
     assert (arg(compute, "--seconds"), arg(compute, "--reps")) == ("2", "3")
     # one housekeeping core in the quick profile leaves CPU 1 as the worker on 2 cores
@@ -144,13 +200,22 @@ def test_full_plan_on_c8i_uses_the_published_placement():
         cpus = parse_cpulist(p.argv[p.argv.index("--cpus") + 1])
         participants[p.params["scope"]] = cpus
     assert {k: len(v) for k, v in participants.items()} == {
-        "one-node": 32, "two-nodes": 64, "all-nodes": 96}
+        "one-node": 32,
+        "two-nodes": 64,
+        "all-nodes": 96,
+    }
     assert participants["one-node"] == list(range(32))  # physical cores, no SMT siblings
     pairs = {p.params["target"]: p.argv[p.argv.index("--pairs") + 1] for p in by_exp["latency"]}
-    assert pairs == {"next-core": "0:1", "last-core-of-node": "0:31",
-                     "first-core-next-node": "0:32", "first-core-last-node": "0:64"}
-    rows = {p.params["weights_mib_per_core"]: int(p.argv[p.argv.index("--rows") + 1])
-            for p in by_exp["gemv-batch-amx"]}
+    assert pairs == {
+        "next-core": "0:1",
+        "last-core-of-node": "0:31",
+        "first-core-next-node": "0:32",
+        "first-core-last-node": "0:64",
+    }
+    rows = {
+        p.params["weights_mib_per_core"]: int(p.argv[p.argv.index("--rows") + 1])
+        for p in by_exp["gemv-batch-amx"]
+    }
     # 0.77 MiB per worker over 90 workers at 2,560 BF16 columns, in 16-row tiles
     assert rows[0.77] % 16 == 0 and abs(rows[0.77] * 2560 * 2 / 90 / 2**20 - 0.77) < 0.01
     kv = {(p.params["layer"], p.params["context"]): p.argv for p in by_exp["kvstream"]}
@@ -162,14 +227,20 @@ def test_full_plan_on_c8i_uses_the_published_placement():
 
 
 def test_profile_errors_are_one_line(tmp_path):
-    with pytest.raises(SpecError, match=r"campaign-oct.yaml:\d+: profiles: no profile 'fast' "
-                                        r"\(this spec has: per-core, quick\)"):
+    with pytest.raises(
+        SpecError,
+        match=r"campaign-oct.yaml:\d+: profiles: no profile 'fast' "
+        r"\(this spec has: per-core, quick\)",
+    ):
         load_spec(CAMPAIGN, profile="fast")
     bad = tmp_path / "bad.yaml"
     bad.write_text(CAMPAIGN.read_text().replace("      ladder-amx:\n", "      ladder-amd:\n", 1))
     with pytest.raises(SpecError, match=r"profiles.quick.experiments.ladder-amd: no experiment"):
         load_spec(bad, profile="quick")
-    bad.write_text(CAMPAIGN.read_text().replace("    defaults: {timeout_s: 120}\n",
-                                                "    defualts: {timeout_s: 120}\n", 1))
+    bad.write_text(
+        CAMPAIGN.read_text().replace(
+            "    defaults: {timeout_s: 120}\n", "    defualts: {timeout_s: 120}\n", 1
+        )
+    )
     with pytest.raises(SpecError, match=r"profiles.quick: unknown key 'defualts'"):
         load_spec(bad, profile="quick")

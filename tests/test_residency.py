@@ -27,8 +27,9 @@ def online_cpus() -> list[int]:
 def cache_bytes(level: int, cpu: int = 0) -> int:
     base = Path(f"/sys/devices/system/cpu/cpu{cpu}/cache")
     for idx in sorted(base.glob("index*")):
-        if (idx / "level").read_text().strip() == str(level) and \
-                (idx / "type").read_text().strip() != "Instruction":
+        if (idx / "level").read_text().strip() == str(level) and (
+            idx / "type"
+        ).read_text().strip() != "Instruction":
             text = (idx / "size").read_text().strip()
             return int(text[:-1]) * (1 << 20 if text.endswith("M") else 1 << 10)
     return (1 << 20) if level == 2 else (32 << 20)
@@ -42,7 +43,9 @@ def binary(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp(f"residency-{request.param}")
     proc = subprocess.run(
         ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2", f"{out}/residency"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
@@ -77,8 +80,17 @@ def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
     workers, hk = ([cpus[0]], [cpus[1]]) if scenario == "D" and len(cpus) > 1 else (cpus[:2], [])
     if scenario == "D" and not hk:
         pytest.skip(f"scenario D needs a second CPU for its streamer; online: {cpus}")
-    args = ["--slice", "64K", "--cpus", ",".join(map(str, workers)), "--scenario", scenario,
-            "--steps", "200", *SMALL]
+    args = [
+        "--slice",
+        "64K",
+        "--cpus",
+        ",".join(map(str, workers)),
+        "--scenario",
+        scenario,
+        "--steps",
+        "200",
+        *SMALL,
+    ]
     if hk:
         args += ["--hk-cpus", ",".join(map(str, hk))]
     meta, metrics = records(binary, *args)
@@ -98,7 +110,8 @@ def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
         assert 1 <= value(metrics, "held_tries", cpu) <= 5
         held = value(metrics, "held_fraction", cpu)
         assert held == pytest.approx(
-            (value(metrics, "lines_l1", cpu) + value(metrics, "lines_l2", cpu)) / lines, rel=1e-4)
+            (value(metrics, "lines_l1", cpu) + value(metrics, "lines_l2", cpu)) / lines, rel=1e-4
+        )
     per_core = [value(metrics, "weight_bw", c) for c in workers]
     assert value(metrics, "total_bw", "all") == pytest.approx(sum(per_core), rel=1e-4)
     assert value(metrics, "min_bw", "all") == pytest.approx(min(per_core), rel=1e-4)
@@ -112,8 +125,10 @@ def test_calibration_separates_l2_l3_dram(binary):
     midpoint, L2 hits under it (cal_separation); on a 1-tick TSC no padding is tried."""
     for attempt in range(3):  # a measurement on a shared guest: up to 3 tries, printed
         _, metrics = records(binary, "--slice", "64K", "--steps", "50")
-        cal = {k: value(metrics, f"cal_{k}", 0)
-               for k in ("l1", "l2", "l3", "dram", "tsc_step", "pad", "separation")}
+        cal = {
+            k: value(metrics, f"cal_{k}", 0)
+            for k in ("l1", "l2", "l3", "dram", "tsc_step", "pad", "separation")
+        }
         print(f"try {attempt + 1}: calibration (TSC ticks; pad in cycles): {cal}")
         if cal["separation"] >= 0.3:
             break
@@ -135,12 +150,24 @@ def held(binary: Path, scenario: str, tries: int, *extra: str, stop_at: float = 
     early once a run's held fraction reaches stop_at"""
     out = []
     for _ in range(tries):
-        _, metrics = records(binary, "--slice", str(cache_bytes(2) // 4), "--cpus", "0",
-                             "--scenario", scenario, *extra)
+        _, metrics = records(
+            binary,
+            "--slice",
+            str(cache_bytes(2) // 4),
+            "--cpus",
+            "0",
+            "--scenario",
+            scenario,
+            *extra,
+        )
         lines = sum(value(metrics, f"lines_{k}", 0) for k in ("l1", "l2", "l3", "dram"))
-        out.append({"held": round(value(metrics, "held_fraction", 0), 4),
-                    "dram": round(value(metrics, "lines_dram", 0) / lines, 4),
-                    "pad": value(metrics, "cal_pad", 0)})
+        out.append(
+            {
+                "held": round(value(metrics, "held_fraction", 0), 4),
+                "dram": round(value(metrics, "lines_dram", 0) / lines, 4),
+                "pad": value(metrics, "cal_pad", 0),
+            }
+        )
         if out[-1]["held"] >= stop_at:
             break
     return out
@@ -168,15 +195,18 @@ def test_held_fraction_drops_when_the_core_streams_dram(binary):
     quiet = held(binary, "A", 30, "--steps", "300", stop_at=0.99)
     print(f"L2/4 slice ({cache_bytes(2) // 4} B), scenario A, {len(quiet)} run(s): {quiet}")
     for attempt in range(3):
-        loud = held(binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step",
-                    str(step))
+        loud = held(
+            binary, "C", 2, "--steps", "5", "--kv-bytes", str(2 * step), "--kv-step", str(step)
+        )
         print(f"try {attempt + 1}: scenario C (KV step {step} B): {loud}")
         if max(r["dram"] for r in loud) >= 0.2:
             break
     best_quiet = max(r["held"] for r in quiet)
     best_loud = max(r["held"] for r in loud)
-    print(f"held fraction: quiet {best_quiet:.4f} -> DRAM-streaming {best_loud:.4f} "
-          f"(drop {best_quiet - best_loud:.4f})")
+    print(
+        f"held fraction: quiet {best_quiet:.4f} -> DRAM-streaming {best_loud:.4f} "
+        f"(drop {best_quiet - best_loud:.4f})"
+    )
     assert best_quiet >= 0.9
     assert min(r["dram"] for r in quiet) <= 0.05
     assert max(r["dram"] for r in loud) >= 0.2
@@ -191,8 +221,7 @@ def test_held_fraction_drops_when_the_core_streams_dram(binary):
         (["--slice", "64K", "--kernel", "sse"], "--kernel"),
         (["--slice", "64K", "--cpus", "4095"], "--cpus"),
         (["--slice", "64K", "--scenario", "D"], "--hk-cpus"),
-        (["--slice", "64K", "--cpus", "0", "--scenario", "D", "--hk-cpus", "0"],
-         "also a worker"),
+        (["--slice", "64K", "--cpus", "0", "--scenario", "D", "--hk-cpus", "0"], "also a worker"),
         (["--slice", "64K", "--kv-bytes", "1M", "--kv-step", "3K"], "--kv-step"),
         (["--cpus", "0"], "--slice is required"),
         (["--slice", "64K", "--gap-ns", "-1"], "--gap-ns"),
@@ -212,8 +241,19 @@ def test_bad_input_is_one_line_exit_2(binary, args, needle):
 
 def test_gap_is_recorded_and_every_step_still_runs(binary):
     """--gap-ns (the published gap sweep): recorded in meta, every step runs."""
-    meta, metrics = records(binary, "--slice", "64K", "--steps", "100", "--scenario", "C",
-                            *SMALL, "--gap-ns", "2000", "--no-held")
+    meta, metrics = records(
+        binary,
+        "--slice",
+        "64K",
+        "--steps",
+        "100",
+        "--scenario",
+        "C",
+        *SMALL,
+        "--gap-ns",
+        "2000",
+        "--no-held",
+    )
     assert meta["gap_ns"] == 2000
     assert value(metrics, "steps", 0) == 100
 
@@ -222,8 +262,9 @@ def test_lock_without_the_driver_is_not_available(binary, tmp_path):
     """--lock where /dev/pseudo_lock does not exist (no module here): exit 3, one line."""
     proc = run(binary, "--slice", "64K", "--lock", "--device", str(tmp_path / "pseudo_lock"))
     assert proc.returncode == 3, proc.stderr
-    assert proc.stderr.strip().startswith("residency: not available on this host: pseudo-lock "
-                                          "driver not loaded"), proc.stderr
+    assert proc.stderr.strip().startswith(
+        "residency: not available on this host: pseudo-lock driver not loaded"
+    ), proc.stderr
 
 
 def test_named_kernel_the_cpu_lacks_is_unsupported(binary):

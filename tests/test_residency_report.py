@@ -28,8 +28,9 @@ from tests.support.campaign import run_quick, stored
 REPO = Path(__file__).resolve().parents[1]
 RESIDENCY = REPO / "experiments" / "residency.yaml"
 PUBLISHED = REPO / "experiments" / "published" / "residency-oct-2026.yaml"
-NO_MODULES = ("host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded: kernel without "
-              "module support)")
+NO_MODULES = (
+    "host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded: kernel without module support)"
+)
 
 
 def entry(spec, devices: dict[str, bool] | None, fixture: str = "c8i-metal-48xl") -> dict:
@@ -45,13 +46,17 @@ def entry(spec, devices: dict[str, bool] | None, fixture: str = "c8i-metal-48xl"
 def test_host_facts_reports_the_device_set_of_a_tree(tmp_path):
     hf = host_facts_module()
     snap = dict(snapshot("two-socket"))
-    want = {d: d in ("/dev/pseudo_lock", "/proc/modules", "/sys/fs/resctrl")
-            for d in hf.DEVICE_PATHS}
+    want = {
+        d: d in ("/dev/pseudo_lock", "/proc/modules", "/sys/fs/resctrl") for d in hf.DEVICE_PATHS
+    }
     snap["devices"] = want
     hf.write_tree(snap, str(tmp_path))
     assert hf.snapshot(str(tmp_path))["devices"] == want
-    assert read_topology(tmp_path).devices == ("/dev/pseudo_lock", "/proc/modules",
-                                               "/sys/fs/resctrl")
+    assert read_topology(tmp_path).devices == (
+        "/dev/pseudo_lock",
+        "/proc/modules",
+        "/sys/fs/resctrl",
+    )
     assert read_topology(tmp_path).facts()["devices"] == sorted(d for d, p in want.items() if p)
 
 
@@ -93,13 +98,18 @@ def _spec(tmp_path, on_unmet="skip"):
     return load_spec(path)
 
 
-@pytest.mark.parametrize("devices, reason", [
-    ({}, NO_MODULES),
-    (None, NO_MODULES),  # a snapshot recorded before the field: nothing reported present
-    ({"/proc/modules": True},
-     "host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded; "
-     "playbooks/sram_driver.yml loads it)"),
-])
+@pytest.mark.parametrize(
+    "devices, reason",
+    [
+        ({}, NO_MODULES),
+        (None, NO_MODULES),  # a snapshot recorded before the field: nothing reported present
+        (
+            {"/proc/modules": True},
+            "host {h} lacks /dev/pseudo_lock (pseudo-lock driver not loaded; "
+            "playbooks/sram_driver.yml loads it)",
+        ),
+    ],
+)
 def test_missing_device_skips_with_the_precise_reason(tmp_path, devices, reason):
     spec = _spec(tmp_path)
     plan = expand_points(spec, {"xeon": entry(spec, devices)})
@@ -132,14 +142,17 @@ def test_residency_locked_points_need_the_device():
     reasons = {s.experiment: s.reason for s in plan.skipped}
     assert reasons["residency-locked"] == NO_MODULES.format(h="c8i")
     loaded = entry(quick, {"/dev/pseudo_lock": True, "/proc/modules": True})
-    assert "residency-locked" in {p.experiment for p in expand_points(quick, {"c8i": loaded}).points}
+    assert "residency-locked" in {
+        p.experiment for p in expand_points(quick, {"c8i": loaded}).points
+    }
     # the full profile on an AMD host: both the missing flags and the missing device, each said
     full = load_spec(RESIDENCY)
     plan = expand_points(full, {"genoa": entry(full, {}, "genoa-1s-nps1")})
     reasons = {s.experiment: s.reason for s in plan.skipped}
     assert reasons["residency-locked"] == (
         "host genoa lacks CPU flags amx_tile, amx_bf16, cat_l2 and "
-        "/dev/pseudo_lock (pseudo-lock driver not loaded: kernel without module support)")
+        "/dev/pseudo_lock (pseudo-lock driver not loaded: kernel without module support)"
+    )
     assert reasons["residency-plain"] == "host genoa lacks CPU flags amx_tile, amx_bf16"
 
 
@@ -147,8 +160,13 @@ def test_published_p1_cells_join_the_residency_sweeps():
     pub = load_published(PUBLISHED)
     assert pub.campaign == load_spec(RESIDENCY).campaign == "residency"
     counts = {t.id: len(t.cells) for t in pub.tables}
-    assert counts == {"p1-residency": 63, "p1-residency-avx": 14, "p1-kv-step": 5, "p1-gap": 6,
-                      "p1-long": 9}
+    assert counts == {
+        "p1-residency": 63,
+        "p1-residency-avx": 14,
+        "p1-kv-step": 5,
+        "p1-gap": 6,
+        "p1-long": 9,
+    }
     spec = load_spec(RESIDENCY)
     sweeps = {e.name: (set(e.sweep.names), sweep_points(e.sweep)) for e in spec.experiments}
     unmatched = set()
@@ -173,7 +191,8 @@ def real_run(tmp_path_factory) -> Path:
     keep = {"residency-avx", "residency-locked", "residency-avx-locked"}
     doc["experiments"] = [e for e in doc["experiments"] if e["name"] in keep]
     doc["profiles"]["quick"]["experiments"] = {
-        k: v for k, v in doc["profiles"]["quick"]["experiments"].items() if k in keep}
+        k: v for k, v in doc["profiles"]["quick"]["experiments"].items() if k in keep
+    }
     return run_quick(doc, root, "residency.yaml", timeout=600)
 
 
@@ -194,9 +213,11 @@ def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run, host
     ran = stored(real_run, "residency")
     measured_here = any(r.experiment == "residency-avx" and r.status == "ok" for r in ran.values())
     plain = rows["p1-residency-avx/w12-1344-avx512-c/plain_bw"]
-    print(f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores, devices "
-          f"{sorted(devices)}): {klass}; residency-avx ran here: {measured_here}: "
-          f"{plain.verdict}")
+    print(
+        f"branch: facts of {host} ({topo['cpu_model']}, {topo['cores']} cores, devices "
+        f"{sorted(devices)}): {klass}; residency-avx ran here: {measured_here}: "
+        f"{plain.verdict}"
+    )
     if not {"avx512f", "avx512bw"} <= flags:
         assert plain.kind == NOT_RUN and "lacks CPU flags" in plain.verdict
     elif not measured_here:  # this machine lacks AVX-512: nothing stored to judge
@@ -204,25 +225,32 @@ def test_real_run_report_says_measured_and_why_locked_did_not_run(real_run, host
     else:
         assert plain.measured is not None and plain.measured.n == 1
         assert plain.kind == NOT_COMPARABLE
-        want = {hostclass.OTHER_CORE: "not comparable: host is ",
-                hostclass.PUBLISHED_CORE: f"not comparable: needs 96 cores (host has "
-                                          f"{topo['cores']})",
-                hostclass.PUBLISHED_HOST: "not comparable: profile quick: "}[klass]
+        want = {
+            hostclass.OTHER_CORE: "not comparable: host is ",
+            hostclass.PUBLISHED_CORE: f"not comparable: needs 96 cores (host has {topo['cores']})",
+            hostclass.PUBLISHED_HOST: "not comparable: profile quick: ",
+        }[klass]
         assert plain.verdict.startswith(want), plain.verdict
         if klass == hostclass.OTHER_CORE:
-            assert f"({topo['cores']} cores), published host is Xeon 6975P-C (96 cores)" \
+            assert (
+                f"({topo['cores']} cores), published host is Xeon 6975P-C (96 cores)"
                 in plain.verdict
+            )
         if klass == hostclass.PUBLISHED_HOST:  # the host, but not the published conditions
             assert "conditions differ: workers 1 vs 90" in plain.verdict
-    locked = [r for r in rep.rows
-              if r.cell.experiment in ("residency-locked", "residency-avx-locked")]
+    locked = [
+        r for r in rep.rows if r.cell.experiment in ("residency-locked", "residency-avx-locked")
+    ]
     assert len(locked) == 44  # 11 rows x locked GB/s, slowest core, p99, held after
     if "/dev/pseudo_lock" not in devices:
         # without AVX-512 the avx-locked rows lack the flags too, and say both
         who = "localhost"
-        why = re.compile(rf"not run: host {who} lacks (CPU flags [a-z0-9_, ]+ and )?"
-                         r"/dev/pseudo_lock \(pseudo-lock driver not loaded")
-        assert all(r.kind == NOT_RUN and why.match(r.verdict) for r in locked), \
-            {r.verdict for r in locked}
+        why = re.compile(
+            rf"not run: host {who} lacks (CPU flags [a-z0-9_, ]+ and )?"
+            r"/dev/pseudo_lock \(pseudo-lock driver not loaded"
+        )
+        assert all(r.kind == NOT_RUN and why.match(r.verdict) for r in locked), {
+            r.verdict for r in locked
+        }
         if "/proc/modules" not in devices:
             assert all(r.verdict.endswith("kernel without module support)") for r in locked)

@@ -32,8 +32,11 @@ QUICKSTART = REPO / "experiments" / "quickstart.yaml"
 #: the quickstart's ladder kernels this CPU runs: avx512-read needs AVX-512 F (the spec's
 #: requires); without it A is the quickstart with the AVX2 kernel alone, so every test below
 #: runs on every x86 machine, with the counts of the kernels it ran
-KERNELS = (["avx2-read", "avx512-read"] if "avx512f" in Path("/proc/cpuinfo").read_text()
-           else ["avx2-read"])  # fmt: skip
+KERNELS = (
+    ["avx2-read", "avx512-read"]
+    if "avx512f" in Path("/proc/cpuinfo").read_text()
+    else ["avx2-read"]
+)
 K = len(KERNELS)
 RUNS = K * 2 * 3 + 12  #: ladder: kernels x 2 sizes x 3 reps; sysbench: 4 points x 3 reps
 #: the ladder points B keeps: every kernel at 16K (the 512K points stay A's alone)
@@ -41,8 +44,9 @@ B_LADDER = {"kernel": KERNELS, "size": ["16K"]}
 
 
 def _run(spec: Path, results_dir: Path, inventory: Path) -> None:
-    rc = main(["run", str(spec), "--results", str(results_dir), "--inventory", str(inventory),
-               "--plain"])
+    rc = main(
+        ["run", str(spec), "--results", str(results_dir), "--inventory", str(inventory), "--plain"]
+    )
     assert rc == 0
 
 
@@ -93,9 +97,16 @@ def test_frames_are_typed_and_hold_every_stored_value_once(runs):
     assert set(built["build_flags"]) == {"-O3 -march=native"} and built["compiler"].notna().all()
     assert res.runs.loc[res.runs["experiment"] == "sysbench-cpu", "build_name"].isna().all()
     # every value the store holds, once: the same multiset as its metrics table
-    rows = Counter(zip(res.metrics["run_key"], res.metrics["metric"].astype(str),
-                       res.metrics["value"], res.metrics["unit"].astype(str),
-                       res.metrics["parser"].astype(str), strict=True))
+    rows = Counter(
+        zip(
+            res.metrics["run_key"],
+            res.metrics["metric"].astype(str),
+            res.metrics["value"],
+            res.metrics["unit"].astype(str),
+            res.metrics["parser"].astype(str),
+            strict=True,
+        )
+    )
     assert rows == _raw_metrics(res.store_path)
     # joined on demand: each value with its run's columns
     wide = res.metrics_with_runs()
@@ -130,8 +141,23 @@ def test_export_parquet_reads_back_equal(runs, tmp_path, capsys):
     res = results.load("quickstart", results=runs / "a")
     for table, frame in (("metrics", res.metrics_with_runs()), ("runs", res.runs)):
         out = tmp_path / f"{table}.parquet"
-        assert main(["export", "quickstart", "--results", str(runs / "a"), "--format", "parquet",
-                     "--table", table, "-o", str(out)]) == 0
+        assert (
+            main(
+                [
+                    "export",
+                    "quickstart",
+                    "--results",
+                    str(runs / "a"),
+                    "--format",
+                    "parquet",
+                    "--table",
+                    table,
+                    "-o",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         back = pd.read_parquet(out)
         pd.testing.assert_frame_equal(back, frame)
     import pyarrow.parquet as pq
@@ -141,8 +167,10 @@ def test_export_parquet_reads_back_equal(runs, tmp_path, capsys):
     assert str(arrow.field("value").type) == "double"
     assert str(arrow.field("experiment").type).startswith("dictionary")
     # the CSV carries the run columns the issue found missing
-    assert main(["export", "quickstart", "--results", str(runs / "a"), "-o",
-                 str(tmp_path / "m.csv")]) == 0
+    assert (
+        main(["export", "quickstart", "--results", str(runs / "a"), "-o", str(tmp_path / "m.csv")])
+        == 0
+    )
     head = (tmp_path / "m.csv").read_text().splitlines()[0].split(",")
     assert {"started", "duration_s", "n_cpus", "build_name", "build_flags"} <= set(head)
 
@@ -152,10 +180,23 @@ def test_load_a_pushed_campaign_from_s3(runs, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "results-api-test-secret")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
     with moto_server(tmp_path) as server:
-        aws_client("s3", server.url, "AKIASOCKETLABRESULTS", "results-api-test-secret"
-                   ).create_bucket(Bucket="lab")
-        assert main(["push", "quickstart", "s3://lab/team", "--results", str(runs / "a"),
-                     "--endpoint-url", server.url]) == 0
+        aws_client(
+            "s3", server.url, "AKIASOCKETLABRESULTS", "results-api-test-secret"
+        ).create_bucket(Bucket="lab")
+        assert (
+            main(
+                [
+                    "push",
+                    "quickstart",
+                    "s3://lab/team",
+                    "--results",
+                    str(runs / "a"),
+                    "--endpoint-url",
+                    server.url,
+                ]
+            )
+            == 0
+        )
         remote = results.load("s3://lab/team/quickstart", endpoint_url=server.url)
         with pytest.raises(Exception, match="no results of campaign 'other'"):
             results.load("s3://lab/team/other", endpoint_url=server.url)
@@ -163,23 +204,36 @@ def test_load_a_pushed_campaign_from_s3(runs, tmp_path, monkeypatch):
     key = ["run_key", "metric", "value", "unit"]
     pd.testing.assert_frame_equal(
         remote.metrics[key].sort_values(key).reset_index(drop=True),
-        local.metrics[key].sort_values(key).reset_index(drop=True), check_categorical=False)
+        local.metrics[key].sort_values(key).reset_index(drop=True),
+        check_categorical=False,
+    )
     assert set(remote.runs["run_key"]) == set(local.runs["run_key"])
     assert remote.runs["started"].equals(remote.runs["started"]) and remote.folder.is_dir()
 
 
 def test_example_script_pivots_the_sweep_and_plots_it(runs, tmp_path):
     out = tmp_path / "sweep.png"
-    proc = subprocess.run([sys.executable, str(REPO / "docs" / "examples" / "sweep_plot.py"),
-                           str(runs / "a" / "quickstart"), "-o", str(out)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "docs" / "examples" / "sweep_plot.py"),
+            str(runs / "a" / "quickstart"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     # the printed medians are the store's: bw_total (stat=median) of the runs stored ok
     with sqlite3.connect(runs / "a" / "quickstart" / "store.sqlite") as db:
-        rows = db.execute("SELECT r.params, m.value FROM metrics m JOIN runs r USING (run_key) "
-                          "WHERE m.name='bw_total' AND r.status='ok' AND m.dims LIKE "
-                          "'%\"stat\": \"median\"%'").fetchall()
+        rows = db.execute(
+            "SELECT r.params, m.value FROM metrics m JOIN runs r USING (run_key) "
+            "WHERE m.name='bw_total' AND r.status='ok' AND m.dims LIKE "
+            '\'%"stat": "median"%\''
+        ).fetchall()
     values = {}
     for params, value in rows:
         p = json.loads(params)
@@ -203,8 +257,9 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
     rc, lines, _ = _compare_lines([a, b], capsys)
     assert rc == 0
     compared = [x for x in lines if x["verdict"] not in ("only in A", "only in B")]
-    speed = [x for x in compared if x["experiment"] == "ladder-read"
-             and x["metric"].startswith("bw_")]
+    speed = [
+        x for x in compared if x["experiment"] == "ladder-read" and x["metric"].startswith("bw_")
+    ]
     assert len(speed) == 7 * K  # kernels x (bw_total x 3 stats + 4 per-core stats)
     for x in speed:
         assert x["n_a"] == x["n_b"] == 3 and x["ci_low"] <= x["ratio"] <= x["ci_high"]
@@ -216,8 +271,9 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
     # read "same", 0.996x, in most runs, but an interval over 3 reps can cross the 5% band:
     # "inconclusive" then); its speed is whatever this shared machine gave. Neither may read
     # faster or slower on memory, and every verdict must follow its interval
-    same = [x for x in compared if x["experiment"] == "sysbench-cpu"
-            and x["metric"] == "peak_tree_rss"]
+    same = [
+        x for x in compared if x["experiment"] == "sysbench-cpu" and x["metric"] == "peak_tree_rss"
+    ]
     assert len(same) == 1 and same[0]["verdict"] in ("same", "inconclusive"), same
     # a campaign against itself: ratio 1 everywhere, never faster or slower; "same" where its
     # repetitions agree (the resampled interval of a noisy metric may still cross the band)
@@ -230,13 +286,18 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
         assert (x["verdict"] == "same") == inside, x
     sysbench = next(x for x in compared if x["metric"] == "events_per_second")
     with capsys.disabled():  # the figure this VM gave, for the record (-s)
-        print(f"\nsysbench events/s B/A {sysbench['ratio']:.3f} ({sysbench['ci_low']:.3f}-"
-              f"{sysbench['ci_high']:.3f}): {sysbench['verdict']}")
+        print(
+            f"\nsysbench events/s B/A {sysbench['ratio']:.3f} ({sysbench['ci_low']:.3f}-"
+            f"{sysbench['ci_high']:.3f}): {sysbench['verdict']}"
+        )
     # points only A ran are listed: the 512K ladder points and three sysbench points
     only_a = [x for x in lines if x["verdict"] == "only in A"]
     assert {x["size"] for x in only_a if x["experiment"] == "ladder-read"} == {"512K"}
-    assert {(x["threads"], x["prime"]) for x in only_a if x["experiment"] == "sysbench-cpu"} \
-        == {(1, 20000), (2, 2000), (2, 20000)}
+    assert {(x["threads"], x["prime"]) for x in only_a if x["experiment"] == "sysbench-cpu"} == {
+        (1, 20000),
+        (2, 2000),
+        (2, 20000),
+    }
     assert not [x for x in lines if x["verdict"] == "only in B"]
 
     # --fail-on slower: exit 1, naming every slower point
@@ -251,7 +312,7 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
     html = tmp_path / "compare.html"
     assert main(["compare", a, b, "--format", "html", "-o", str(html)]) == 0
     page = html.read_text()
-    assert page.count("data:image/png;base64,") == 1 and "<td class=\"slower\">slower" in page
+    assert page.count("data:image/png;base64,") == 1 and '<td class="slower">slower' in page
 
 
 def test_compare_by_build_within_one_campaign(runs, tmp_path, capsys):
@@ -262,10 +323,13 @@ def test_compare_by_build_within_one_campaign(runs, tmp_path, capsys):
     with sqlite3.connect(mixed / "quickstart" / "store.sqlite") as db:
         db.execute("ATTACH ? AS b", (str(runs / "b" / "quickstart" / "store.sqlite"),))
         db.execute("INSERT OR IGNORE INTO runs SELECT * FROM b.runs")
-        db.execute("INSERT INTO metrics SELECT * FROM b.metrics WHERE run_key IN "
-                   "(SELECT run_key FROM b.runs WHERE experiment = 'ladder-read')")
-    rc, lines, _ = _compare_lines(["quickstart", "--results", str(mixed), "--by", "build",
-                                   "--metric", "bw_total"], capsys)
+        db.execute(
+            "INSERT INTO metrics SELECT * FROM b.metrics WHERE run_key IN "
+            "(SELECT run_key FROM b.runs WHERE experiment = 'ladder-read')"
+        )
+    rc, lines, _ = _compare_lines(
+        ["quickstart", "--results", str(mixed), "--by", "build", "--metric", "bw_total"], capsys
+    )
     assert rc == 0
     compared = [x for x in lines if x["verdict"] not in ("only in A", "only in B")]
     assert len(compared) == 3 * K and {x["verdict"] for x in compared} <= {"slower", "inconclusive"}
@@ -282,7 +346,9 @@ def test_status_json(runs, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["runs"] == RUNS and sum(doc["statuses"].values()) == RUNS
     assert {(e["experiment"], sum(e["statuses"].values())) for e in doc["experiments"]} == {
-        ("ladder-read", 6 * K), ("sysbench-cpu", 12)}
+        ("ladder-read", 6 * K),
+        ("sysbench-cpu", 12),
+    }
     assert main(["status", "--results", str(runs / "a"), "--json"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["campaign"] == "quickstart"

@@ -59,8 +59,7 @@ def test_verdicts_frame_is_the_reports_cells(noisy, capsys):
     assert list(frame["verdict"]) == [r.verdict for r in report.rows]
     measured = frame[frame["measured"].notna()]
     assert (measured["measured_min"] <= measured["measured"]).all()
-    assert set(frame["published_file"].astype(str)) == {"sram-oct-2026.yaml",
-                                                        "plan-oct-2026.yaml"}
+    assert set(frame["published_file"].astype(str)) == {"sram-oct-2026.yaml", "plan-oct-2026.yaml"}
     # `report --json` prints the same frame, one line per cell
     rc, out, _ = _cli(capsys, "report", CAMPAIGN, "--results", noisy, "--json")
     lines = [json.loads(x) for x in out.splitlines()]
@@ -74,8 +73,9 @@ def test_report_fail_on_on_the_real_recorded_store(noisy, capsys):
     kinds = results.load(CAMPAIGN, results=noisy).verdicts["kind"].astype(str)
     rc, out, err = _cli(capsys, "report", CAMPAIGN, "--results", noisy, "--fail-on", "deviates")
     assert rc == 0 and "orchestrate: report:" not in err and "published vs measured" in out
-    rc, _, err = _cli(capsys, "report", CAMPAIGN, "--results", noisy, "--fail-on",
-                      "inconclusive,not-run")
+    rc, _, err = _cli(
+        capsys, "report", CAMPAIGN, "--results", noisy, "--fail-on", "inconclusive,not-run"
+    )
     named = [x for x in err.splitlines() if x.startswith("orchestrate: report: ") and " on " in x]
     assert rc == 1 and len(named) == (kinds == "inconclusive").sum() + (kinds == "not run").sum()
     assert f"{len(named)} cell(s) fail --fail-on inconclusive,not-run" in err
@@ -104,17 +104,32 @@ def test_report_fail_on_deviates_catches_a_moved_value(tmp_path, capsys):
     assert rc == 2 and err.count("\n") == 1 and "expected one or more of deviates" in err
 
 
-@pytest.mark.parametrize("argv", [
-    ["status"], ["status", "c"], ["report", "c"], ["export", "c"], ["serving-report", "c"],
-    ["compare", "c", "d"], ["report", "c", "--fail-on", "deviates"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["status", "c"],
+        ["report", "c"],
+        ["export", "c"],
+        ["serving-report", "c"],
+        ["compare", "c", "d"],
+        ["report", "c", "--fail-on", "deviates"],
+    ],
+)
 def test_readers_refuse_a_missing_or_file_results_folder(argv, tmp_path, capsys):
     file = tmp_path / "results.txt"
     file.write_text("not a folder")
-    for where, said in ((tmp_path / "missing", "no such results folder"),
-                        (file, "is a file, not a folder")):
+    for where, said in (
+        (tmp_path / "missing", "no such results folder"),
+        (file, "is a file, not a folder"),
+    ):
         rc, out, err = _cli(capsys, *argv, "--results", where)
-        assert rc == 2 and err == f"orchestrate: error: {where}: {said} (expected the results " \
-            "folder `orchestrate run` wrote; --results DIR)\n", err
+        assert (
+            rc == 2
+            and err
+            == f"orchestrate: error: {where}: {said} (expected the results "
+            "folder `orchestrate run` wrote; --results DIR)\n"
+        ), err
         assert not out and not (tmp_path / "missing").exists()
 
 
@@ -132,17 +147,22 @@ def test_export_of_a_read_only_results_folder(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     cli = f"{sys.executable} -m socketlab.cli"
-    script = (f"mount --bind -o ro {res} {res} && "
-              f"{{ {cli} export {CAMPAIGN} --results {res}; echo rc=$?; }} && "
-              f"{cli} export {CAMPAIGN} --results {res} --format parquet -o {out}/m.parquet && "
-              f"{cli} serving-report {CAMPAIGN} --results {res} --format html")
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    script = (
+        f"mount --bind -o ro {res} {res} && "
+        f"{{ {cli} export {CAMPAIGN} --results {res}; echo rc=$?; }} && "
+        f"{cli} export {CAMPAIGN} --results {res} --format parquet -o {out}/m.parquet && "
+        f"{cli} serving-report {CAMPAIGN} --results {res} --format html"
+    )
+    proc = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "rc=2" in proc.stdout
     default = res / CAMPAIGN / "metrics.csv"
-    assert (f"orchestrate: error: {default} (the default, beside the store): folder "
-            f"{default.parent} is not writable; give a file elsewhere with -o FILE") in proc.stderr
+    assert (
+        f"orchestrate: error: {default} (the default, beside the store): folder "
+        f"{default.parent} is not writable; give a file elsewhere with -o FILE"
+    ) in proc.stderr
     assert not default.exists() and (out / "m.parquet").stat().st_size > 0
     assert "serving report not written to" in proc.stderr
 
@@ -182,7 +202,11 @@ def test_docs_list_every_column_with_its_type():
     text = (Path(__file__).resolve().parents[1] / "docs" / "results.md").read_text()
     for name, columns in FRAMES.items():
         section = text.split(f"\n### {name}\n", 1)[1].split("\n##", 1)[0]
-        rows = [[c.strip() for c in line.strip("|").split("|")]
-                for line in section.splitlines() if line.startswith("| `")]
+        rows = [
+            [c.strip() for c in line.strip("|").split("|")]
+            for line in section.splitlines()
+            if line.startswith("| `")
+        ]
         assert [(r[0].strip("`"), r[1], r[2]) for r in rows] == [
-            (c.name, c.dtype, c.unit) for c in columns], name
+            (c.name, c.dtype, c.unit) for c in columns
+        ], name

@@ -60,24 +60,40 @@ def test_drift_names_each_changed_knob(tmp_path):
 
 
 def test_live_fingerprint_script_prints_json():
-    out = subprocess.run([sys.executable, "-I", "-S", str(paths.COLLECTORS / "fingerprint.py")],
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", str(paths.COLLECTORS / "fingerprint.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert set(DRIFT_KNOBS) <= set(json.loads(out))
 
 
 def test_peak_memory_collector_follows_the_process_tree(tmp_path):
     script = paths.COLLECTORS / "proc_peakmem.py"
     out = tmp_path / "c"
-    subprocess.run([sys.executable, "-I", "-S", str(script), "start", "--out", str(out)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-I", "-S", str(script), "start", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
     # a parent that starts a child holding ~150 MiB: the tree's peak must include the child
     child = "import time; b = bytearray(150 * 2**20); time.sleep(0.6)"
-    parent = subprocess.Popen([sys.executable, "-c",
-                               f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"])  # fmt: skip
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])",
+        ]
+    )
     (out / "target.pid").write_text(f"{parent.pid}\n")
     parent.wait()
-    stopped = subprocess.run([sys.executable, "-I", "-S", str(script), "stop", "--out", str(out)],
-                             check=True, capture_output=True, text=True)  # fmt: skip
+    stopped = subprocess.run(
+        [sys.executable, "-I", "-S", str(script), "stop", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert json.loads(stopped.stdout)["stopped"]
     records = [json.loads(line) for line in (out / "proc_peakmem.jsonl").read_text().splitlines()]
     metrics = {r["name"]: r for r in records if r.get("type") == "metric"}
@@ -89,23 +105,42 @@ def test_peak_memory_collector_follows_the_process_tree(tmp_path):
 def test_collector_daemon_ends_when_its_folder_is_removed(tmp_path):
     script = paths.COLLECTORS / "proc_peakmem.py"
     out = tmp_path / "gone"
-    started = subprocess.run([sys.executable, "-I", "-S", str(script), "start", "--out", str(out)],
-                             check=True, capture_output=True, text=True)  # fmt: skip
+    started = subprocess.run(
+        [sys.executable, "-I", "-S", str(script), "start", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     pid = json.loads(started.stdout)["pid"]
     subprocess.run(["rm", "-rf", str(out)], check=True)
     deadline = time.monotonic() + 5
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(f"/proc/{pid}/cmdline").exists() or b"proc_peakmem" not in Path(
-        f"/proc/{pid}/cmdline").read_bytes()  # fmt: skip
+    assert (
+        not Path(f"/proc/{pid}/cmdline").exists()
+        or b"proc_peakmem" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
 
 
 def test_report_tables_give_median_min_max_n_of_ok_runs():
     rows = []
     for rep, value in enumerate([4.0, 1.0, 3.0, 2.0]):
-        rows.append({"run_key": f"k{rep}", "campaign": "c", "experiment": "e", "host": "h",
-                     "repetition": rep, "status": "ok", "metric": "bw", "value": value,
-                     "unit": "GB/s", "parser": "jsonl/1", "size": "16K", "dim.kernel": "load"})  # fmt: skip
+        rows.append(
+            {
+                "run_key": f"k{rep}",
+                "campaign": "c",
+                "experiment": "e",
+                "host": "h",
+                "repetition": rep,
+                "status": "ok",
+                "metric": "bw",
+                "value": value,
+                "unit": "GB/s",
+                "parser": "jsonl/1",
+                "size": "16K",
+                "dim.kernel": "load",
+            }
+        )
     rows.append({**rows[0], "run_key": "bad", "status": "failed", "value": 1000.0})
     tables = experiment_tables(pd.DataFrame(rows))
     ((experiment, headers, body),) = tables

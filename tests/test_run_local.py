@@ -30,21 +30,31 @@ def orchestrate(*argv: str) -> int:
 
 def test_build_run_store_resume_and_report(tmp_path, capsys):
     keep, evil = shell_bait(tmp_path)
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-e2e",
-        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
-        "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_peakmem"]},
-        "experiments": [
-            {"name": "ladder", "build": "native",
-             "command": "build/cc/ladder --kernel avx2-read --size {{ size }} --seconds 0.05 "
-                        "--reps 1 --timeout 20",
-             "sweep": {"matrix": {"size": ["16K", "64K"]}},
-             "metrics": {"parser": "jsonl"},
-             "sanity": {"required_metrics": ["bw_total"]}},
-            {"name": "argv", "command": [PY, "-c", EMIT, "{{ word }}"],
-             "sweep": {"matrix": {"word": [evil, "plain"]}}, "repetitions": 1},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-e2e",
+            "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+            "defaults": {"timeout_s": 60, "repetitions": 2, "collectors": ["proc_peakmem"]},
+            "experiments": [
+                {
+                    "name": "ladder",
+                    "build": "native",
+                    "command": "build/cc/ladder --kernel avx2-read --size {{ size }} --seconds 0.05 "
+                    "--reps 1 --timeout 20",
+                    "sweep": {"matrix": {"size": ["16K", "64K"]}},
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["bw_total"]},
+                },
+                {
+                    "name": "argv",
+                    "command": [PY, "-c", EMIT, "{{ word }}"],
+                    "sweep": {"matrix": {"word": [evil, "plain"]}},
+                    "repetitions": 1,
+                },
+            ],
+        },
+    )
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
     first = stored(results, "local-e2e")
@@ -116,8 +126,12 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
     assert (results / "local-e2e" / "report.md").exists()
     for fmt in ("csv", "jsonl", "parquet"):
         out_file = tmp_path / f"m.{fmt}"
-        assert orchestrate("export", "local-e2e", "--format", fmt, "-o", out_file,
-                           "--results", results) == 0  # fmt: skip
+        assert (
+            orchestrate(
+                "export", "local-e2e", "--format", fmt, "-o", out_file, "--results", results
+            )
+            == 0
+        )
         assert out_file.stat().st_size > 0
     import pandas as pd
 
@@ -127,18 +141,31 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
 
 def test_timeouts_failures_and_rerun_failed(tmp_path, capsys):
     bg = tmp_path / "bg.pid"
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-faults",
-        "experiments": [
-            {"name": "hang", "timeout_s": 1,
-             "command": ["sh", "-c", f"sleep 60 & echo $! > {bg}; wait"]},
-            {"name": "exit3", "command": [PY, "-c", "raise SystemExit(3)"]},
-            {"name": "nometric", "command": [PY, "-c", "print('hello')"],
-             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw"]}},
-            {"name": "selfcheck", "command": [PY, "-c", "print('self-check FAILED')"],
-             "sanity": {"must_not_match": ["(?i)self-check failed"]}},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-faults",
+            "experiments": [
+                {
+                    "name": "hang",
+                    "timeout_s": 1,
+                    "command": ["sh", "-c", f"sleep 60 & echo $! > {bg}; wait"],
+                },
+                {"name": "exit3", "command": [PY, "-c", "raise SystemExit(3)"]},
+                {
+                    "name": "nometric",
+                    "command": [PY, "-c", "print('hello')"],
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["bw"]},
+                },
+                {
+                    "name": "selfcheck",
+                    "command": [PY, "-c", "print('self-check FAILED')"],
+                    "sanity": {"must_not_match": ["(?i)self-check failed"]},
+                },
+            ],
+        },
+    )
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 1
     by_exp = {r.experiment: r for r in stored(results, "local-faults").values()}
@@ -159,18 +186,33 @@ def test_timeouts_failures_and_rerun_failed(tmp_path, capsys):
 
 def test_sigkill_mid_campaign_then_resume(tmp_path):
     points = 8
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-kill",
-        "experiments": [{
-            "name": "slow",
-            "command": [PY, "-c", "import time, sys; time.sleep(0.4); " + EMIT, "{{ i }}"],
-            "sweep": {"matrix": {"i": list(range(points))}},
-            "metrics": {"parser": "jsonl"},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-kill",
+            "experiments": [
+                {
+                    "name": "slow",
+                    "command": [PY, "-c", "import time, sys; time.sleep(0.4); " + EMIT, "{{ i }}"],
+                    "sweep": {"matrix": {"i": list(range(points))}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
-    argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results", str(results),
-            "--plain", "--inventory", str(local_inventory(tmp_path))]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "socketlab.cli",
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--plain",
+        "--inventory",
+        str(local_inventory(tmp_path)),
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     db = store_path("local-kill", results)
     try:
@@ -203,7 +245,8 @@ def test_sigkill_mid_campaign_then_resume(tmp_path):
     assert keys == (points, points)
     assert sorted(n for _, n in per_run) == [1] * points
     assert sorted(json.loads(json.dumps(r.params))["i"] for r in after.values()) == list(
-        range(points))  # fmt: skip
+        range(points)
+    )
 
 
 THP_DEFRAG = Path("/sys/kernel/mm/transparent_hugepage/defrag")
@@ -216,11 +259,18 @@ def test_drift_during_a_run_marks_it_invalid(tmp_path, kernel_knobs_lock):
         pytest.skip("needs root and a writable transparent_hugepage/defrag")
     original = THP_DEFRAG.read_text().split("[", 1)[1].split("]", 1)[0]
     other = "never" if original != "never" else "madvise"
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-drift",
-        "experiments": [{"name": "flip", "command": [
-            PY, "-c", f"open({str(THP_DEFRAG)!r}, 'w').write({other!r})"]}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-drift",
+            "experiments": [
+                {
+                    "name": "flip",
+                    "command": [PY, "-c", f"open({str(THP_DEFRAG)!r}, 'w').write({other!r})"],
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     try:
         assert orchestrate("run", spec, "--results", results, "--plain") == 1
@@ -234,9 +284,13 @@ def test_drift_during_a_run_marks_it_invalid(tmp_path, kernel_knobs_lock):
 def test_a_second_orchestrator_leaves_a_busy_host_alone(tmp_path, capsys):
     from socketlab.execute.local import LocalExecutor
 
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-busy", "experiments": [{"name": "e", "command": [PY, "-c", "0"]}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-busy",
+            "experiments": [{"name": "e", "command": [PY, "-c", "0"]}],
+        },
+    )
     holder = LocalExecutor("localhost", workroot=str(tmp_path / "work"))  # same host, same lock
     holder.lock({"campaign": "someone-else"})
     try:
@@ -250,17 +304,31 @@ def test_a_second_orchestrator_leaves_a_busy_host_alone(tmp_path, capsys):
 
 
 def test_json_progress_lines_on_stdout(tmp_path, capsys):
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-json",
-        "experiments": [{"name": "e", "command": [PY, "-c", "0", "{{ n }}"],
-                         "sweep": {"matrix": {"n": [1, 2]}}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-json",
+            "experiments": [
+                {
+                    "name": "e",
+                    "command": [PY, "-c", "0", "{{ n }}"],
+                    "sweep": {"matrix": {"n": [1, 2]}},
+                }
+            ],
+        },
+    )
     capsys.readouterr()
     assert orchestrate("run", spec, "--results", tmp_path / "results", "--json") == 0
     out = capsys.readouterr().out
     events = [json.loads(line) for line in out.splitlines()]  # nothing else on stdout
     assert [e["event"] for e in events if e["event"] != "message"] == [
-        "start", "point", "done", "point", "done", "finish"]  # fmt: skip
+        "start",
+        "point",
+        "done",
+        "point",
+        "done",
+        "finish",
+    ]
     assert events[0]["total"] == 2 and events[0]["already_done"] == 0
     done = [e for e in events if e["event"] == "done"]
     assert [d["progress"] for d in done] == ["1/2", "2/2"] and done[-1]["eta_s"] == 0
@@ -285,22 +353,37 @@ def test_rich_progress_shows_labels_literally(capsys):
 
 def test_warmups_run_first_and_are_never_stored(tmp_path):
     calls = tmp_path / "calls"
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "local-warm",
-        "defaults": {"warmup": 1, "repetitions": 2, "collectors": ["proc_peakmem"]},
-        "experiments": [{
-            "name": "e", "sweep": {"matrix": {"n": [1, 2]}},
-            "command": [PY, "-c", "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')",
-                        str(calls), "{{ n }}"],
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "local-warm",
+            "defaults": {"warmup": 1, "repetitions": 2, "collectors": ["proc_peakmem"]},
+            "experiments": [
+                {
+                    "name": "e",
+                    "sweep": {"matrix": {"n": [1, 2]}},
+                    "command": [
+                        PY,
+                        "-c",
+                        "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')",
+                        str(calls),
+                        "{{ n }}",
+                    ],
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
     # sequential order: each point's warm-up right before its two measured runs
     assert calls.read_text().split() == ["1", "1", "1", "2", "2", "2"]
     kept = stored(results, "local-warm")
     assert sorted((r.params["n"], r.repetition) for r in kept.values()) == [
-        (1, 0), (1, 1), (2, 0), (2, 1)]  # fmt: skip
+        (1, 0),
+        (1, 1),
+        (2, 0),
+        (2, 1),
+    ]
     # a third repetition: one warm-up again before it, per point; the done runs stay
     assert orchestrate("run", spec, "--results", results, "--plain", "--repetitions", "3") == 0
     assert calls.read_text().split()[6:] == ["1", "1", "2", "2"]
@@ -316,11 +399,20 @@ def test_host_lost_during_cleanup_keeps_the_stored_run(tmp_path, monkeypatch):
     from socketlab.execute import HostUnreachable
     from socketlab.execute.local import LocalExecutor
 
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "lost-cleanup",
-        "experiments": [{"name": "emit", "command": [PY, "-c", EMIT, "{{ i }}"],
-                         "sweep": {"matrix": {"i": [0, 1, 2]}}, "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "lost-cleanup",
+            "experiments": [
+                {
+                    "name": "emit",
+                    "command": [PY, "-c", EMIT, "{{ i }}"],
+                    "sweep": {"matrix": {"i": [0, 1, 2]}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     real_request = LocalExecutor._request
     gone = {"now": False}
 
@@ -346,16 +438,18 @@ def test_not_available_on_this_host_is_stored_apart_and_fails_nothing(tmp_path, 
     """Exit 3 with the tools' "not available on this host: <reason>" line is a fact about the
     host (status unavailable, the reason kept, `run` exits 0); exit 3 without it, or exit 4
     with it, is still a failure."""
-    say = ("import sys; sys.stderr.write(sys.argv[2] + '\\n'); "
-           "raise SystemExit(int(sys.argv[1]))")  # fmt: skip
+    say = "import sys; sys.stderr.write(sys.argv[2] + '\\n'); raise SystemExit(int(sys.argv[1]))"
     line = "frob: not available on this host: CPU lacks FROB (CPUID.7.0:EDX bit 99)"
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "unavail",
-        "defaults": {"timeout_s": 30, "repetitions": 1},
-        "experiments": [
-            {"name": "lacks", "command": [PY, "-c", say, "3", line]},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "unavail",
+            "defaults": {"timeout_s": 30, "repetitions": 1},
+            "experiments": [
+                {"name": "lacks", "command": [PY, "-c", say, "3", line]},
+            ],
+        },
+    )
     results = tmp_path / "results"
     assert orchestrate("run", spec, "--results", results, "--plain") == 0
     (run,) = stored(results, "unavail").values()
@@ -366,10 +460,14 @@ def test_not_available_on_this_host_is_stored_apart_and_fails_nothing(tmp_path, 
     assert again.started == run.started and again.status == "unavailable"
 
     for code, text, name in ((3, "frob: broke", "no-line"), (4, line, "other-code")):
-        spec = write_spec(tmp_path / f"{name}.yaml", {
-            "campaign": name, "defaults": {"timeout_s": 30, "repetitions": 1},
-            "experiments": [{"name": "x", "command": [PY, "-c", say, str(code), text]}],
-        })  # fmt: skip
+        spec = write_spec(
+            tmp_path / f"{name}.yaml",
+            {
+                "campaign": name,
+                "defaults": {"timeout_s": 30, "repetitions": 1},
+                "experiments": [{"name": "x", "command": [PY, "-c", say, str(code), text]}],
+            },
+        )
         assert orchestrate("run", spec, "--results", results, "--plain") == 1, name
         (run,) = stored(results, name).values()
         assert run.status == "failed" and run.reason.startswith(f"exit code {code}"), run.reason

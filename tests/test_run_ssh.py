@@ -28,24 +28,50 @@ def inventory(pool, tmp_path: Path) -> Path:
 
 def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     keep, evil = shell_bait(tmp_path)
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "ssh-fanout",
-        "hosts": {"group": "testhosts"},
-        "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
-        "defaults": {"timeout_s": 60, "collectors": ["proc_peakmem", "proc_noise"]},
-        "experiments": [
-            {"name": "ladder", "build": "native", "repetitions": 2,
-             "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
-             "metrics": {"parser": "jsonl"}, "sanity": {"required_metrics": ["bw_total"]}},
-            {"name": "argv", "command": [PY, "-c", EMIT, "{{ word }}"],
-             "sweep": {"matrix": {"word": [evil, "plain"]}}},
-            {"name": "hang", "timeout_s": 1, "collectors": [],
-             "command": ["sh", "-c", f"sleep 60 & echo $! > {tmp_path}/{{{{ host }}}}.bg; wait"]},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "ssh-fanout",
+            "hosts": {"group": "testhosts"},
+            "builds": {"native": {"source": ".", "target": "build/cc/ladder"}},
+            "defaults": {"timeout_s": 60, "collectors": ["proc_peakmem", "proc_noise"]},
+            "experiments": [
+                {
+                    "name": "ladder",
+                    "build": "native",
+                    "repetitions": 2,
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "metrics": {"parser": "jsonl"},
+                    "sanity": {"required_metrics": ["bw_total"]},
+                },
+                {
+                    "name": "argv",
+                    "command": [PY, "-c", EMIT, "{{ word }}"],
+                    "sweep": {"matrix": {"word": [evil, "plain"]}},
+                },
+                {
+                    "name": "hang",
+                    "timeout_s": 1,
+                    "collectors": [],
+                    "command": [
+                        "sh",
+                        "-c",
+                        f"sleep 60 & echo $! > {tmp_path}/{{{{ host }}}}.bg; wait",
+                    ],
+                },
+            ],
+        },
+    )
     results = tmp_path / "results"
-    argv = ["run", str(spec), "--results", str(results), "--inventory",
-            str(inventory(ssh_pool, tmp_path)), "--plain"]  # fmt: skip
+    argv = [
+        "run",
+        str(spec),
+        "--results",
+        str(results),
+        "--inventory",
+        str(inventory(ssh_pool, tmp_path)),
+        "--plain",
+    ]
     assert main(argv) == 1  # the hang runs time out
     runs = stored(results, "ssh-fanout")
     names = {h.name for h in ssh_pool.hosts}
@@ -60,7 +86,11 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     for host in names:
         mine = [r for r in runs.values() if r.host == host]
         assert sorted((r.experiment, r.repetition) for r in mine) == [
-            ("argv", 0), ("argv", 0), ("ladder", 0), ("ladder", 1)]
+            ("argv", 0),
+            ("argv", 0),
+            ("ladder", 0),
+            ("ladder", 1),
+        ]
     assert {r.status for r in runs.values()} == {"ok"}
     profiles = {r.host: r.host_profile for r in runs.values()}
     assert len(set(profiles.values())) == 2  # same hardware, still distinct hosts
@@ -70,7 +100,9 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
         assert (raw / "collectors" / "proc_noise.jsonl").stat().st_size > 0
         assert r.fingerprint_before and r.fingerprint_after and r.spec_sha256
         if r.experiment == "ladder":  # the manifest names the binary the host built and ran
-            built = tmp_path / "work" / r.host / "builds" / r.build["build_hash"] / "build/cc/ladder"
+            built = (
+                tmp_path / "work" / r.host / "builds" / r.build["build_hash"] / "build/cc/ladder"
+            )
             sha = hashlib.sha256(built.read_bytes()).hexdigest()
             assert r.build["binaries"]["build/cc/ladder"] == sha and r.build["compiler"]
         else:
@@ -83,21 +115,29 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     # a second run finds everything stored and runs nothing (timeouts only with --rerun-failed)
     assert main(argv) == 0
     assert {k: r.attempts for k, r in stored(results, "ssh-fanout").items()} == {
-        k: 1 for k in [*runs, *hung]}
+        k: 1 for k in [*runs, *hung]
+    }
 
 
 @pytest.mark.slow
 def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
     points = 6
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "ssh-outage",
-        "hosts": {"group": "testhosts"},
-        "experiments": [{
-            "name": "slow", "timeout_s": 30,
-            "command": [PY, "-c", "import time, sys; time.sleep(0.5); " + EMIT, "{{ i }}"],
-            "sweep": {"matrix": {"i": list(range(points))}}, "metrics": {"parser": "jsonl"},
-        }],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "ssh-outage",
+            "hosts": {"group": "testhosts"},
+            "experiments": [
+                {
+                    "name": "slow",
+                    "timeout_s": 30,
+                    "command": [PY, "-c", "import time, sys; time.sleep(0.5); " + EMIT, "{{ i }}"],
+                    "sweep": {"matrix": {"i": list(range(points))}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     db = store_path("ssh-outage", results)
     pool = ssh_pool
@@ -106,8 +146,18 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
     veth = f"sl{pool.tag}o0"  # the outer end of host 0's link (tests/support/netns.py)
     restarted = False
     try:
-        argv = [sys.executable, "-m", "socketlab.cli", "run", str(spec), "--results",
-                str(results), "--inventory", str(inv), "--plain"]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "socketlab.cli",
+            "run",
+            str(spec),
+            "--results",
+            str(results),
+            "--inventory",
+            str(inv),
+            "--plain",
+        ]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: ok_count(db, lost.name) >= 2, 90, "two runs on the first host")
@@ -132,8 +182,21 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
 
         pool.restart(lost)
         restarted = True
-        assert main(["run", str(spec), "--results", str(results), "--inventory", str(inv),
-                     "--plain", "--rerun-failed"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "run",
+                    str(spec),
+                    "--results",
+                    str(results),
+                    "--inventory",
+                    str(inv),
+                    "--plain",
+                    "--rerun-failed",
+                ]
+            )
+            == 0
+        )
         after = stored(results, "ssh-outage")
         assert len(after) == 2 * points and {r.status for r in after.values()} == {"ok"}
         for key, started in done_before.items():
@@ -146,12 +209,22 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
 
 
 def test_host_unreachable_at_facts_is_recorded_then_retried(ssh_pool, tmp_path, capsys):
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "ssh-facts-down",
-        "hosts": {"group": "testhosts"},
-        "experiments": [{"name": "emit", "timeout_s": 30, "command": [PY, "-c", EMIT, "{{ i }}"],
-                         "sweep": {"matrix": {"i": [1, 2]}}, "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "ssh-facts-down",
+            "hosts": {"group": "testhosts"},
+            "experiments": [
+                {
+                    "name": "emit",
+                    "timeout_s": 30,
+                    "command": [PY, "-c", EMIT, "{{ i }}"],
+                    "sweep": {"matrix": {"i": [1, 2]}},
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     pool = ssh_pool
     dead, alive_host = pool.hosts[0], pool.hosts[1]
@@ -206,12 +279,21 @@ def test_busy_host_is_noted_then_cleared_once_held(ssh_pool, tmp_path, capsys):
     from socketlab.execute.ssh import SshExecutor
     from socketlab.inventory import load_inventory
 
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "ssh-busy",
-        "hosts": {"group": "testhosts"},
-        "experiments": [{"name": "emit", "timeout_s": 30, "command": [PY, "-c", EMIT, "1"],
-                         "metrics": {"parser": "jsonl"}}],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "ssh-busy",
+            "hosts": {"group": "testhosts"},
+            "experiments": [
+                {
+                    "name": "emit",
+                    "timeout_s": 30,
+                    "command": [PY, "-c", EMIT, "1"],
+                    "metrics": {"parser": "jsonl"},
+                }
+            ],
+        },
+    )
     results = tmp_path / "results"
     inv = inventory(ssh_pool, tmp_path)
     busy = next(h for h in load_inventory(inv) if h.name == ssh_pool.hosts[0].name)
@@ -234,6 +316,7 @@ def test_busy_host_is_noted_then_cleared_once_held(ssh_pool, tmp_path, capsys):
         other.close()  # the agent exits and frees the lock
     assert main(run) == 0
     assert sorted(r.host for r in stored(results, "ssh-busy").values()) == sorted(
-        h.name for h in ssh_pool.hosts)
+        h.name for h in ssh_pool.hosts
+    )
     with Store(store_path("ssh-busy", results), create=False) as store:
         assert store.host_failures("ssh-busy") == []

@@ -28,24 +28,33 @@ def metric(name: str) -> Metric:
 def test_an_ok_run_with_its_metrics_and_a_still_host_stays_ok():
     out = Outcome(metrics=[metric("bw")])
     assert judge(out, BEFORE, dict(BEFORE), Collected([metric("irqs")]), ["bw", "irqs"]) == (
-        RunStatus.OK, "")
+        RunStatus.OK,
+        "",
+    )
 
 
 def test_a_missing_metric_fails_naming_it_and_a_collector_metric_counts():
     out = Outcome(metrics=[metric("bw")])
     verdict = judge(out, BEFORE, BEFORE, Collected(), ["bw", "irqs", "lat"])
     assert verdict == (RunStatus.FAILED, "required metrics missing: irqs, lat")
-    assert judge(out, BEFORE, BEFORE, Collected([metric("irqs"), metric("lat")]),
-                 ["bw", "irqs", "lat"]).status == RunStatus.OK  # fmt: skip
+    assert (
+        judge(
+            out, BEFORE, BEFORE, Collected([metric("irqs"), metric("lat")]), ["bw", "irqs", "lat"]
+        ).status
+        == RunStatus.OK
+    )
 
 
 def test_drift_makes_a_run_invalid_and_keeps_the_kinds_reason():
     after = {**BEFORE, "thp": "always"}
     assert judge(Outcome(), BEFORE, after, Collected()) == (
-        RunStatus.INVALID, "host state drifted during the run: thp: madvise -> always")
+        RunStatus.INVALID,
+        "host state drifted during the run: thp: madvise -> always",
+    )
     said = Outcome(status=RunStatus.INVALID, reason="server restarted")
     assert judge(said, BEFORE, after, Collected()).reason == (
-        "server restarted; host state drifted during the run: thp: madvise -> always")
+        "server restarted; host state drifted during the run: thp: madvise -> always"
+    )
     # a run that failed on its own stays failed: drift does not hide why
     failed = Outcome(status=RunStatus.FAILED, reason="exit code 1")
     assert judge(failed, BEFORE, after, Collected()) == (RunStatus.FAILED, "exit code 1")
@@ -59,14 +68,21 @@ def test_a_broken_collector_fails_an_ok_run_naming_it():
 
 
 def _point(host: str, together: str | None = "g") -> RunPoint:
-    return RunPoint("c", "e", host, {"n": 1}, 0, ("true",),
-                    extra={"together": together} if together else {})  # fmt: skip
+    return RunPoint(
+        "c", "e", host, {"n": 1}, 0, ("true",), extra={"together": together} if together else {}
+    )
 
 
 def _groups(tmp_path, points: list[RunPoint], wait_s: float = 30.0) -> GroupSync:
     hosts = sorted({p.host for p in points})
-    groups = GroupSync(campaign="c", points=points, hosts=hosts,
-                       store=Store(tmp_path / "s.sqlite"), stop=StopFlag(), wait_s=wait_s)
+    groups = GroupSync(
+        campaign="c",
+        points=points,
+        hosts=hosts,
+        store=Store(tmp_path / "s.sqlite"),
+        stop=StopFlag(),
+        wait_s=wait_s,
+    )
     groups.plan({h: [(p, f"k-{h}") for p in points if p.host == h] for h in hosts})
     return groups
 
@@ -82,8 +98,9 @@ def test_together_hosts_start_at_one_moment(tmp_path):
         met[point.host] = time.monotonic()
 
     delays = (0, 0.3, 0.6)
-    threads = [threading.Thread(target=host, args=(p, d))
-               for p, d in zip(points, delays, strict=True)]
+    threads = [
+        threading.Thread(target=host, args=(p, d)) for p, d in zip(points, delays, strict=True)
+    ]
     started = time.monotonic()
     for t in threads:
         t.start()

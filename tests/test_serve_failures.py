@@ -19,14 +19,18 @@ from socketlab.spec.load import load_spec
 from socketlab.store import Store
 from tests.support.runplan import run_plan
 
-FACTS = {"topology": {"cpu_online": "0-1", "flags": []},
-         "isolation": {"housekeeping": [0], "workers": [1], "siblings": []},
-         "isolation_applied": False, "vars": {"python": sys.executable}}
+FACTS = {
+    "topology": {"cpu_online": "0-1", "flags": []},
+    "isolation": {"housekeeping": [0], "workers": [1], "siblings": []},
+    "isolation_applied": False,
+    "vars": {"python": sys.executable},
+}
 
 
 def run_arm(tmp_path, command, *, requests=4, warmup=1, ready_timeout=20):
     spec_path = tmp_path / "spec.yaml"
-    spec_path.write_text(textwrap.dedent(f"""\
+    spec_path.write_text(
+        textwrap.dedent(f"""\
         schema_version: 1
         campaign: serve-fail
         experiments:
@@ -44,7 +48,8 @@ def run_arm(tmp_path, command, *, requests=4, warmup=1, ready_timeout=20):
               warmup_requests: {warmup}
               ready_timeout_s: {ready_timeout}
               request_timeout_s: 10
-        """))
+        """)
+    )
     plan = expand_points(load_spec(spec_path), {"localhost": FACTS})
     results = tmp_path / "results"
     store = Store(results / "serve-fail" / "store.sqlite")
@@ -59,8 +64,9 @@ def scripted(*args):
 
 
 def assert_tree_gone(tmp_path, run):
-    serving = json.loads((tmp_path / "results" / "serve-fail" / "runs" / run.run_key
-                          / "serving.json").read_text())
+    serving = json.loads(
+        (tmp_path / "results" / "serve-fail" / "runs" / run.run_key / "serving.json").read_text()
+    )
     assert serving["status"] == run.status
     pids = serving["extra"]["server_pids"]
     assert pids, "the run recorded no server PIDs"
@@ -78,8 +84,9 @@ def test_never_ready_is_recorded_and_tree_stopped(tmp_path):
 
 
 def test_exit_before_ready_gives_exit_code(tmp_path):
-    _, run = run_arm(tmp_path, ["{{ vars.python }}", "-c", "import sys; print('bad model'); "
-                                "sys.exit(7)"])
+    _, run = run_arm(
+        tmp_path, ["{{ vars.python }}", "-c", "import sys; print('bad model'); sys.exit(7)"]
+    )
     assert run.status == "failed"
     assert "exited before ready with exit code 7" in run.reason
     assert "bad model" in run.reason  # last log line
@@ -117,14 +124,22 @@ def test_http_errors_are_counted_with_reason(tmp_path):
 
 
 def test_stop_escalates_to_sigkill_and_finds_children_outside_the_group(tmp_path):
-    code = ("import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "subprocess.Popen(['setsid', 'sleep', '600']); time.sleep(600)")
+    code = (
+        "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "subprocess.Popen(['setsid', 'sleep', '600']); time.sleep(600)"
+    )
     ex = LocalExecutor("escalate", workroot=str(tmp_path / "work"))
     ex.connect()
     ex.install_tools(tmp_path / "scratch")
-    server = Server(ex, [sys.executable, "-c", code], "http://127.0.0.1:9/never",
-                    f"{ex.workdir}/server.log", ready_timeout_s=1.0, stop_grace_s=1.0,
-                    log_path=tmp_path / "log")
+    server = Server(
+        ex,
+        [sys.executable, "-c", code],
+        "http://127.0.0.1:9/never",
+        f"{ex.workdir}/server.log",
+        ready_timeout_s=1.0,
+        stop_grace_s=1.0,
+        log_path=tmp_path / "log",
+    )
     server.start()
     try:
         with pytest.raises(ServerFailure, match="never ready"):
@@ -156,9 +171,11 @@ def test_host_state_drift_during_a_serving_run_marks_it_invalid(tmp_path, kernel
     with open(THP) as fh:
         original = fh.read().split("[", 1)[1].split("]", 1)[0]
     other = "never" if original != "never" else "madvise"
-    flip = (f"import runpy, sys; open({THP!r}, 'w').write({other!r}); "
-            "sys.argv = ['testserver', '--port', sys.argv[1]]; "
-            "runpy.run_module('socketlab.serve.testserver', run_name='__main__')")
+    flip = (
+        f"import runpy, sys; open({THP!r}, 'w').write({other!r}); "
+        "sys.argv = ['testserver', '--port', sys.argv[1]]; "
+        "runpy.run_module('socketlab.serve.testserver', run_name='__main__')"
+    )
     try:
         _, run = run_arm(tmp_path, ["{{ vars.python }}", "-c", flip, "{port}"])
     finally:

@@ -16,10 +16,26 @@ from socketlab.store import Store
 FIXTURES = Path(__file__).parent / "fixtures" / "serve"
 FIXTURE = FIXTURES / "vllm-bench-c4.json"  # vLLM 0.10/0.11 `bench serve --save-detailed`
 #: the fields vLLM computes that every layout writes (fixtures: make_vllm_fixtures.py)
-VLLM_FIELDS = ("completed", "total_input_tokens", "total_output_tokens", "request_throughput",
-               "output_throughput", "total_token_throughput", "mean_ttft_ms", "median_ttft_ms",
-               "std_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms",
-               "p99_tpot_ms", "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p99_itl_ms")
+VLLM_FIELDS = (
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "std_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "std_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "std_itl_ms",
+    "p99_itl_ms",
+)
 
 
 def _stored(tmp_path, name):
@@ -31,11 +47,14 @@ def _stored(tmp_path, name):
     return run, dict(zip(ours.metric, ours.value, strict=True)), records
 
 
-@pytest.mark.parametrize("name, layout, placed", [
-    ("vllm-0.8-benchmark-serving-c4.json", "benchmark_serving", False),
-    ("vllm-bench-c4.json", "serve", False),
-    ("vllm-2026-c4.json", "serve-start-times", True),
-])
+@pytest.mark.parametrize(
+    "name, layout, placed",
+    [
+        ("vllm-0.8-benchmark-serving-c4.json", "benchmark_serving", False),
+        ("vllm-bench-c4.json", "serve", False),
+        ("vllm-2026-c4.json", "serve-start-times", True),
+    ],
+)
 def test_each_vllm_layout_imports_with_vllms_numbers(tmp_path, capsys, name, layout, placed):
     path = FIXTURES / name
     doc = json.loads(path.read_text())
@@ -60,8 +79,14 @@ def test_each_vllm_layout_imports_with_vllms_numbers(tmp_path, capsys, name, lay
     else:
         # no start times: nothing that needs them is computed, and the limitation is stored
         # and shown - no request timeline at t = 0 (a c4 file once gave 22x the throughput)
-        for field in ("window_output_tok_s", "max_concurrent_requests", "peak_concurrency",
-                      "mean_concurrency", "max_output_tokens_per_s", "p99_queue_client_ms"):
+        for field in (
+            "window_output_tok_s",
+            "max_concurrent_requests",
+            "peak_concurrency",
+            "mean_concurrency",
+            "max_output_tokens_per_s",
+            "p99_queue_client_ms",
+        ):
             assert field not in value, field
         (lim,) = run.extra["limitations"]
         assert lim.startswith(f"no start_times (vLLM layout {layout}")
@@ -72,8 +97,9 @@ def test_each_vllm_layout_imports_with_vllms_numbers(tmp_path, capsys, name, lay
         report = capsys.readouterr().out
         assert "## Limitations of imported runs" in report and lim in report
     # e2el: latency as vLLM defines it (the file's latencies, else ttft + sum(itls))
-    lat = doc.get("latencies") or [t + sum(i) for t, i in zip(doc["ttfts"], doc["itls"],
-                                                             strict=True)]
+    lat = doc.get("latencies") or [
+        t + sum(i) for t, i in zip(doc["ttfts"], doc["itls"], strict=True)
+    ]
     ok = [x for x, e in zip(lat, doc["errors"], strict=True) if not e]
     assert value["median_e2el_ms"] == pytest.approx(float(np.median(ok)) * 1000, rel=1e-9)
 
@@ -83,8 +109,7 @@ def test_vllm_011_bucket_concurrency_is_not_ours(tmp_path):
     the fixture under a cap of 4. It is kept as vLLM's number and not recomputed."""
     doc = json.loads(FIXTURE.read_text())
     assert doc["max_concurrent_requests"] == 5 and doc["max_concurrency"] == 4
-    assert main(["import-vllm", str(FIXTURE), "--campaign", "imp", "--results",
-                 str(tmp_path)]) == 0
+    assert main(["import-vllm", str(FIXTURE), "--campaign", "imp", "--results", str(tmp_path)]) == 0
     with Store(tmp_path / "imp" / "store.sqlite", create=False) as store:
         frame = store.metrics_frame("imp")
     theirs = frame[frame.parser == "vllm-bench/1"]
@@ -93,8 +118,21 @@ def test_vllm_011_bucket_concurrency_is_not_ours(tmp_path):
 
 
 def test_import_shows_the_serving_report(tmp_path, capsys):
-    assert main(["import-vllm", str(FIXTURE), "--campaign", "imp", "--arm", "vllm",
-                 "--results", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "import-vllm",
+                str(FIXTURE),
+                "--campaign",
+                "imp",
+                "--arm",
+                "vllm",
+                "--results",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["serving-report", "imp", "--results", str(tmp_path)]) == 0
     text = capsys.readouterr().out
@@ -107,24 +145,36 @@ def test_summary_only_file_is_refused(tmp_path, capsys):
     rc = main(["import-vllm", str(path), "--campaign", "imp", "--results", str(tmp_path)])
     assert rc == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"orchestrate: error: {path}: field ttfts: missing; expected a vLLM "
-                   "bench-serve JSON saved with --save-detailed (per-request arrays)")
+    assert err == (
+        f"orchestrate: error: {path}: field ttfts: missing; expected a vLLM "
+        "bench-serve JSON saved with --save-detailed (per-request arrays)"
+    )
 
 
-ARRAYS = {"ttfts": [0.1, 0.2], "itls": [[0.1], [0.1]], "latencies": [0.5, 0.6],
-          "output_lens": [4, 4], "start_times": [0.0, 0.1]}
+ARRAYS = {
+    "ttfts": [0.1, 0.2],
+    "itls": [[0.1], [0.1]],
+    "latencies": [0.5, 0.6],
+    "output_lens": [4, 4],
+    "start_times": [0.0, 0.1],
+}
 
 
-@pytest.mark.parametrize("doc, message", [
-    ({"completed": 3, "median_ttft_ms": 10.0}, "field ttfts: missing"),
-    (ARRAYS | {"latencies": [0.5]}, "field latencies: expected a list of 2 entries"),
-    (ARRAYS | {"latencies": [0.5, "x"]}, "field latencies[1]: expected a number (s), got 'x'"),
-    (ARRAYS | {"itls": [[0.1], [0.1, None]]}, "field itls[1]: expected a list of numbers"),
-    (ARRAYS | {"output_lens": [4, True]}, "field output_lens[1]: expected a token count"),
-    (ARRAYS | {"errors": "boom"}, "field errors: expected a list of 2 entries"),
-    ({k: v for k, v in ARRAYS.items() if k != "start_times"},
-     "field duration: expected the run's duration in s"),
-])
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        ({"completed": 3, "median_ttft_ms": 10.0}, "field ttfts: missing"),
+        (ARRAYS | {"latencies": [0.5]}, "field latencies: expected a list of 2 entries"),
+        (ARRAYS | {"latencies": [0.5, "x"]}, "field latencies[1]: expected a number (s), got 'x'"),
+        (ARRAYS | {"itls": [[0.1], [0.1, None]]}, "field itls[1]: expected a list of numbers"),
+        (ARRAYS | {"output_lens": [4, True]}, "field output_lens[1]: expected a token count"),
+        (ARRAYS | {"errors": "boom"}, "field errors: expected a list of 2 entries"),
+        (
+            {k: v for k, v in ARRAYS.items() if k != "start_times"},
+            "field duration: expected the run's duration in s",
+        ),
+    ],
+)
 def test_import_refuses_a_file_it_cannot_recompute(tmp_path, capsys, doc, message):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))

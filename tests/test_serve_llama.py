@@ -27,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None,
-    reason="llama-cpp-python[server] is not installed (the Makefile's 'serve' extra)")
+    reason="llama-cpp-python[server] is not installed (the Makefile's 'serve' extra)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +37,14 @@ def campaign(tmp_path_factory):
     model = write_tiny_gguf(tmp / "tiny-llama.gguf")
     spec = load_spec(REPO / "experiments" / "serving-tiny.yaml")
     online = sorted(os.sched_getaffinity(0))
-    facts = {"topology": {"cpu_online": f"{online[0]}-{online[-1]}", "flags": []},
-             # one housekeeping CPU, the rest workers: what plan_isolation gives on 2 CPUs
-             # with housekeeping_per_node=1 (no SMT, so no siblings)
-             "isolation": {"housekeeping": online[:1], "workers": online[1:], "siblings": []},
-             "isolation_applied": False,
-             "vars": {"serve_python": sys.executable, "serve_model": str(model)}}
+    facts = {
+        "topology": {"cpu_online": f"{online[0]}-{online[-1]}", "flags": []},
+        # one housekeeping CPU, the rest workers: what plan_isolation gives on 2 CPUs
+        # with housekeeping_per_node=1 (no SMT, so no siblings)
+        "isolation": {"housekeeping": online[:1], "workers": online[1:], "siblings": []},
+        "isolation_applied": False,
+        "vars": {"serve_python": sys.executable, "serve_model": str(model)},
+    }
     plan = expand_points(spec, {"localhost": facts})
     store = Store(tmp / "results" / spec.campaign / "store.sqlite")
     records = run_plan(plan, store, tmp / "results")
@@ -65,8 +68,9 @@ def test_every_arm_ran_under_its_placement(campaign):
             assert r.extra["dram_bytes_per_output_token"] == why
         else:
             frame = store.metrics_frame(spec.campaign)
-            assert (frame[frame.run_key == r.run_key].metric
-                    == "dram_bytes_per_output_token").sum() == 1
+            assert (
+                frame[frame.run_key == r.run_key].metric == "dram_bytes_per_output_token"
+            ).sum() == 1
         if r.params["placement"] == "workers":
             assert not server & set(parse_cpulist(r.extra["client_cpus"]))
 
@@ -110,24 +114,28 @@ def test_report_shows_comparison_and_placement_tables(campaign):
     # 4 comparison rows (2 arms x 2 levels) + 4 placement rows
     assert len(rows) == 8, text
     baseline = [x for x in rows[:4] if "| workers | workers |" in x]
-    assert len(baseline) == 2 and all(x.endswith("| 1.00x | 1.00x | 1.00x | 1.00x |")
-                                      for x in baseline), text
+    assert len(baseline) == 2 and all(
+        x.endswith("| 1.00x | 1.00x | 1.00x | 1.00x |") for x in baseline
+    ), text
     # the other arm's ratios and placement deltas are its stored values over the baseline's
     frame = store.metrics_frame(spec.campaign)
 
     def val(arm, load, metric):
-        (v,) = frame[(frame.arm == arm) & (frame["dim.load"] == load)
-                     & (frame.metric == metric)]["value"]
+        (v,) = frame[(frame.arm == arm) & (frame["dim.load"] == load) & (frame.metric == metric)][
+            "value"
+        ]
         return v
 
     for load in ("c1", "c2"):
-        ratios = [val("all", load, m) / val("workers", load, m)
-                  for m in ("window_output_tok_s", "p99_tpot_ms", "p99_ttft_ms",
-                            "peak_pss_bytes")]
+        ratios = [
+            val("all", load, m) / val("workers", load, m)
+            for m in ("window_output_tok_s", "p99_tpot_ms", "p99_ttft_ms", "peak_pss_bytes")
+        ]
         (row,) = [x for x in rows[:4] if f"| all | all | {load} |" in x]
         assert row.endswith(" | ".join(f"{x:,.2f}x" for x in ratios) + " |"), row
-        delta = (val("all", load, "median_tpot_ms") / val("workers", load, "median_tpot_ms")
-                 - 1) * 100
+        delta = (
+            val("all", load, "median_tpot_ms") / val("workers", load, "median_tpot_ms") - 1
+        ) * 100
         (ab,) = [x for x in rows[4:] if x.startswith(f"| llama-placement | {load} | all |")]
         assert f"| {delta:+.1f}% |" in ab, ab
     assert "## Placement A/B" in text and "| vs workers |" in text
@@ -148,8 +156,10 @@ def test_html_report_plots_and_the_requests_frame(campaign, capsys):
 
     spec, plan, store, records = campaign
     results_dir = store.path.parent.parent
-    assert main(["serving-report", spec.campaign, "--results", str(results_dir),
-                 "--format", "html"]) == 0
+    assert (
+        main(["serving-report", spec.campaign, "--results", str(results_dir), "--format", "html"])
+        == 0
+    )
     page = (store.path.parent / "serving-report.html").read_text()
     assert f"written to {store.path.parent / 'serving-report.html'}" in capsys.readouterr().out
     assert page.count("data:image/png;base64,") == 4
@@ -158,11 +168,15 @@ def test_html_report_plots_and_the_requests_frame(campaign, capsys):
     res = results.load(spec.campaign, results=results_dir)
     assert len(res.requests) == len(store.request_rows(spec.campaign))
     frame = res.metrics_with_runs()
-    measured = res.requests[(res.requests["phase"] == "measured")
-                            & (res.requests["status"] == "ok")]
+    measured = res.requests[
+        (res.requests["phase"] == "measured") & (res.requests["status"] == "ok")
+    ]
     for (run_key, level), group in measured.groupby(["run_key", "level"], observed=True):
-        stored = frame[(frame["run_key"] == run_key) & (frame["dim.load"] == level)
-                       & (frame["metric"] == "median_ttft_ms")]["value"]
+        stored = frame[
+            (frame["run_key"] == run_key)
+            & (frame["dim.load"] == level)
+            & (frame["metric"] == "median_ttft_ms")
+        ]["value"]
         assert float(stored.iloc[0]) == pytest.approx(group["ttft_ms"].median())
 
 
@@ -178,24 +192,30 @@ def test_orchestrate_run_drives_the_serving_kind(tmp_path, capsys):
         f"      ansible_python_interpreter: {sys.executable}\n"
         f"      serve_python: {sys.executable}\n      serve_model: {model}\n"
         # a work folder (and host lock) of its own: other orchestrators may hold the default
-        f"      socketlab_workroot: {tmp_path / 'work'}\n")
+        f"      socketlab_workroot: {tmp_path / 'work'}\n"
+    )
     text = (REPO / "experiments" / "serving-tiny.yaml").read_text()
     # this machine has 2 CPUs: one housekeeping CPU leaves one worker; one level, fewer requests
-    text = text.replace("campaign: serving-tiny", "campaign: serving-cli\n"
-                        "isolation: {housekeeping_per_node: 1}")
-    text = text.replace("concurrency: [1, 2]", "concurrency: [2]").replace("requests: 6",
-                                                                          "requests: 4")
+    text = text.replace(
+        "campaign: serving-tiny", "campaign: serving-cli\nisolation: {housekeeping_per_node: 1}"
+    )
+    text = text.replace("concurrency: [1, 2]", "concurrency: [2]").replace(
+        "requests: 6", "requests: 4"
+    )
     spec = tmp_path / "spec.yaml"
     spec.write_text(text)
     results = tmp_path / "results"
-    rc = main(["run", str(spec), "--inventory", str(inventory), "--results", str(results),
-               "--plain"])
+    rc = main(
+        ["run", str(spec), "--inventory", str(inventory), "--results", str(results), "--plain"]
+    )
     out = capsys.readouterr()
     assert rc == 0, out.out + out.err
     with Store(results / "serving-cli" / "store.sqlite", create=False) as store:
         runs = store.runs("serving-cli")
-        assert sorted((r.params["arm"], r.status) for r in runs) == [("all", "ok"),
-                                                                     ("workers", "ok")]
+        assert sorted((r.params["arm"], r.status) for r in runs) == [
+            ("all", "ok"),
+            ("workers", "ok"),
+        ]
         for r in runs:
             (recs,) = load_requests(store.path, r.run_key).values()
             assert len([x for x in recs if x.phase == "measured" and x.ok]) == 4
@@ -226,9 +246,21 @@ def test_summary_json_round_trips_through_import_vllm(campaign, tmp_path, capsys
         frame = again.metrics_frame("rt")
     assert run.extra["load"] == "c2" and run.status == "ok"
     agreement = run.extra["vllm_agreement"]
-    for field in ("median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "median_e2el_ms",
-                  "output_throughput", "max_concurrent_requests", "max_output_tokens_per_s"):
+    for field in (
+        "median_ttft_ms",
+        "p99_tpot_ms",
+        "mean_itl_ms",
+        "median_e2el_ms",
+        "output_throughput",
+        "max_concurrent_requests",
+        "max_output_tokens_per_s",
+    ):
         assert agreement[field] < 1e-9, (field, agreement[field])
-    value = dict(zip(frame[frame.parser == "serving/1"].metric,
-                     frame[frame.parser == "serving/1"].value, strict=True))
+    value = dict(
+        zip(
+            frame[frame.parser == "serving/1"].metric,
+            frame[frame.parser == "serving/1"].value,
+            strict=True,
+        )
+    )
     assert value["max_concurrent_requests"] == doc["max_concurrent_requests"] <= 2

@@ -55,8 +55,9 @@ def prompts(tag, n):
 
 @pytest.mark.parametrize("endpoint", ["/v1/completions", "/v1/chat/completions"])
 def test_known_delays_recovered(tmp_path, endpoint):
-    with scripted(tmp_path, "--first-ms", str(D1_MS), "--every-ms", str(D2_MS),
-                  "--tokens", str(TOKENS)) as url:
+    with scripted(
+        tmp_path, "--first-ms", str(D1_MS), "--every-ms", str(D2_MS), "--tokens", str(TOKENS)
+    ) as url:
         cfg = LoadConfig(base_url=url, endpoint=endpoint, concurrency=1, max_tokens=TOKENS)
         with realtime():
             res = run_load(cfg, prompts("w", 3), prompts("m", 12))
@@ -75,8 +76,12 @@ def test_known_delays_recovered(tmp_path, endpoint):
     assert s["num_prompts"] == 12
     # server-side write stamps: the client saw each token within a few ms of its write
     t0 = res.meta["t0_ns"]
-    lags = [(t + t0 - st) / 1e6 for r in res.records if r.phase == "measured"
-            for (t, _), st in zip(r.events, r.server_ts_ns, strict=True)]
+    lags = [
+        (t + t0 - st) / 1e6
+        for r in res.records
+        if r.phase == "measured"
+        for (t, _), st in zip(r.events, r.server_ts_ns, strict=True)
+    ]
     assert 0 <= sorted(lags)[len(lags) // 2] < 1.0
 
 
@@ -104,10 +109,17 @@ def test_poisson_schedule_is_seeded_and_dispatched_on_time(tmp_path):
 
 
 def _rec(idx, send, events, n_out=None, status="ok", sched=None, phase="measured"):
-    return RequestRecord(index=idx, phase=phase, t_sched=send if sched is None else sched,
-                         t_send=send, events=[list(e) for e in events], n_out=n_out,
-                         status=status, t_done=events[-1][0] if events else None,
-                         error=None if status == "ok" else "HTTP 500: boom")
+    return RequestRecord(
+        index=idx,
+        phase=phase,
+        t_sched=send if sched is None else sched,
+        t_send=send,
+        events=[list(e) for e in events],
+        n_out=n_out,
+        status=status,
+        t_done=events[-1][0] if events else None,
+        error=None if status == "ok" else "HTTP 500: boom",
+    )
 
 
 MS = 1_000_000

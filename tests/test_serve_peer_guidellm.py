@@ -49,10 +49,14 @@ TOLERANCE = {"ttft_p50": 1.0, "tpot_p50": 1.0, "output_tok_s": 1.0}
 BODY = {"logit_bias": SUPPRESS_LOGIT_BIAS, "temperature": 0.8, "seed": 1, "ignore_eos": True}
 
 pytestmark = [
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python[server] is not installed (the 'serve' extra)"),
-    pytest.mark.skipif(not (GUIDELLM / "bin" / "guidellm").exists(),
-                       reason=f"guidellm is not installed in {GUIDELLM} (make guidellm-venv)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="llama-cpp-python[server] is not installed (the 'serve' extra)",
+    ),
+    pytest.mark.skipif(
+        not (GUIDELLM / "bin" / "guidellm").exists(),
+        reason=f"guidellm is not installed in {GUIDELLM} (make guidellm-venv)",
+    ),
 ]
 
 
@@ -80,10 +84,26 @@ def peer_runs(tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed after the server stops
     server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "512", "--interrupt_requests", "False"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        preexec_fn=_pinned(server_cpus))
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "512",
+            "--interrupt_requests",
+            "False",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_pinned(server_cpus),
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -95,18 +115,36 @@ def peer_runs(tmp_path_factory):
             assert server.poll() is None and time.monotonic() < deadline, "server not ready"
             time.sleep(0.2)
         prompts = [f"[p{i}] hello world the and is hello world" for i in range(REQUESTS)]
-        (tmp / "prompts.jsonl").write_text("".join(
-            json.dumps({"prompt": p, "output_tokens_count": TOKENS}) + "\n" for p in prompts))
-        scenario = {"spec": {
-            "backend": {"kind": "openai_http", "target": url, "model": str(model),
-                        "request_format": "/v1/completions", "http2": False,
-                        "validate_backend": False, "extras": {"body": BODY}},
-            "profile": {"kind": "concurrent", "streams": STREAMS},
-            "data": [{"kind": "json_file", "path": str(tmp / "prompts.jsonl")}],
-            "constraints": [{"kind": "max_requests", "count": REQUESTS}]}}
+        (tmp / "prompts.jsonl").write_text(
+            "".join(
+                json.dumps({"prompt": p, "output_tokens_count": TOKENS}) + "\n" for p in prompts
+            )
+        )
+        scenario = {
+            "spec": {
+                "backend": {
+                    "kind": "openai_http",
+                    "target": url,
+                    "model": str(model),
+                    "request_format": "/v1/completions",
+                    "http2": False,
+                    "validate_backend": False,
+                    "extras": {"body": BODY},
+                },
+                "profile": {"kind": "concurrent", "streams": STREAMS},
+                "data": [{"kind": "json_file", "path": str(tmp / "prompts.jsonl")}],
+                "constraints": [{"kind": "max_requests", "count": REQUESTS}],
+            }
+        }
         (tmp / "scenario.json").write_text(json.dumps(scenario))
-        cfg = LoadConfig(base_url=url, concurrency=STREAMS, max_tokens=TOKENS, model=str(model),
-                         body=BODY, cpus=client_cpus)
+        cfg = LoadConfig(
+            base_url=url,
+            concurrency=STREAMS,
+            max_tokens=TOKENS,
+            model=str(model),
+            body=BODY,
+            cpus=client_cpus,
+        )
         env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
         ours, theirs = [], []
@@ -115,10 +153,22 @@ def peer_runs(tmp_path_factory):
             ours.append(run_load(cfg, warm, [Prompt(f"m{i}", p) for i, p in enumerate(prompts)]))
             out = tmp / f"guidellm-{rnd}.json"
             done = subprocess.run(
-                [str(GUIDELLM / "bin" / "guidellm"), "run", "-c", str(tmp / "scenario.json"),
-                 "--output", f"kind=json,path={out}", "--disable-console"],
-                env=env, capture_output=True, text=True, timeout=120, cwd=tmp,
-                preexec_fn=_pinned(client_cpus))
+                [
+                    str(GUIDELLM / "bin" / "guidellm"),
+                    "run",
+                    "-c",
+                    str(tmp / "scenario.json"),
+                    "--output",
+                    f"kind=json,path={out}",
+                    "--disable-console",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                cwd=tmp,
+                preexec_fn=_pinned(client_cpus),
+            )
             assert done.returncode == 0, done.stderr[-2000:]
             theirs.append(out)
         transient = _guidellm_transient(tmp, scenario, env, client_cpus)
@@ -136,9 +186,13 @@ def peer_runs(tmp_path_factory):
 def _guidellm_transient(tmp: Path, scenario: dict, env: dict, cpus) -> Path:
     """The peer scenario with TRANSIENT_REQUESTS requests and guidellm's warm-up/cool-down."""
     prompts = tmp / "prompts-transient.jsonl"
-    prompts.write_text("".join(
-        json.dumps({"prompt": f"[t{i}] hello world the and is", "output_tokens_count": TOKENS})
-        + "\n" for i in range(TRANSIENT_REQUESTS)))
+    prompts.write_text(
+        "".join(
+            json.dumps({"prompt": f"[t{i}] hello world the and is", "output_tokens_count": TOKENS})
+            + "\n"
+            for i in range(TRANSIENT_REQUESTS)
+        )
+    )
     spec = json.loads(json.dumps(scenario["spec"]))
     spec["profile"].update(TRANSIENT)
     spec["data"] = [{"kind": "json_file", "path": str(prompts)}]
@@ -146,10 +200,22 @@ def _guidellm_transient(tmp: Path, scenario: dict, env: dict, cpus) -> Path:
     (tmp / "transient.json").write_text(json.dumps({"spec": spec}))
     out = tmp / "guidellm-transient.json"
     done = subprocess.run(
-        [str(GUIDELLM / "bin" / "guidellm"), "run", "-c", str(tmp / "transient.json"),
-         "--output", f"kind=json,path={out}", "--disable-console"],
-        env=env, capture_output=True, text=True, timeout=120, cwd=tmp,
-        preexec_fn=_pinned(cpus))
+        [
+            str(GUIDELLM / "bin" / "guidellm"),
+            "run",
+            "-c",
+            str(tmp / "transient.json"),
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp,
+        preexec_fn=_pinned(cpus),
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return out
 
@@ -162,23 +228,33 @@ def _successful(path: Path) -> list[dict]:
 def test_import_guidellm_reads_the_file_guidellm_wrote(peer_runs, tmp_path, capsys):
     _, theirs, _ = peer_runs
     path = theirs[0]
-    assert main(["import-guidellm", str(path), "--campaign", "peer", "--results",
-                 str(tmp_path)]) == 0
+    assert (
+        main(["import-guidellm", str(path), "--campaign", "peer", "--results", str(tmp_path)]) == 0
+    )
     out = capsys.readouterr().out
     assert "benchmark c2 (guidellm 0.8.1)" in out and "limitation: guidellm keeps only" in out
     with Store(tmp_path / "peer" / "store.sqlite", create=False) as store:
         (run,) = store.runs("peer")
         frame = store.metrics_frame("peer")
     assert run.status == "ok" and run.extra["load"] == "c2"
-    ours = dict(zip(frame[frame.parser == "serving/1"].metric,
-                    frame[frame.parser == "serving/1"].value, strict=True))
-    gdl = dict(zip(frame[frame.parser == "guidellm/1"].metric,
-                   frame[frame.parser == "guidellm/1"].value, strict=True))
+    ours = dict(
+        zip(
+            frame[frame.parser == "serving/1"].metric,
+            frame[frame.parser == "serving/1"].value,
+            strict=True,
+        )
+    )
+    gdl = dict(
+        zip(
+            frame[frame.parser == "guidellm/1"].metric,
+            frame[frame.parser == "guidellm/1"].value,
+            strict=True,
+        )
+    )
     doc = json.loads(path.read_text())["benchmarks"][0]["metrics"]
     assert gdl["median_ttft_ms"] == doc["time_to_first_token_ms"]["successful"]["median"]
     # guidellm's "ITL" is vLLM's TPOT (token-weighted), its "TPOT" folds TTFT in
-    assert gdl["mean_tpot_token_weighted_ms"] == doc["inter_token_latency_ms"]["successful"][
-        "mean"]
+    assert gdl["mean_tpot_token_weighted_ms"] == doc["inter_token_latency_ms"]["successful"]["mean"]
     assert gdl["mean_tpot_incl_ttft_ms"] > gdl["mean_tpot_token_weighted_ms"]
     assert "median_tpot_ms" not in gdl
     assert ours["completed"] == REQUESTS and ours["total_output_tokens"] == REQUESTS * TOKENS
@@ -214,16 +290,29 @@ def test_our_definitions_on_guidellm_timestamps_and_a_planted_bug(peer_runs, mon
 def _pooled(ours, theirs) -> tuple[dict[str, float], dict[str, float]]:
     mine = [metrics.compute(r.records, None, r.window) for r in ours]
     ttft = [t for s, r in zip(mine, ours, strict=True) for t in s["ttfts"]]
-    tpot = [metrics.per_request(x)["tpot"] / 1e6 for r in ours for x in r.records
-            if x.phase == "measured" and x.ok]
-    a = {"ttft_p50": float(np.median(ttft)) * 1e3, "tpot_p50": float(np.median(tpot)),
-         "output_tok_s": float(np.mean([s["output_throughput"] for s in mine]))}
+    tpot = [
+        metrics.per_request(x)["tpot"] / 1e6
+        for r in ours
+        for x in r.records
+        if x.phase == "measured" and x.ok
+    ]
+    a = {
+        "ttft_p50": float(np.median(ttft)) * 1e3,
+        "tpot_p50": float(np.median(tpot)),
+        "output_tok_s": float(np.mean([s["output_throughput"] for s in mine])),
+    }
     reqs = [q for p in theirs for q in _successful(p)]
-    tps = [json.loads(p.read_text())["benchmarks"][0]["metrics"]["output_tokens_per_second"][
-        "successful"]["mean"] for p in theirs]
-    b = {"ttft_p50": float(np.median([q["time_to_first_token_ms"] for q in reqs])),
-         "tpot_p50": float(np.median([q["inter_token_latency_ms"] for q in reqs])),
-         "output_tok_s": float(np.mean(tps))}
+    tps = [
+        json.loads(p.read_text())["benchmarks"][0]["metrics"]["output_tokens_per_second"][
+            "successful"
+        ]["mean"]
+        for p in theirs
+    ]
+    b = {
+        "ttft_p50": float(np.median([q["time_to_first_token_ms"] for q in reqs])),
+        "tpot_p50": float(np.median([q["inter_token_latency_ms"] for q in reqs])),
+        "output_tok_s": float(np.mean(tps)),
+    }
     return a, b
 
 
@@ -241,8 +330,7 @@ def test_import_keeps_what_guidellm_kept(peer_runs, tmp_path, capsys):
     (its measurement window). The import leaves out the same ones, reads percentiles by
     guidellm's rule, and its recomputed TTFT/TPOT p50 and p99 come within 1% of guidellm's."""
     *_, path = peer_runs
-    assert main(["import-guidellm", str(path), "--campaign", "gt", "--results",
-                 str(tmp_path)]) == 0
+    assert main(["import-guidellm", str(path), "--campaign", "gt", "--results", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     doc = json.loads(path.read_text())["benchmarks"][0]
     listed = len(doc["requests"]["successful"])
@@ -256,16 +344,31 @@ def test_import_keeps_what_guidellm_kept(peer_runs, tmp_path, capsys):
     assert (res.requests["phase"] == "measured").sum() == kept
     assert set(res.requests["phase"].astype(str)) == {"warmup", "measured", "cooldown"}
     frame = res.metrics
-    ours = dict(zip(frame[frame.parser == "serving/1"].metric.astype(str),
-                    frame[frame.parser == "serving/1"].value, strict=True))
-    gdl = dict(zip(frame[frame.parser == "guidellm/1"].metric.astype(str),
-                   frame[frame.parser == "guidellm/1"].value, strict=True))
-    pairs = {"median_ttft_ms": "median_ttft_ms", "p99_ttft_ms": "p99_ttft_ms",
-             "median_tpot_ms": "median_tpot_token_weighted_ms",
-             "p99_tpot_ms": "p99_tpot_token_weighted_ms"}
+    ours = dict(
+        zip(
+            frame[frame.parser == "serving/1"].metric.astype(str),
+            frame[frame.parser == "serving/1"].value,
+            strict=True,
+        )
+    )
+    gdl = dict(
+        zip(
+            frame[frame.parser == "guidellm/1"].metric.astype(str),
+            frame[frame.parser == "guidellm/1"].value,
+            strict=True,
+        )
+    )
+    pairs = {
+        "median_ttft_ms": "median_ttft_ms",
+        "p99_ttft_ms": "p99_ttft_ms",
+        "median_tpot_ms": "median_tpot_token_weighted_ms",
+        "p99_tpot_ms": "p99_tpot_token_weighted_ms",
+    }
     gaps = {k: abs(ours[k] / gdl[v] - 1) for k, v in pairs.items()}
     print(f"{path.name}: kept {kept} of {listed}; |ours / guidellm - 1| {gaps}")
     assert max(gaps.values()) < 0.01, gaps
     # guidellm's own numbers are its file's: the stored copy is exact
-    assert gdl["p99_ttft_ms"] == doc["metrics"]["time_to_first_token_ms"]["successful"][
-        "percentiles"]["p99"]
+    assert (
+        gdl["p99_ttft_ms"]
+        == doc["metrics"]["time_to_first_token_ms"]["successful"]["percentiles"]["p99"]
+    )

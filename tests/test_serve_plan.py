@@ -17,8 +17,13 @@ from socketlab.spec.load import load_spec
 
 FIXTURES = Path(__file__).parent / "fixtures" / "serve"
 # a 2-socket-like host: 8 CPUs, SMT siblings 4-7 of 0-3; housekeeping core 0 (+ sibling 4)
-FACTS = {"cpu_online": "0-7", "housekeeping": [0, 4], "workers": [1, 2, 3],
-         "siblings": [5, 6, 7], "isolation_applied": True}
+FACTS = {
+    "cpu_online": "0-7",
+    "housekeeping": [0, 4],
+    "workers": [1, 2, 3],
+    "siblings": [5, 6, 7],
+    "isolation_applied": True,
+}
 
 
 def test_placements_from_the_isolation_plan():
@@ -43,9 +48,12 @@ def test_placement_errors_name_host_and_reason():
 
 def spec_file(tmp_path, serving: str, sweep: str = "") -> Path:
     p = tmp_path / "spec.yaml"
-    p.write_text("schema_version: 1\ncampaign: t\nexperiments:\n  - name: s\n    kind: serving\n"
-                 + textwrap.indent(sweep, "    ")
-                 + "    serving:\n" + textwrap.indent(textwrap.dedent(serving), "      "))
+    p.write_text(
+        "schema_version: 1\ncampaign: t\nexperiments:\n  - name: s\n    kind: serving\n"
+        + textwrap.indent(sweep, "    ")
+        + "    serving:\n"
+        + textwrap.indent(textwrap.dedent(serving), "      ")
+    )
     return p
 
 
@@ -60,28 +68,41 @@ load: {concurrency: [1, 4], rates: [2.5]}
 
 def test_one_point_per_arm_with_resolved_cpus(tmp_path):
     spec = load_spec(spec_file(tmp_path, ARMS + "baseline: b\n"))
-    plan = expand_points(spec, {"h": {"topology": {"cpu_online": "0-7"}, "isolation": FACTS,
-                                      "isolation_applied": True}})
-    assert [p.params for p in plan.points] == [{"arm": "a", "placement": "workers"},
-                                               {"arm": "b", "placement": "workers+siblings"}]
+    plan = expand_points(
+        spec,
+        {"h": {"topology": {"cpu_online": "0-7"}, "isolation": FACTS, "isolation_applied": True}},
+    )
+    assert [p.params for p in plan.points] == [
+        {"arm": "a", "placement": "workers"},
+        {"arm": "b", "placement": "workers+siblings"},
+    ]
     a, b = plan.points
     assert (a.kind, a.cpus, b.cpus) == ("serving", "1-3", "1-3,5-7")
     assert a.argv == ("srv", "--port", "{port}")
     assert b.argv == ("srv", "--port", "{port}", "--threads", "3")
     levels = [lv for lv in a.extra["serving"]["levels"]]
-    assert levels == [{"concurrency": 1, "rate": None}, {"concurrency": 4, "rate": None},
-                      {"concurrency": None, "rate": 2.5}]
+    assert levels == [
+        {"concurrency": 1, "rate": None},
+        {"concurrency": 4, "rate": None},
+        {"concurrency": None, "rate": 2.5},
+    ]
     assert a.extra["placement"]["client_cpus"] == "0,4"
     assert a.key("", "p") != b.key("", "p")
 
 
-@pytest.mark.parametrize("extra, sweep, message", [
-    ("baseline: c\n", "", "serving.baseline: 'c' is not an arm"),
-    ("arms:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}\nload: {concurrency: [1]}\n",
-     "", "duplicate arm name 'a'"),
-    ("", "sweep: {matrix: {arm: [x]}}\n", "parameter 'arm' is set by the serving kind"),
-    ("prompts: random\n", "", "prompts"),
-])
+@pytest.mark.parametrize(
+    "extra, sweep, message",
+    [
+        ("baseline: c\n", "", "serving.baseline: 'c' is not an arm"),
+        (
+            "arms:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}\nload: {concurrency: [1]}\n",
+            "",
+            "duplicate arm name 'a'",
+        ),
+        ("", "sweep: {matrix: {arm: [x]}}\n", "parameter 'arm' is set by the serving kind"),
+        ("prompts: random\n", "", "prompts"),
+    ],
+)
 def test_spec_errors_name_the_field(tmp_path, extra, sweep, message):
     body = extra if extra.startswith("arms") else ARMS + extra
     with pytest.raises(SpecError) as err:
@@ -110,8 +131,10 @@ def test_dram_unavailable_reason_here_or_events(tmp_path):
     ev.mkdir(parents=True)
     for name in ("cas_count_read", "cas_count_read.scale", "cas_count_write", "clockticks"):
         (ev / name).write_text("event=0x4\n")
-    assert dram.imc_events(fake) == ["uncore_imc_0/cas_count_read/",
-                                     "uncore_imc_0/cas_count_write/"]
+    assert dram.imc_events(fake) == [
+        "uncore_imc_0/cas_count_read/",
+        "uncore_imc_0/cas_count_write/",
+    ]
 
 
 def test_procstats_samples_this_process_tree():
@@ -138,13 +161,13 @@ def test_generator_health_marks_invalid_levels():
     from socketlab.serve.campaign import health
     from socketlab.serve.config import Level
 
-    ok = {"p99_queue_client_ms": 0.4, "output_lens": [16, 16], "errors": ["", ""],
-          "completed": 2}
+    ok = {"p99_queue_client_ms": 0.4, "output_lens": [16, 16], "errors": ["", ""], "completed": 2}
     assert health(Level(rate=2.0), ok, 16) is None
     late = ok | {"p99_queue_client_ms": 4.0}
     assert health(Level(rate=2.0), late, 16) is None  # allowed: 1% of a 500 ms mean gap
-    assert "fell behind (dispatch delay p99 4.00 ms > 1.00 ms)" in health(Level(rate=50.0),
-                                                                           late, 16)
+    assert "fell behind (dispatch delay p99 4.00 ms > 1.00 ms)" in health(
+        Level(rate=50.0), late, 16
+    )
     assert health(Level(concurrency=4), late, 16) is None  # closed loop: pool wait, not lateness
     short = ok | {"output_lens": [16, 9]}
     assert "1 of 2 outputs are shorter than 90%" in health(Level(concurrency=1), short, 16)

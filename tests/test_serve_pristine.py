@@ -37,22 +37,52 @@ def test_serving_point_on_a_pristine_host(tmp_path):
         with open(SERVER, "rb") as src:  # the user's copy of their server
             subprocess.run(host.ssh_argv(f"cat > {ON_HOST}"), stdin=src, check=True, timeout=60)
         inv = pool.inventory(tmp_path / "hosts.yml", group="testhosts")
-        spec = write_spec(tmp_path / "spec.yaml", {
-            "campaign": "serve-pristine",
-            "hosts": {"group": "testhosts"},
-            "experiments": [
-                {"name": "scripted", "kind": "serving", "timeout_s": 120, "serving": {
-                    "arms": [{"name": "all", "placement": "all", "command": [
-                        "python3", ON_HOST, "--host", "{address}", "--port", "{port}",
-                        "--first-ms", "5", "--every-ms", "1"]}],
-                    "baseline": "all", "load": {"concurrency": [2]},
-                    "input_tokens": 16, "output_tokens": 8, "requests": 6, "warmup_requests": 1,
-                    "ready_timeout_s": 30}},
-            ],
-        })  # fmt: skip
+        spec = write_spec(
+            tmp_path / "spec.yaml",
+            {
+                "campaign": "serve-pristine",
+                "hosts": {"group": "testhosts"},
+                "experiments": [
+                    {
+                        "name": "scripted",
+                        "kind": "serving",
+                        "timeout_s": 120,
+                        "serving": {
+                            "arms": [
+                                {
+                                    "name": "all",
+                                    "placement": "all",
+                                    "command": [
+                                        "python3",
+                                        ON_HOST,
+                                        "--host",
+                                        "{address}",
+                                        "--port",
+                                        "{port}",
+                                        "--first-ms",
+                                        "5",
+                                        "--every-ms",
+                                        "1",
+                                    ],
+                                }
+                            ],
+                            "baseline": "all",
+                            "load": {"concurrency": [2]},
+                            "input_tokens": 16,
+                            "output_tokens": 8,
+                            "requests": 6,
+                            "warmup_requests": 1,
+                            "ready_timeout_s": 30,
+                        },
+                    },
+                ],
+            },
+        )
         results = tmp_path / "results"
-        assert main(["run", str(spec), "--results", str(results), "--inventory", str(inv),
-                     "--plain"]) == 0  # fmt: skip
+        assert (
+            main(["run", str(spec), "--results", str(results), "--inventory", str(inv), "--plain"])
+            == 0
+        )
         (run,) = stored(results, "serve-pristine").values()
         assert run.status == "ok", run.reason
         assert run.extra["client_on"] == "controller"
@@ -60,8 +90,12 @@ def test_serving_point_on_a_pristine_host(tmp_path):
         # the server's PIDs are the host's (its own PID namespace): none is left there
         assert run.extra["server_pids"] and run.extra["server_pids_left"] == []
         for pid in run.extra["server_pids"]:
-            left = subprocess.run(host.ssh_argv(f"cat /proc/{pid}/cmdline 2>/dev/null"),
-                                  capture_output=True, text=True, timeout=60).stdout  # fmt: skip
+            left = subprocess.run(
+                host.ssh_argv(f"cat /proc/{pid}/cmdline 2>/dev/null"),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout
             assert "testserver" not in left, (pid, left)
         with Store(store_path("serve-pristine", results), create=False) as store:
             frame = store.metrics_frame("serve-pristine")
@@ -70,8 +104,7 @@ def test_serving_point_on_a_pristine_host(tmp_path):
         assert {"median_ttft_ms", "peak_pss_bytes", "server_cpu_s"} <= metrics, metrics
         ttft = frame[(frame.run_key == run.run_key) & (frame.metric == "median_ttft_ms")]
         assert ttft.value.min() >= 5.0  # the server's first-token delay is a floor
-        [(key, records)] = load_requests(store_path("serve-pristine", results),
-                                         run.run_key).items()  # fmt: skip
+        [(key, records)] = load_requests(store_path("serve-pristine", results), run.run_key).items()
         measured = [r for r in records if r.phase == "measured"]
         assert key[1] == "c2" and len(measured) == 6
         assert all(r.status == "ok" and len(r.events) >= 2 for r in measured), measured

@@ -21,40 +21,97 @@ from tests.support.tiny_gguf import write_tiny_gguf
 
 pytestmark = [
     pytest.mark.netns,
-    pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
-                       reason="llama-cpp-python[server] is not installed (the 'serve' extra)"),
-]  # fmt: skip
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None,
+        reason="llama-cpp-python[server] is not installed (the 'serve' extra)",
+    ),
+]
 
-LLAMA = ["{{ vars.serve_python }}", "-m", "llama_cpp.server", "--model", "{{ vars.serve_model }}",
-         "--host", "{address}", "--port", "{port}", "--n_ctx", "512",
-         "--interrupt_requests", "False"]  # fmt: skip
+LLAMA = [
+    "{{ vars.serve_python }}",
+    "-m",
+    "llama_cpp.server",
+    "--model",
+    "{{ vars.serve_model }}",
+    "--host",
+    "{address}",
+    "--port",
+    "{port}",
+    "--n_ctx",
+    "512",
+    "--interrupt_requests",
+    "False",
+]
 NEVER_READY = ["/usr/bin/python3", "-c", "import time; time.sleep(120)", "{port}"]
 
 
 def test_serving_point_on_an_ssh_host(ssh_pool, tmp_path):
     host = ssh_pool.hosts[1]
     model = write_tiny_gguf(tmp_path / "tiny-llama.gguf")
-    extra = {h.name: {"socketlab_workroot": str(tmp_path / "work"), "serve_python": sys.executable,
-                      "serve_model": str(model)} for h in ssh_pool.hosts}  # fmt: skip
+    extra = {
+        h.name: {
+            "socketlab_workroot": str(tmp_path / "work"),
+            "serve_python": sys.executable,
+            "serve_model": str(model),
+        }
+        for h in ssh_pool.hosts
+    }
     inv = ssh_pool.inventory(tmp_path / "hosts.yml", group="testhosts", extra=extra)
-    spec = write_spec(tmp_path / "spec.yaml", {
-        "campaign": "serve-ssh",
-        "hosts": {"group": "testhosts"},
-        "experiments": [
-            {"name": "llama", "kind": "serving", "timeout_s": 240, "serving": {
-                "arms": [{"name": "all", "placement": "all", "command": LLAMA}],
-                "baseline": "all", "load": {"concurrency": [2]}, "prompts": "synthetic",
-                "input_tokens": 16, "output_tokens": 8, "requests": 4, "warmup_requests": 1,
-                "ready_timeout_s": 60, "request": {"temperature": 0.8, "seed": 1},
-                "suppress_token_ids": "2-258"}},
-            {"name": "dead", "kind": "serving", "timeout_s": 60, "serving": {
-                "arms": [{"name": "dead", "placement": "all", "command": NEVER_READY}],
-                "load": {"concurrency": [1]}, "requests": 1, "ready_timeout_s": 3}},
-        ],
-    })  # fmt: skip
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "serve-ssh",
+            "hosts": {"group": "testhosts"},
+            "experiments": [
+                {
+                    "name": "llama",
+                    "kind": "serving",
+                    "timeout_s": 240,
+                    "serving": {
+                        "arms": [{"name": "all", "placement": "all", "command": LLAMA}],
+                        "baseline": "all",
+                        "load": {"concurrency": [2]},
+                        "prompts": "synthetic",
+                        "input_tokens": 16,
+                        "output_tokens": 8,
+                        "requests": 4,
+                        "warmup_requests": 1,
+                        "ready_timeout_s": 60,
+                        "request": {"temperature": 0.8, "seed": 1},
+                        "suppress_token_ids": "2-258",
+                    },
+                },
+                {
+                    "name": "dead",
+                    "kind": "serving",
+                    "timeout_s": 60,
+                    "serving": {
+                        "arms": [{"name": "dead", "placement": "all", "command": NEVER_READY}],
+                        "load": {"concurrency": [1]},
+                        "requests": 1,
+                        "ready_timeout_s": 3,
+                    },
+                },
+            ],
+        },
+    )
     results = tmp_path / "results"
-    assert main(["run", str(spec), "--results", str(results), "--inventory", str(inv),
-                 "--hosts", host.name, "--plain"]) == 1  # the dead arm fails  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(spec),
+                "--results",
+                str(results),
+                "--inventory",
+                str(inv),
+                "--hosts",
+                host.name,
+                "--plain",
+            ]
+        )
+        == 1
+    )  # the dead arm fails
     runs = {r.experiment: r for r in stored(results, "serve-ssh").values()}
     assert set(runs) == {"llama", "dead"}
     ok, dead = runs["llama"], runs["dead"]
@@ -92,8 +149,11 @@ def test_agent_stops_what_it_spawned_by_pid(ssh_pool, tmp_path):
     from socketlab.execute.ssh import SshExecutor
     from socketlab.inventory import load_inventory
 
-    [host] = [h for h in load_inventory(ssh_pool.inventory(tmp_path / "hosts.yml"))
-              if h.name == ssh_pool.hosts[0].name]  # fmt: skip
+    [host] = [
+        h
+        for h in load_inventory(ssh_pool.inventory(tmp_path / "hosts.yml"))
+        if h.name == ssh_pool.hosts[0].name
+    ]
     ex = SshExecutor(host, workroot=str(tmp_path / "work"))
     ex.connect()
     try:

@@ -32,19 +32,31 @@ def counting_python(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def inventory(tmp_path: Path, python: str = PY, **hosts: dict) -> Path:
-    local = {"ansible_connection": "local", "ansible_python_interpreter": python,
-             "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    local = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": python,
+        "socketlab_workroot": str(tmp_path / "work"),
+    }
     path = tmp_path / "inventory.yml"
     path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": local, **hosts}}}))
     return path
 
 
 def spec_file(tmp_path: Path) -> Path:
-    return write_spec(tmp_path / "spec.yaml", {
-        "campaign": "one-path",
-        "experiments": [{"name": "argv", "command": [PY, "-c", EMIT, "{{ word }}"],
-                         "sweep": {"matrix": {"word": ["a", "b"]}}, "repetitions": 2}],
-    })  # fmt: skip
+    return write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": "one-path",
+            "experiments": [
+                {
+                    "name": "argv",
+                    "command": [PY, "-c", EMIT, "{{ word }}"],
+                    "sweep": {"matrix": {"word": ["a", "b"]}},
+                    "repetitions": 2,
+                }
+            ],
+        },
+    )
 
 
 def test_plan_dry_run_and_run_share_the_points_and_gather_facts_once(tmp_path, capsys):
@@ -92,12 +104,29 @@ def test_unreachable_host_is_noted_by_the_session_and_cleared_when_reached(tmp_p
     assert [(h, s) for h, s, _ in rows] == [("downhost", "facts")]
     assert "downhost" in rows[0][2]
     # the CLI shows the skipped host and exits 1; once the host answers, the note goes
-    assert main(["run", str(spec), "--hosts", "all", "--inventory", str(inv),
-                 "--results", str(results)]) == 1  # fmt: skip
+    assert (
+        main(
+            ["run", str(spec), "--hosts", "all", "--inventory", str(inv), "--results", str(results)]
+        )
+        == 1
+    )
     assert "orchestrate: host downhost skipped: " in capsys.readouterr().out
     up = {"ansible_connection": "local", "ansible_python_interpreter": PY}
-    assert main(["run", str(spec), "--hosts", "all", "--inventory",
-                 str(inventory(tmp_path, downhost=up)), "--results", str(results)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "run",
+                str(spec),
+                "--hosts",
+                "all",
+                "--inventory",
+                str(inventory(tmp_path, downhost=up)),
+                "--results",
+                str(results),
+            ]
+        )
+        == 0
+    )
     with sqlite3.connect(results / "one-path" / "store.sqlite") as db:
         assert db.execute("SELECT count(*) FROM host_failures").fetchone() == (0,)
 
@@ -106,8 +135,9 @@ def test_no_host_reachable_is_one_line_for_plan(tmp_path, capsys):
     down = {"ansible_host": "127.0.0.1", "ansible_port": 1}
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump({"all": {"hosts": {"downhost": down}}}))
-    spec = write_spec(tmp_path / "s.yaml", {"campaign": "c",
-                                            "experiments": [{"name": "e", "command": "true"}]})
+    spec = write_spec(
+        tmp_path / "s.yaml", {"campaign": "c", "experiments": [{"name": "e", "command": "true"}]}
+    )
     assert main(["plan", str(spec), "--inventory", str(path), "--hosts", "downhost"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("orchestrate: error: no host could be reached (1 tried); first: ")
@@ -128,9 +158,21 @@ def test_custom_state_dir_reaches_host_facts(tmp_path):
     state = tmp_path / "my state"  # a space: the path is passed as one argument
     record = _verify_record(state, name)
     inv = tmp_path / "inv.yml"
-    inv.write_text(yaml.safe_dump({"all": {"hosts": {name: {
-        "ansible_connection": "local", "ansible_python_interpreter": PY,
-        "socketlab_state_dir": str(state)}}}}))  # fmt: skip
+    inv.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        name: {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": PY,
+                            "socketlab_state_dir": str(state),
+                        }
+                    }
+                }
+            }
+        )
+    )
     (host,) = load_inventory(inv)
     spec = load_spec(spec_file(tmp_path))
     assert gather_host_facts(spec, [host])[name]["isolation_verify"] == record
@@ -139,8 +181,17 @@ def test_custom_state_dir_reaches_host_facts(tmp_path):
 
 
 def test_templated_state_dir_is_refused_in_one_line(tmp_path):
-    host = InventoryHost("h", "local", "localhost", 22, None, None, "", PY,
-                         vars={"socketlab_state_dir": "{{ somewhere }}/x"})
+    host = InventoryHost(
+        "h",
+        "local",
+        "localhost",
+        22,
+        None,
+        None,
+        "",
+        PY,
+        vars={"socketlab_state_dir": "{{ somewhere }}/x"},
+    )
     errors: dict = {}
     assert gather_host_facts(load_spec(spec_file(tmp_path)), [host], errors) == {}
     assert "socketlab_state_dir='{{ somewhere }}/x' is a template" in str(errors["h"])

@@ -121,17 +121,23 @@ def moto(work):
 
 
 def _playbook(work, env, moto, name: str, timeout: float, **extra) -> subprocess.CompletedProcess:
-    argv = [str(BIN / "ansible-playbook"), f"playbooks/{name}",
-            "-e", f"socketlab_ec2_aws_region={REGION}",
-            "-e", f"socketlab_ec2_aws_endpoint_url={moto.url}"]  # fmt: skip
+    argv = [
+        str(BIN / "ansible-playbook"),
+        f"playbooks/{name}",
+        "-e",
+        f"socketlab_ec2_aws_region={REGION}",
+        "-e",
+        f"socketlab_ec2_aws_endpoint_url={moto.url}",
+    ]
     for k, v in extra.items():
         argv += ["-e", f"{ec2_var(k)}={v}"]
     return run_logged(work, env, argv, timeout=timeout)
 
 
 def _on(host, command: str) -> str:
-    return subprocess.run(host.ssh_argv(command), capture_output=True, text=True,
-                          timeout=120).stdout  # fmt: skip
+    return subprocess.run(
+        host.ssh_argv(command), capture_output=True, text=True, timeout=120
+    ).stdout
 
 
 def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kernel_knobs_lock):
@@ -145,30 +151,50 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
             assert _on(h, "python3 --version").startswith("Python 3.9")
             assert "absent" in _on(h, "python3 -c 'import numpy' 2>/dev/null || echo absent")
         env = planted_env(
-            work, "AKIASOCKETLABTEST0001", SECRET,
-            SOCKETLAB_RESULTS=str(work / "results"), ANSIBLE_LOG_PATH=str(work / "ansible.log"),
-            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_LOCAL_TEMP=str(work / "ansible-tmp"),
-            ANSIBLE_SSH_ARGS="-C -o ControlMaster=no", PATH=f"{BIN}:{os.environ.get('PATH', '')}",
-        )  # fmt: skip
+            work,
+            "AKIASOCKETLABTEST0001",
+            SECRET,
+            SOCKETLAB_RESULTS=str(work / "results"),
+            ANSIBLE_LOG_PATH=str(work / "ansible.log"),
+            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+            ANSIBLE_LOCAL_TEMP=str(work / "ansible-tmp"),
+            ANSIBLE_SSH_ARGS="-C -o ControlMaster=no",
+            PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+        )
         aws_client("s3", moto.url, "AKIASOCKETLABTEST0001", SECRET).create_bucket(Bucket=BUCKET)
         spec = trimmed_spec(work / "campaign-oct.yaml")
         inventory = work / "inventory" / f"{CAMPAIGN}.yml"
         (inventory.parent / "group_vars").mkdir(parents=True)
-        (inventory.parent / "group_vars" / "all.yml").write_text(yaml.safe_dump({
-            "socketlab_housekeeping_per_node": 1, "socketlab_noise_seconds": 1}))  # fmt: skip
+        (inventory.parent / "group_vars" / "all.yml").write_text(
+            yaml.safe_dump({"socketlab_housekeeping_per_node": 1, "socketlab_noise_seconds": 1})
+        )
         v = {
-            "campaign": CAMPAIGN, "owner": "tester", "count": 2, "hours": 3,
-            "max_instance_hours": 6, "create_network": "true", "vpc_cidr": pool.subnet,
-            "subnet_cidr": pool.subnet, "create_security_group": "true",
-            "ssh_cidr": pool.subnet, "key_name": "kp-pristine",
-            "public_key_file": f"{pool.key}.pub", "ssh_private_key_file": str(pool.key),
-            "ssh_user": "ec2-user", "ssh_port": 22, "ssh_address": "private",
-            "ssh_timeout_s": 30, "poll_s": 0.5, "root_volume_gb": 64,
-            "socketlab_inventory_file": str(inventory), "campaign_spec": str(spec),
-            "results_s3": f"s3://{BUCKET}/fleet", "profile": "quick",
+            "campaign": CAMPAIGN,
+            "owner": "tester",
+            "count": 2,
+            "hours": 3,
+            "max_instance_hours": 6,
+            "create_network": "true",
+            "vpc_cidr": pool.subnet,
+            "subnet_cidr": pool.subnet,
+            "create_security_group": "true",
+            "ssh_cidr": pool.subnet,
+            "key_name": "kp-pristine",
+            "public_key_file": f"{pool.key}.pub",
+            "ssh_private_key_file": str(pool.key),
+            "ssh_user": "ec2-user",
+            "ssh_port": 22,
+            "ssh_address": "private",
+            "ssh_timeout_s": 30,
+            "poll_s": 0.5,
+            "root_volume_gb": 64,
+            "socketlab_inventory_file": str(inventory),
+            "campaign_spec": str(spec),
+            "results_s3": f"s3://{BUCKET}/fleet",
+            "profile": "quick",
             # restore runs on the hosts before teardown: keep them past site.yml
             "keep_instances": "true",
-        }  # fmt: skip
+        }
         before = knob_snapshot()
         try:
             p = _playbook(work, env, moto, "site.yml", 1500, **v)
@@ -179,9 +205,20 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
             assert p.returncode == 0, out[-6000:] + p.stderr[-2000:]
         finally:
             restored = subprocess.run(
-                [str(BIN / "ansible-playbook"), "-i", str(inventory),
-                 str(PLAYBOOKS / "restore.yml"), "-e", "socketlab_become=true"],
-                cwd=REPO, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+                [
+                    str(BIN / "ansible-playbook"),
+                    "-i",
+                    str(inventory),
+                    str(PLAYBOOKS / "restore.yml"),
+                    "-e",
+                    "socketlab_become=true",
+                ],
+                cwd=REPO,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             print(restored.stdout[-3000:])
             down = teardown(work, env, moto, CAMPAIGN, inventory=str(inventory))
             print(down.stdout[-1500:])
@@ -200,22 +237,33 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
 
         # the steps in order, the estimate before paying; prep's per-tool line from the hosts
         assert "estimated time: at most" in out
-        order = ["Check the spec and estimate", "Provision the instances", "Install and check the",
-                 "Gather host facts", "Isolate the sockets", "Verify the isolation",
-                 "Show each host's isolation now", "Follow the campaign", "Push the results"]
+        order = [
+            "Check the spec and estimate",
+            "Provision the instances",
+            "Install and check the",
+            "Gather host facts",
+            "Isolate the sockets",
+            "Verify the isolation",
+            "Show each host's isolation now",
+            "Follow the campaign",
+            "Push the results",
+        ]
         at = [out.index(x) for x in order]
         assert at == sorted(at), at
         assert "gcc: /usr/bin/gcc" in out
         names = sorted(f"socketlab-{CAMPAIGN}-{i}" for i in range(2))
         facts = json.loads((work / "results" / CAMPAIGN / "cloud-hosts.json").read_text())
         assert [h["isolated_now"]["text"] for h in facts["hosts"]] == ["not isolated"] * 2, facts
-        shown = out[out.index("Show each host's isolation now"):out.index("Build the native")]
+        shown = out[out.index("Show each host's isolation now") : out.index("Build the native")]
         shown = " ".join(shown.split()).replace("''", "'")  # the YAML callback wraps and quotes
         for name in names:
-            assert re.search(rf"{name}: isolated: isolate\.yml's plan \(housekeeping 0, workers "
-                             r"1\); verified \d{4}-\d\d-\d\dT[\d:]+Z: 0 drifted knobs", shown), shown
+            assert re.search(
+                rf"{name}: isolated: isolate\.yml's plan \(housekeeping 0, workers "
+                r"1\); verified \d{4}-\d\d-\d\dT[\d:]+Z: 0 drifted knobs",
+                shown,
+            ), shown
         # progress lines went by while the campaign ran, and its end was seen
-        follow = out[out.index("Follow the campaign"):out.index("Collect the campaign")]
+        follow = out[out.index("Follow the campaign") : out.index("Collect the campaign")]
         assert re.search(r"\[\d+/16\] socketlab-campaign-oct-\d: ", follow), follow
         assert "campaign finished: exit 0" in follow
 
@@ -224,16 +272,24 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
         assert rep.returncode in (0, 1), rep.stdout[-2000:] + rep.stderr[-2000:]
         text = (work / "results" / CAMPAIGN / "report.md").read_text()
         for name in names:  # each host's provenance: isolated with the plan, and verified
-            assert re.search(rf"{name}.*applied; plan: housekeeping 0, workers 1; verified ",
-                             text), text[:3000]  # fmt: skip
+            assert re.search(
+                rf"{name}.*applied; plan: housekeeping 0, workers 1; verified ", text
+            ), text[:3000]
         # pulled from S3 into a fresh folder: the same report
         fresh = work / "pulled"
-        pulled = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "pull",
-                             f"s3://{BUCKET}/fleet", "--json")  # fmt: skip
+        pulled = orchestrate(
+            work,
+            {**env, "SOCKETLAB_RESULTS": str(fresh)},
+            moto,
+            "pull",
+            f"s3://{BUCKET}/fleet",
+            "--json",
+        )
         assert pulled.returncode == 0, pulled.stderr
         assert json.loads(pulled.stdout)["added_runs"] == 16
-        again = orchestrate(work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "report",
-                            CAMPAIGN)
+        again = orchestrate(
+            work, {**env, "SOCKETLAB_RESULTS": str(fresh)}, moto, "report", CAMPAIGN
+        )
         assert again.returncode == rep.returncode, again.stderr[-2000:]
 
         def comparable(results: Path) -> str:
@@ -262,8 +318,9 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
         # Ansible's own temp folder and what prep installed. What installing those packages
         # changes (maintainer scripts write alternatives, .pyc files, mime caches: paths no
         # dpkg list names) is measured on a third fresh host that installs only them.
-        installed = json.loads(_on(hosts[0], "sudo cat /var/lib/socketlab/host_packages.json")
-                               or "{}").get("installed", [])  # fmt: skip
+        installed = json.loads(
+            _on(hosts[0], "sudo cat /var/lib/socketlab/host_packages.json") or "{}"
+        ).get("installed", [])
         print(f"prep installed on {hosts[0].name}: {installed}")
         assert installed, "prep recorded nothing it installed"
         reference = pool.add(address=pool.subnet_address(40))
@@ -271,16 +328,25 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
         install = " && ".join(
             f"sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q {pkg}" for pkg in installed
         )
-        got = subprocess.run(reference.ssh_argv(f"sudo apt-get update -q && {install}"),
-                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        got = subprocess.run(
+            reference.ssh_argv(f"sudo apt-get update -q && {install}"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
         by_packages = set(changed(ref_booted, snapshot(reference)))
         print(f"{reference.name} (reference, only apt-get install): {len(by_packages)} paths")
         for h in hosts:
             diff = changed(booted[h.name], snapshot(h))
-            other = sorted(rel for rel in diff if rel not in by_packages
-                           and not rel.startswith(("var/lib/socketlab/", "var/lib/socketlab",
-                                                   "home/ec2-user/.ansible/")))  # fmt: skip
+            other = sorted(
+                rel
+                for rel in diff
+                if rel not in by_packages
+                and not rel.startswith(
+                    ("var/lib/socketlab/", "var/lib/socketlab", "home/ec2-user/.ansible/")
+                )
+            )
             state = [rel for rel in diff if rel.startswith("var/lib/socketlab")]
             print(
                 f"{h.name}: {len(diff)} paths changed since boot; {len(state)} in the state "

@@ -49,11 +49,20 @@ experiments:
     )
     plan = expand_points(spec, {"c8i": entry(spec)})
     (point,) = plan.points
-    assert point.argv == ("./stage", "--threads", "90", "--helpers", "98-127,130-159,162-191",
-                          "--first", "2")  # fmt: skip
+    assert point.argv == (
+        "./stage",
+        "--threads",
+        "90",
+        "--helpers",
+        "98-127,130-159,162-191",
+        "--first",
+        "2",
+    )
     assert point.cpus == "34-63"
-    assert point.env == {"HK": "0-1,32-33,64-65,96-97,128-129,160-161",
-                         "MODEL": "INTEL(R) XEON(R) 6975P-C"}  # fmt: skip
+    assert point.env == {
+        "HK": "0-1,32-33,64-65,96-97,128-129,160-161",
+        "MODEL": "INTEL(R) XEON(R) 6975P-C",
+    }
 
 
 def test_missing_isolation_plan_is_explained(tmp_path):
@@ -134,9 +143,19 @@ def test_sequential_order(tmp_path):
 
 def test_interleaved_order_with_warmups(tmp_path):
     assert sequence(tmp_path, "interleaved", warmup=2) == [
-        (1, -2), (1, -1), (1, 0), (2, -2), (2, -1), (2, 0), (3, -2), (3, -1), (3, 0),
-        (1, 1), (2, 1), (3, 1),
-    ]  # fmt: skip
+        (1, -2),
+        (1, -1),
+        (1, 0),
+        (2, -2),
+        (2, -1),
+        (2, 0),
+        (3, -2),
+        (3, -1),
+        (3, 0),
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
 
 
 def test_shuffled_order_is_seeded(tmp_path):
@@ -183,7 +202,10 @@ experiments:
 
     applied = dict(hosts["xeon"], isolation_applied=True)
     assert {p.experiment for p in expand_points(spec, {"xeon": applied}).points} == {
-        "amx", "isolated", "plain"}  # fmt: skip
+        "amx",
+        "isolated",
+        "plain",
+    }
 
     failing = spec_of(
         tmp_path,
@@ -209,8 +231,12 @@ def test_host_profile_ignores_volatile_facts(tmp_path):
     for irq in moved["topology"]["irqs"]:
         irq["effective"] = "5"
     # knobs are state that the before/after fingerprint watches, not identity
-    moved["topology"].update(thp="never", numa_balancing=1 - (host["topology"]["numa_balancing"] or 0),
-                             workqueue_cpumask="1", hugepages_2m={"0": 64})  # fmt: skip
+    moved["topology"].update(
+        thp="never",
+        numa_balancing=1 - (host["topology"]["numa_balancing"] or 0),
+        workqueue_cpumask="1",
+        hugepages_2m={"0": 64},
+    )
     moved["topology"]["cpufreq"]["governors"] = {"powersave": moved["topology"]["cpu_online"]}
     assert moved["topology"] != host["topology"]
     other = dict(host, isolation_applied=True)

@@ -131,7 +131,10 @@ experiments:
 
 
 def test_requires_devices_merge_from_top_level_defaults_and_experiment(tmp_path):
-    spec = load_spec(write(tmp_path, """\
+    spec = load_spec(
+        write(
+            tmp_path,
+            """\
 schema_version: 1
 campaign: dev
 requires: {devices: [/proc/modules]}
@@ -140,22 +143,28 @@ defaults:
 experiments:
   - {name: one, command: "true", requires: {devices: [/dev/cpu/0/msr, /dev/pseudo_lock]}}
   - {name: two, command: "true", requires: {flags: [avx2]}}
-"""))
+""",
+        )
+    )
     one, two = spec.experiments
     assert one.requires.devices == ("/proc/modules", "/dev/pseudo_lock", "/dev/cpu/0/msr")
     assert two.requires.devices == ("/proc/modules", "/dev/pseudo_lock")
     assert two.requires.flags == ("avx2",)
 
 
-@pytest.mark.parametrize("value, needle", [
-    ("[/dev/nvidia0]", "'/dev/nvidia0' is not one of: /dev/pseudo_lock, /dev/cpu/0/msr"),
-    ("/dev/pseudo_lock", "expected a list"),
-    ("[/dev/pseudo_lock, /dev/pseudo_lock]", "lists a value twice"),
-])
+@pytest.mark.parametrize(
+    "value, needle",
+    [
+        ("[/dev/nvidia0]", "'/dev/nvidia0' is not one of: /dev/pseudo_lock, /dev/cpu/0/msr"),
+        ("/dev/pseudo_lock", "expected a list"),
+        ("[/dev/pseudo_lock, /dev/pseudo_lock]", "lists a value twice"),
+    ],
+)
 def test_requires_devices_outside_the_collected_set_is_one_line(tmp_path, value, needle):
     message = error_of(tmp_path, BASE + f"    requires: {{devices: {value}}}\n")
-    assert message.startswith(f"{tmp_path / 'spec.yaml'}:6: experiments[0].requires.devices"), \
+    assert message.startswith(f"{tmp_path / 'spec.yaml'}:6: experiments[0].requires.devices"), (
         message
+    )
     assert needle in message, message
 
 
@@ -254,6 +263,10 @@ def test_collector_names_are_the_scripts_with_the_start_stop_contract():
     assert not {"host_facts", "dma_latency_hold", "_collector", "_runwrap"} & set(names)
     for name in names:  # each one really takes start/stop --out
         for command in ("start", "stop"):
-            proc = subprocess.run([sys.executable, "-I", "-S", str(COLLECTORS / f"{name}.py"),
-                                   command, "--help"], capture_output=True, text=True, timeout=60)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "-I", "-S", str(COLLECTORS / f"{name}.py"), command, "--help"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert proc.returncode == 0 and "--out" in proc.stdout, (name, command, proc.stderr)

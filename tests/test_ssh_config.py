@@ -31,11 +31,18 @@ BIN = Path(sys.executable).parent
 
 
 def test_ssh_options_reads_what_ansible_passes_to_ssh():
-    got = ssh_options("-o StrictHostKeyChecking=no -o UserKnownHostsFile=/k -J jump1,jump2 "
-                      "-i ~/.ssh/lab -oPort=2222 -o 'ProxyCommand=ssh -W %h:%p gw' -l me")
-    assert got == {"userknownhostsfile": ["/k"], "proxyjump": ["jump1,jump2"],
-                   "identityfile": ["~/.ssh/lab"], "port": ["2222"],
-                   "proxycommand": ["ssh -W %h:%p gw"], "user": ["me"]}  # fmt: skip
+    got = ssh_options(
+        "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/k -J jump1,jump2 "
+        "-i ~/.ssh/lab -oPort=2222 -o 'ProxyCommand=ssh -W %h:%p gw' -l me"
+    )
+    assert got == {
+        "userknownhostsfile": ["/k"],
+        "proxyjump": ["jump1,jump2"],
+        "identityfile": ["~/.ssh/lab"],
+        "port": ["2222"],
+        "proxycommand": ["ssh -W %h:%p gw"],
+        "user": ["me"],
+    }
     assert ssh_options("") == {} and ssh_options("-o Compression=yes") == {}
 
 
@@ -64,13 +71,15 @@ def test_become_as_ansible_or_by_the_older_switch():
 def ssh_agent(folder: Path, key: Path):
     """An ssh-agent holding ``key``: its environment; stopped by its PID afterwards."""
     sock = folder / "agent.sock"
-    proc = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    proc = subprocess.run(
+        ["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True, check=True
+    )
     pid = int(proc.stdout.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0])
     try:
         env = {"SSH_AUTH_SOCK": str(sock)}
-        subprocess.run(["ssh-add", "-q", str(key)], env={**os.environ, **env}, check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["ssh-add", "-q", str(key)], env={**os.environ, **env}, check=True, capture_output=True
+        )
         yield env
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -78,8 +87,10 @@ def ssh_agent(folder: Path, key: Path):
 
 
 #: metric on_target = 1 when the command runs in the target's UTS namespace (its hostname)
-ON_TARGET = ("import json, socket; print(json.dumps({'type': 'metric', 'name': 'on_target', "
-             "'unit': '1', 'value': float(socket.gethostname() == '%s')}))")  # fmt: skip
+ON_TARGET = (
+    "import json, socket; print(json.dumps({'type': 'metric', 'name': 'on_target', "
+    "'unit': '1', 'value': float(socket.gethostname() == '%s')}))"
+)
 
 
 @pytest.mark.netns
@@ -103,28 +114,61 @@ def test_run_through_a_bastion_from_ssh_config(tmp_path):
             f"Host {alias_t}\n  HostName {target.address}\n  User root\n"
             f"  ProxyJump {alias_b}\n"
             # no IdentityFile: the target's key comes from the agent
-            f"Host *\n  UserKnownHostsFile {pool.known_hosts}\n  StrictHostKeyChecking accept-new\n")
+            f"Host *\n  UserKnownHostsFile {pool.known_hosts}\n  StrictHostKeyChecking accept-new\n"
+        )
         inventory = tmp_path / "hosts.yml"  # the alias and nothing else about the connection
-        inventory.write_text(yaml.safe_dump({"all": {"hosts": {alias_t: {
-            "ansible_python_interpreter": "/usr/bin/python3",
-            "socketlab_workroot": str(tmp_path / "work")}}}}))  # fmt: skip
-        spec = write_spec(tmp_path / "spec.yaml", {
-            "campaign": "bastion", "hosts": {"pattern": alias_t},
-            "defaults": {"timeout_s": 60},
-            "experiments": [{"name": "where", "command": ["/usr/bin/python3", "-c",
-                                                          ON_TARGET % target.name],
-                             "metrics": {"parser": "jsonl"},
-                             "sanity": {"required_metrics": ["on_target"]}}],
-        })  # fmt: skip
+        inventory.write_text(
+            yaml.safe_dump(
+                {
+                    "all": {
+                        "hosts": {
+                            alias_t: {
+                                "ansible_python_interpreter": "/usr/bin/python3",
+                                "socketlab_workroot": str(tmp_path / "work"),
+                            }
+                        }
+                    }
+                }
+            )
+        )
+        spec = write_spec(
+            tmp_path / "spec.yaml",
+            {
+                "campaign": "bastion",
+                "hosts": {"pattern": alias_t},
+                "defaults": {"timeout_s": 60},
+                "experiments": [
+                    {
+                        "name": "where",
+                        "command": ["/usr/bin/python3", "-c", ON_TARGET % target.name],
+                        "metrics": {"parser": "jsonl"},
+                        "sanity": {"required_metrics": ["on_target"]},
+                    }
+                ],
+            },
+        )
         results, log = tmp_path / "results", tmp_path / "orchestrate.log"
         with ssh_agent(tmp_path, bastion.key_file) as agent:
             env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
             proc = subprocess.run(
-                [str(BIN / "orchestrate"), "run", str(spec), "-i", str(inventory), "--results",
-                 str(results), "--plain", "-v", "--log-file", str(log)],
-                env={**env, **agent, "HOME": str(home)}, capture_output=True, text=True,
+                [
+                    str(BIN / "orchestrate"),
+                    "run",
+                    str(spec),
+                    "-i",
+                    str(inventory),
+                    "--results",
+                    str(results),
+                    "--plain",
+                    "-v",
+                    "--log-file",
+                    str(log),
+                ],
+                env={**env, **agent, "HOME": str(home)},
+                capture_output=True,
+                text=True,
                 timeout=300,
-            )  # fmt: skip
+            )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = stored(results, "bastion").values()
     assert run.status == "ok" and run.host == alias_t, (run.status, run.reason)

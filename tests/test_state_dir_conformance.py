@@ -32,23 +32,33 @@ def _python_copies(path: Path) -> list[str]:
     return [
         f"{path.relative_to(paths.REPO)}:{n.lineno}"
         for n in ast.walk(tree)
-        if isinstance(n, ast.Constant) and isinstance(n.value, str)
-        and LITERAL in n.value and id(n) not in skip
-    ]  # fmt: skip
+        if isinstance(n, ast.Constant)
+        and isinstance(n.value, str)
+        and LITERAL in n.value
+        and id(n) not in skip
+    ]
 
 
 def test_one_python_default():
     # symlinks are other names of files counted here (the collection links collectors/ and src/)
-    files = [p for d in ("src", "collectors", "playbooks", "ansible_collections")
-             for p in (paths.REPO / d).rglob("*.py") if not p.is_symlink()]  # fmt: skip
+    files = [
+        p
+        for d in ("src", "collectors", "playbooks", "ansible_collections")
+        for p in (paths.REPO / d).rglob("*.py")
+        if not p.is_symlink()
+    ]
     copies = [c for p in sorted(files) for c in _python_copies(p)]
     assert copies == [c for c in copies if c.startswith("collectors/host_facts.py:")]
     assert len(copies) == 1, copies
 
 
 def test_one_ansible_default():
-    files = sorted(p for d in ("playbooks", "roles", "ansible_collections")
-                   for p in (paths.REPO / d).rglob("*.yml") if not p.is_symlink())  # fmt: skip
+    files = sorted(
+        p
+        for d in ("playbooks", "roles", "ansible_collections")
+        for p in (paths.REPO / d).rglob("*.yml")
+        if not p.is_symlink()
+    )
     copies = [
         f"{p.relative_to(paths.REPO)}:{i}"
         for p in files
@@ -75,8 +85,11 @@ def test_host_facts_reads_verify_records_from_the_state_dir_it_is_given(tmp_path
     custom.mkdir(parents=True)
     (custom / "verify-h1.json").write_text(json.dumps({"passed": True}))
     facts = [sys.executable, str(paths.REPO / "collectors/host_facts.py"), "--root", str(tmp_path)]
-    given = json.loads(subprocess.run([*facts, "--state-dir", "/srv/state"], check=True,
-                                      capture_output=True, text=True).stdout)  # fmt: skip
+    given = json.loads(
+        subprocess.run(
+            [*facts, "--state-dir", "/srv/state"], check=True, capture_output=True, text=True
+        ).stdout
+    )
     assert given["isolation_verify"] == {"h1": {"passed": True}}
     default = json.loads(subprocess.run(facts, check=True, capture_output=True, text=True).stdout)
     assert default["isolation_verify"] == {}

@@ -14,8 +14,15 @@ from socketlab.store import RunRecord, Store, store_path
 
 
 def record(key: str, status: str = "ok", **params) -> RunRecord:
-    return RunRecord(run_key=key, campaign="c1", experiment="exp", host="h1", repetition=0,
-                     params=params or {"size": "16K", "threads": 2}, status=status)  # fmt: skip
+    return RunRecord(
+        run_key=key,
+        campaign="c1",
+        experiment="exp",
+        host="h1",
+        repetition=0,
+        params=params or {"size": "16K", "threads": 2},
+        status=status,
+    )
 
 
 def test_store_is_wal_and_holds_run_and_metrics(tmp_path):
@@ -61,8 +68,21 @@ def test_metrics_frame_has_a_column_per_parameter_and_dimension(tmp_path):
         store.add_run(record("k2", size="1M", threads=2), [Metric("bw", 2.0, "GB/s", {"cpu": 1})])
         store.add_run(record("k3", status="timeout", size="1M", threads=4), [])
         frame = store.metrics_frame("c1")
-        for column in ("run_key", "campaign", "experiment", "host", "repetition", "status",
-                       "metric", "value", "unit", "parser", "size", "threads", "dim.cpu"):  # fmt: skip
+        for column in (
+            "run_key",
+            "campaign",
+            "experiment",
+            "host",
+            "repetition",
+            "status",
+            "metric",
+            "value",
+            "unit",
+            "parser",
+            "size",
+            "threads",
+            "dim.cpu",
+        ):
             assert column in frame.columns
         assert list(frame.sort_values("value")["size"]) == ["16K", "1M"]
         assert store.statuses("c1") == {"k1": "ok", "k2": "ok", "k3": "timeout"}
@@ -76,8 +96,9 @@ def test_parsers_feed_the_store_with_their_version(tmp_path):
     )
     parsers = (
         ParserSpec("jsonl"),
-        ParserSpec("regex", {"eps": {"pattern": r"events per second:\s+(?P<value>[\d.]+)",
-                                     "unit": "1/s"}}),  # fmt: skip
+        ParserSpec(
+            "regex", {"eps": {"pattern": r"events per second:\s+(?P<value>[\d.]+)", "unit": "1/s"}}
+        ),
     )
     parsed = parse_output(parsers, stdout)
     assert parsed.errors == []
@@ -125,8 +146,9 @@ def test_missing_store_is_a_user_error(tmp_path):
 def _requests(n: int):
     from socketlab.serve.records import RequestRecord
 
-    return [RequestRecord(index=i, phase="measured", events=[[i, 1]], status="ok")
-            for i in range(n)]
+    return [
+        RequestRecord(index=i, phase="measured", events=[[i, 1]], status="ok") for i in range(n)
+    ]
 
 
 def test_serving_requests_are_stored_with_their_run_in_one_transaction(tmp_path):
@@ -134,8 +156,11 @@ def test_serving_requests_are_stored_with_their_run_in_one_transaction(tmp_path)
 
     path = tmp_path / "s.sqlite"
     with Store(path) as store:
-        store.add_run(record("k1"), [Metric("bw", 1.0, "GB/s")],
-                      requests=[("c1", _requests(3)), ("c2", _requests(1))])
+        store.add_run(
+            record("k1"),
+            [Metric("bw", 1.0, "GB/s")],
+            requests=[("c1", _requests(3)), ("c2", _requests(1))],
+        )
         # a duplicate request index fails inside the transaction: no run, no requests
         dup = _requests(2) + _requests(1)
         with pytest.raises(sqlite3.IntegrityError):
@@ -145,7 +170,9 @@ def test_serving_requests_are_stored_with_their_run_in_one_transaction(tmp_path)
         store.add_run(record("k1"), [], requests=[("c1", _requests(2))])
     got = load_requests(path)
     assert sorted((k, level, len(v)) for (k, level), v in got.items()) == [
-        ("k1", "c1", 2), ("k1", "c2", 1)]
+        ("k1", "c1", 2),
+        ("k1", "c2", 1),
+    ]
     raw = sqlite3.connect(path)
     count = "SELECT count(*) FROM serve_requests WHERE run_key = 'k2'"
     assert raw.execute(count).fetchone() == (0,)
@@ -155,12 +182,15 @@ def test_serving_requests_are_stored_with_their_run_in_one_transaction(tmp_path)
 def test_a_version_1_store_gains_serve_requests_under_version_2(tmp_path):
     path = tmp_path / "old.sqlite"
     raw = sqlite3.connect(path)
-    raw.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-                      "INSERT INTO meta VALUES ('schema_version', '1');")
+    raw.executescript(
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+    )
     raw.close()
     with Store(path) as store:
         store.add_run(record("k1"), [], requests=[("c1", _requests(1))])
         assert [r["idx"] for r in store.request_rows("c1")] == [0]
     with sqlite3.connect(path) as again:
-        assert again.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() \
-            == ("2",)
+        assert again.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            "2",
+        )

@@ -90,8 +90,9 @@ def check_invariants(t: Tailor, assignment) -> None:
 @pytest.mark.parametrize("name", ["c8i-metal-48xl", "genoa-1s-nps4", "two-socket"])
 def test_random_demand_keeps_the_invariants(name):
     t_ = topo(name)
-    tailor = Tailor(t_, plan_isolation(t_), ["w0", "w1", "w2", "w3"],
-                    EstimatorConfig(window=3, shrink_after=2))  # fmt: skip
+    tailor = Tailor(
+        t_, plan_isolation(t_), ["w0", "w1", "w2", "w3"], EstimatorConfig(window=3, shrink_after=2)
+    )
     check_invariants(tailor, tailor.start())
     rng = random.Random(name)
     changes = 0

@@ -99,8 +99,10 @@ class Host:
 
         proc = subprocess.Popen(
             ["sysbench", "cpu", f"--threads={threads}", "--time=120", "run"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=enter,
-        )  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=enter,
+        )
         self.loads.append(proc)
         return proc
 
@@ -134,8 +136,12 @@ def managed_cpus() -> tuple[list[int], list[int]]:
 
 
 def tailor(state: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ORCHESTRATE, "tailor", "--state-dir", str(state), *args],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [ORCHESTRATE, "tailor", "--state-dir", str(state), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def timeline(state: Path) -> list[dict]:
@@ -159,8 +165,20 @@ def controller_pid(state: Path) -> int | None:
 
 @contextlib.contextmanager
 def controlled(state: Path, host: Host, managed: list[int], *extra: str):
-    args = ["start", "--cpus", format_cpulist(managed), "--period", str(PERIOD),
-            "--window", "3", "--shrink-after", "2", "--max-seconds", "90", *extra]  # fmt: skip
+    args = [
+        "start",
+        "--cpus",
+        format_cpulist(managed),
+        "--period",
+        str(PERIOD),
+        "--window",
+        "3",
+        "--shrink-after",
+        "2",
+        "--max-seconds",
+        "90",
+        *extra,
+    ]
     for name, rel in host.paths.items():
         args += ["--workload", f"{name}={rel}"]
     try:
@@ -176,17 +194,20 @@ def controlled(state: Path, host: Host, managed: list[int], *extra: str):
 
 
 def busy_sets(record: dict) -> dict[str, set[int]]:
-    return {n: set(parse_cpulist(c)) for n, c in record["sets"].items()
-            if n not in record["parked"]}  # fmt: skip
+    return {
+        n: set(parse_cpulist(c)) for n, c in record["sets"].items() if n not in record["parked"]
+    }
 
 
 @needs_host
 def test_controller_follows_demand_and_stop_restores(tmp_path):
     managed, housekeeping = managed_cpus()
     tpc = read_topology("/").threads_per_core
-    print(f"host branch: cgroup v{cgroup_version()}, managed CPUs {format_cpulist(managed)}, "
-          f"housekeeping {format_cpulist(housekeeping) or 'none (2 CPUs: all are managed)'}, "
-          f"{tpc} thread(s) per core")  # fmt: skip
+    print(
+        f"host branch: cgroup v{cgroup_version()}, managed CPUs {format_cpulist(managed)}, "
+        f"housekeeping {format_cpulist(housekeeping) or 'none (2 CPUs: all are managed)'}, "
+        f"{tpc} thread(s) per core"
+    )
     # Originals unlike anything the controller writes (it starts with one core each, a first).
     originals = {"a": str(managed[-1]), "b": format_cpulist(managed)}
     host = Host(["a", "b"], originals)
@@ -220,8 +241,13 @@ def test_controller_follows_demand_and_stop_restores(tmp_path):
     finally:
         host.close()
     records = [r for r in timeline(state) if "sets" in r]
-    print(tail := subprocess.run([ORCHESTRATE, "tailor", "--state-dir", str(state), "timeline"],
-                                 capture_output=True, text=True).stdout)  # fmt: skip
+    print(
+        tail := subprocess.run(
+            [ORCHESTRATE, "tailor", "--state-dir", str(state), "timeline"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     assert tail.strip()
     managed_set = set(managed)
     for r in records:
@@ -278,8 +304,7 @@ def test_sigkill_then_restore_puts_every_cpuset_back(tmp_path):
 
 @needs_host
 def test_missing_cgroup_is_one_line(tmp_path):
-    proc = tailor(tmp_path, "start", "--workload", "a=socketlab-test-does-not-exist",
-                  "--cpus", "0")  # fmt: skip
+    proc = tailor(tmp_path, "start", "--workload", "a=socketlab-test-does-not-exist", "--cpus", "0")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith("orchestrate: error: workload a: cgroup ")

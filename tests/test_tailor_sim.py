@@ -36,8 +36,10 @@ def host(name: str):
 
 def test_trace_csv_and_jsonl_agree():
     csv_text = "t,workload,cpus\n0,a,1.5\n0,b,0\n1,a,2\n2,a,0.5\n2,b,3\n"
-    jsonl = "\n".join(json.dumps({"t": t, "workload": w, "cpus": c}) for t, w, c in
-                      [(0, "a", 1.5), (0, "b", 0), (1, "a", 2), (2, "a", 0.5), (2, "b", 3)])  # fmt: skip
+    jsonl = "\n".join(
+        json.dumps({"t": t, "workload": w, "cpus": c})
+        for t, w, c in [(0, "a", 1.5), (0, "b", 0), (1, "a", 2), (2, "a", 0.5), (2, "b", 3)]
+    )
     a, b = parse_trace(csv_text, "x.csv"), parse_trace(jsonl, "x.jsonl")
     assert a.demand == b.demand and a.period == 1.0 and a.workloads == ("a", "b")
     assert a.demand[1] == {"a": 2.0, "b": 0.0}  # missing at t=1: no demand
@@ -113,8 +115,9 @@ def test_generator_rejects_bad_mixes():
 
 
 def orchestrate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([ORCHESTRATE, "tailor", *args], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [ORCHESTRATE, "tailor", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -126,9 +129,20 @@ def one_line(proc: subprocess.CompletedProcess) -> str:
 
 def test_cli_simulate_json_plots_and_trace_file(tmp_path):
     trace = tmp_path / "mix.csv"
-    proc = orchestrate("simulate", "--generate", "mixed", "--minutes", "2", "--topology",
-                       str(FIXTURES / "genoa-1s-nps1.json"), "--plot", str(tmp_path / "png"),
-                       "--write-trace", str(trace), "--json")  # fmt: skip
+    proc = orchestrate(
+        "simulate",
+        "--generate",
+        "mixed",
+        "--minutes",
+        "2",
+        "--topology",
+        str(FIXTURES / "genoa-1s-nps1.json"),
+        "--plot",
+        str(tmp_path / "png"),
+        "--write-trace",
+        str(trace),
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert set(out["policies"]) == {"cfs", "static", "tailor"}
@@ -136,8 +150,9 @@ def test_cli_simulate_json_plots_and_trace_file(tmp_path):
     assert [p.name for p in pngs] == [f"genoa-1s-nps1-{p}.png" for p in ("cfs", "static", "tailor")]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
     # The written trace replays to the same numbers.
-    again = orchestrate("simulate", str(trace), "--topology", str(FIXTURES / "genoa-1s-nps1.json"),
-                        "--json")  # fmt: skip
+    again = orchestrate(
+        "simulate", str(trace), "--topology", str(FIXTURES / "genoa-1s-nps1.json"), "--json"
+    )
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["policies"] == out["policies"]
 

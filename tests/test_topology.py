@@ -34,8 +34,12 @@ def test_c8i_matches_the_documented_layout():
     f = t.facts()
     assert f["cpu_model"] == "INTEL(R) XEON(R) 6975P-C"
     assert (f["sockets"], f["nodes"], f["cores"], f["threads"], f["threads_per_core"]) == (
-        1, 3, 96, 192, 2,
-    )  # fmt: skip
+        1,
+        3,
+        96,
+        192,
+        2,
+    )
     assert f["node_cpus"] == {"0": "0-31,96-127", "1": "32-63,128-159", "2": "64-95,160-191"}
     for cpu in t.cpus:  # sibling = cpu + 96
         first = cpu.id % 96
@@ -68,8 +72,10 @@ def test_c8i_matches_the_documented_layout():
     assert (f["thp"], f["numa_balancing"]) == ("always", 1)
     assert f["irqbalance"] == {"running": True, "pids": [1423]}
     assert f["cpufreq"] == {
-        "present": True, "driver": "intel_pstate", "governors": {"powersave": "0-191"},
-    }  # fmt: skip
+        "present": True,
+        "driver": "intel_pstate",
+        "governors": {"powersave": "0-191"},
+    }
     assert [i["irq"] for i in f["irqs"]] == [0, 160, 161, 162, 200, 201]
     assert f["irqs"][1]["node"] == 0 and f["irqs"][1]["effective"] == "5"
 
@@ -124,8 +130,11 @@ def test_host_facts_script_reads_a_tree(tmp_path):
     host_facts_module().write_tree(snap, str(tmp_path))
     out = subprocess.run(
         ["python3", str(REPO / "collectors" / "host_facts.py"), "--root", str(tmp_path)],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     printed = json.loads(out.stdout)
     assert printed["cpus"] == snap["cpus"]
     assert printed["nodes"] == snap["nodes"]
@@ -134,8 +143,10 @@ def test_host_facts_script_reads_a_tree(tmp_path):
 def test_host_facts_script_rejects_a_missing_root(tmp_path):
     out = subprocess.run(
         ["python3", str(REPO / "collectors" / "host_facts.py"), "--root", str(tmp_path / "no")],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "not a directory" in out.stderr
 
@@ -162,8 +173,10 @@ def test_this_machine_devices_are_what_exists():
     devices = read_topology("/").facts()["devices"]
     for dev in host_facts_module().DEVICE_PATHS:
         if dev == "/sys/fs/resctrl":
-            mounted = any(line.split()[1:3] == [dev, "resctrl"]
-                          for line in Path("/proc/mounts").read_text().splitlines())
+            mounted = any(
+                line.split()[1:3] == [dev, "resctrl"]
+                for line in Path("/proc/mounts").read_text().splitlines()
+            )
             assert (dev in devices) == mounted
         else:
             assert (dev in devices) == os.path.exists(dev), dev
@@ -173,8 +186,11 @@ def test_this_machine_devices_are_what_exists():
 def test_host_facts_script_as_a_program_matches_the_module():
     out = subprocess.run(
         ["python3", str(REPO / "collectors" / "host_facts.py")],
-        capture_output=True, text=True, check=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     printed = topology_from_snapshot(json.loads(out.stdout)).facts()
     live = read_topology("/").facts()
     for key in ("cpu_model", "flags", "cores", "threads", "node_cpus", "caches", "kernel"):

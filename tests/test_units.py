@@ -30,23 +30,38 @@ def _records() -> list[RequestRecord]:
         send = i * 50 * MS
         events = [[send + 20 * MS + k * 5 * MS, 1] for k in range(4)]
         ok = i != 5
-        out.append(RequestRecord(index=i, phase="measured", n_in=10, t_sched=send, t_send=send,
-                                 events=events if ok else [], t_done=events[-1][0],
-                                 n_out=4 if ok else 0, status="ok" if ok else "error",
-                                 error=None if ok else "boom"))  # fmt: skip
+        out.append(
+            RequestRecord(
+                index=i,
+                phase="measured",
+                n_in=10,
+                t_sched=send,
+                t_send=send,
+                events=events if ok else [],
+                t_done=events[-1][0],
+                n_out=4 if ok else 0,
+                status="ok" if ok else "error",
+                error=None if ok else "boom",
+            )
+        )
     return out
 
 
 def test_every_number_of_a_serving_summary_has_a_defined_unit():
     summary = metrics.compute(_records(), metrics.Slo(ttft_ms=30, tpot_ms=10))
-    numbers = {k for k, v in summary.items() if isinstance(v, int | float)
-               and not isinstance(v, bool)}  # fmt: skip
+    numbers = {
+        k for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
     stored = {name: unit for name, _, unit in metrics.scalar_metrics(summary)}
     assert numbers - set(stored) == set()  # none is dropped for want of a unit
     assert set(stored.values()) <= set(units.UNITS)
-    assert (stored["mean_ttft_ms"], stored["request_throughput"], stored["completed"],
-            stored["slo_attainment"], stored["p99_tpot_ms"]) == ("ms", "req/s", "count",
-                                                                 "fraction", "ms")
+    assert (
+        stored["mean_ttft_ms"],
+        stored["request_throughput"],
+        stored["completed"],
+        stored["slo_attainment"],
+        stored["p99_tpot_ms"],
+    ) == ("ms", "req/s", "count", "fraction", "ms")
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("vllm-*-c4.json")))

@@ -46,10 +46,22 @@ def venv(tmp_path_factory):
             shutil.copy2(src, dest, follow_symlinks=False)
     started = time.monotonic()
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(root / "dist"), str(tree)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(root / "dist"),
+            str(tree),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = (root / "dist").glob("socketlab-*.whl")
     build_s = time.monotonic() - started
@@ -58,19 +70,27 @@ def venv(tmp_path_factory):
     subprocess.run([sys._base_executable, "-m", "venv", str(env_dir)], check=True, timeout=120)
     installed = subprocess.run(
         [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
-    print(f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB, built in {build_s:.1f} s; "
-          f"fresh venv with its dependencies in {time.monotonic() - started:.1f} s, "
-          f"{du(env_dir) / 1e6:.0f} MB")  # fmt: skip
+    print(
+        f"wheel {wheel.name}: {wheel.stat().st_size / 1e6:.1f} MB, built in {build_s:.1f} s; "
+        f"fresh venv with its dependencies in {time.monotonic() - started:.1f} s, "
+        f"{du(env_dir) / 1e6:.0f} MB"
+    )
     return env_dir / "bin", wheel
 
 
 def test_the_base_install_is_light(venv):
     bindir, _ = venv
-    listed = subprocess.run([str(bindir / "python"), "-m", "pip", "list", "--format", "freeze"],
-                            capture_output=True, text=True, check=True).stdout.lower()  # fmt: skip
+    listed = subprocess.run(
+        [str(bindir / "python"), "-m", "pip", "list", "--format", "freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
     names = {line.split("==")[0] for line in listed.splitlines()}
     assert "socketlab" in names and "ansible-core" in names and "fabric" in names
     heavy = names & {"llama-cpp-python", "torch", "transformers", "boto3", "pyarrow", "moto"}
@@ -78,12 +98,16 @@ def test_the_base_install_is_light(venv):
     # what needs an extra says which, in one line
     cloud = subprocess.run(
         [str(bindir / "orchestrate"), "cloud", "list", "--region", "eu-west-1"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cloud.returncode == 2, cloud.stdout + cloud.stderr
-    assert re.fullmatch(r"orchestrate: error: cloud needs (boto3|botocore), which is not "
-                        r"installed; expected pip install 'socketlab\[aws\]'",
-                        cloud.stderr.strip()), cloud.stderr  # fmt: skip
+    assert re.fullmatch(
+        r"orchestrate: error: cloud needs (boto3|botocore), which is not "
+        r"installed; expected pip install 'socketlab\[aws\]'",
+        cloud.stderr.strip(),
+    ), cloud.stderr
 
 
 def test_quickstart_runs_and_reports_from_an_empty_folder(venv, tmp_path):
@@ -94,26 +118,64 @@ def test_quickstart_runs_and_reports_from_an_empty_folder(venv, tmp_path):
     # PATH: the venv's own ansible-inventory; nothing of the checkout's environment
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANSIBLE_", "SOCKETLAB_"))}
     env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
-    version = subprocess.run([str(bindir / "orchestrate"), "--version"], cwd=work, env=env,
-                             capture_output=True, text=True, check=True)  # fmt: skip
+    version = subprocess.run(
+        [str(bindir / "orchestrate"), "--version"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert version.stdout.strip() == f"socketlab {paths.version()}"
     # localhost with a work folder of its own (its host lock: a `make run` may hold the default)
     inventory = tmp_path / "inventory.yml"
-    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": {
-        "ansible_connection": "local", "ansible_python_interpreter": str(bindir / "python"),
-        "socketlab_workroot": str(tmp_path / "work")}}}}))  # fmt: skip
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {
+                        "localhost": {
+                            "ansible_connection": "local",
+                            "ansible_python_interpreter": str(bindir / "python"),
+                            "socketlab_workroot": str(tmp_path / "work"),
+                        }
+                    }
+                }
+            }
+        )
+    )
     started = time.monotonic()
     # one repetition of each point (8 runs, not 24): the path is the same, CI's time is not
-    run = subprocess.run([str(bindir / "orchestrate"), "run", "quickstart", "-i", str(inventory),
-                          "--repetitions", "1", "--plain"],
-                         cwd=work, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [
+            str(bindir / "orchestrate"),
+            "run",
+            "quickstart",
+            "-i",
+            str(inventory),
+            "--repetitions",
+            "1",
+            "--plain",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     run_s = time.monotonic() - started
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     used = [line for line in run.stderr.splitlines() if "using the shipped" in line]
     assert used and "/site-packages/socketlab/_share/experiments/quickstart.yaml" in used[0], used
     assert "statuses={'ok': 8}" in run.stderr, run.stderr[-2000:]  # plain progress: stderr
-    report = subprocess.run([str(bindir / "orchestrate"), "report", "quickstart"], cwd=work,
-                            env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    report = subprocess.run(
+        [str(bindir / "orchestrate"), "report", "quickstart"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert report.returncode == 0, report.stdout + report.stderr
     assert (work / "results" / "quickstart" / "report.md").is_file()
     print(f"orchestrate run quickstart from {work}: 8 runs ok in {run_s:.1f} s; {used[0]}")
@@ -126,12 +188,24 @@ def test_the_playbooks_and_collection_ship(venv, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env["ANSIBLE_CONFIG"] = str(share / "ansible.cfg")
     proc = subprocess.run(
-        [str(bindir / "ansible-playbook"), "--syntax-check", str(share / "playbooks/isolate.yml"),
-         str(share / "playbooks/restore.yml")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            str(bindir / "ansible-playbook"),
+            "--syntax-check",
+            str(share / "playbooks/isolate.yml"),
+            str(share / "playbooks/restore.yml"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in ("collectors/host_facts.py", "native/Makefile", "experiments/published",
-                 "ansible_collections/socketlab/lab/plugins/module_utils/cpulist.py"):  # fmt: skip
+    for name in (
+        "collectors/host_facts.py",
+        "native/Makefile",
+        "experiments/published",
+        "ansible_collections/socketlab/lab/plugins/module_utils/cpulist.py",
+    ):
         path = share / name
         assert path.exists() and not path.is_symlink(), name

@@ -90,13 +90,26 @@ class BuildJob:
         """From a socketlab.spec.model.Build (name, source, target, flags, cc)."""
         root = Path(root or paths.NATIVE)
         src_hash = source_hash(root)
-        fields = {"source_hash": src_hash, "source": build.source, "target": build.target,
-                  "flags": build.flags}  # fmt: skip
+        fields = {
+            "source_hash": src_hash,
+            "source": build.source,
+            "target": build.target,
+            "flags": build.flags,
+        }
         if build.cc:  # only when set: builds without one keep their hash, so their runs resume
             fields["cc"] = build.cc
         build_hash = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
-        return cls(build.name, root, build.source, build.target, build.flags, src_hash,
-                   build_hash, build.cc, build.dir)  # fmt: skip
+        return cls(
+            build.name,
+            root,
+            build.source,
+            build.target,
+            build.flags,
+            src_hash,
+            build_hash,
+            build.cc,
+            build.dir,
+        )
 
     def remote_root(self, executor) -> str:
         return f"{executor.workdir}/builds/{self.build_hash}"
@@ -131,8 +144,11 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     jobs = ncpu.strip() if code == 0 and ncpu.strip().isdigit() else "1"
     # BUILD always, CC when the spec names one: variables on make's command line beat both
     # the Makefile's defaults and the host's environment
-    variables = [f"BUILD={job.dir}", *([f"CC={job.cc}"] if job.cc else []),
-                 *([f"CFLAGS={job.flags}"] if job.flags else [])]  # fmt: skip
+    variables = [
+        f"BUILD={job.dir}",
+        *([f"CC={job.cc}"] if job.cc else []),
+        *([f"CFLAGS={job.flags}"] if job.flags else []),
+    ]
     # `--` ends make's options: a goal can't be read as one (the spec's target is checked to
     # be a goal name at load time, socketlab.spec.buildargs; words with '=' after it are still
     # assignments, so ours stay so)
@@ -141,8 +157,7 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     # run, not call: started with a pidfile, it is stopped by PID like a run (SIGTERM mid-make);
     # the manifest below is written only after make succeeded, so a killed build is never
     # taken as built (the next campaign finds no manifest and builds again)
-    result = executor.run(make, timeout=1800, out_dir=f"{root}.make",
-                          pidfile=job.pidfile(executor))  # fmt: skip
+    result = executor.run(make, timeout=1800, out_dir=f"{root}.make", pidfile=job.pidfile(executor))
     code = 124 if result.timed_out else result.exit_code
     if code != 0:
         tail = " | ".join((result.stderr.strip() or result.stdout.strip()).splitlines()[-3:])
@@ -150,17 +165,38 @@ def ensure_built(job: BuildJob, executor, scratch: Path, log=None) -> dict:
     # The compiler and flags the compile really used (the Makefile's or the environment's
     # unless the spec set them): make prints its own variables. No shell: the argv reaches
     # the host as is.
-    probe = ["make", "-s", "--no-print-directory", "-C", job.remote_dir(executor), "--eval",
-             "_socketlab_probe:\n\t@echo 'cc=$(CC)'\n\t@echo 'cflags=$(CFLAGS)'",
-             "--", "_socketlab_probe", *variables]  # fmt: skip
+    probe = [
+        "make",
+        "-s",
+        "--no-print-directory",
+        "-C",
+        job.remote_dir(executor),
+        "--eval",
+        "_socketlab_probe:\n\t@echo 'cc=$(CC)'\n\t@echo 'cflags=$(CFLAGS)'",
+        "--",
+        "_socketlab_probe",
+        *variables,
+    ]
     code, printed = executor.call(probe, timeout=60)
     said = dict(line.partition("=")[::2] for line in printed.splitlines() if code == 0)
     cflags = said["cflags"].strip() if "cflags" in said else None
     cc = said.get("cc", "").split() or [job.cc or "cc"]
     compiler = executor.call([*cc, "--version"])[1].strip().splitlines()
     code, listing = executor.call(
-        ["find", root, "-type", "f", "-perm", "-u+x", "-newermt", f"@{int(started) - 1}",
-         "-exec", "sha256sum", "{}", "+"]  # fmt: skip
+        [
+            "find",
+            root,
+            "-type",
+            "f",
+            "-perm",
+            "-u+x",
+            "-newermt",
+            f"@{int(started) - 1}",
+            "-exec",
+            "sha256sum",
+            "{}",
+            "+",
+        ]
     )
     binaries = {}
     for line in listing.splitlines():

@@ -20,8 +20,15 @@ from socketlab.errors import SocketlabError
 log = logging.getLogger("socketlab")
 
 #: packages of the extras (pyproject.toml), for a one-line error where one is missing
-EXTRAS = {"boto3": "aws", "botocore": "aws", "pyarrow": "parquet", "llama_cpp": "serve",
-          "torch": "ref", "transformers": "ref", "safetensors": "ref"}  # fmt: skip
+EXTRAS = {
+    "boto3": "aws",
+    "botocore": "aws",
+    "pyarrow": "parquet",
+    "llama_cpp": "serve",
+    "torch": "ref",
+    "transformers": "ref",
+    "safetensors": "ref",
+}
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -74,11 +81,18 @@ def _add_logging_arguments(parser: argparse.ArgumentParser, default) -> None:
         if free:
             group.add_argument(*free, default=default, **kwargs)
 
-    add("-v", "--verbose", action="count",
-        help="more detail on stderr (e.g. each SSH connection's settings)")
+    add(
+        "-v",
+        "--verbose",
+        action="count",
+        help="more detail on stderr (e.g. each SSH connection's settings)",
+    )
     add("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
-    add("--log-file", metavar="FILE",
-        help="also write every log record (debug level, timestamped) to FILE")
+    add(
+        "--log-file",
+        metavar="FILE",
+        help="also write every log record (debug level, timestamped) to FILE",
+    )
 
 
 def setup_logging(verbose: int = 0, quiet: bool = False, log_file: str | None = None) -> None:
@@ -95,9 +109,10 @@ def setup_logging(verbose: int = 0, quiet: bool = False, log_file: str | None = 
         try:
             handler = logging.FileHandler(log_file)
         except OSError as exc:
-            raise SocketlabError(f"--log-file {log_file}: cannot write it: {exc.strerror}") from None
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+            raise SocketlabError(
+                f"--log-file {log_file}: cannot write it: {exc.strerror}"
+            ) from None
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
 
 
@@ -105,19 +120,28 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        setup_logging(getattr(args, "verbose", 0), getattr(args, "quiet", False),
-                      getattr(args, "log_file", None))  # fmt: skip
+        setup_logging(
+            getattr(args, "verbose", 0),
+            getattr(args, "quiet", False),
+            getattr(args, "log_file", None),
+        )
         rc = args.func(args)
     except SocketlabError as exc:
         print(f"orchestrate: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:  # a package of an extra the install left out
-        missing = exc.name if exc.name in EXTRAS else next(
-            (name for name in EXTRAS if name in str(exc)), None)
+        missing = (
+            exc.name
+            if exc.name in EXTRAS
+            else next((name for name in EXTRAS if name in str(exc)), None)
+        )
         if missing is None:
             raise
-        print(f"orchestrate: error: {args.command} needs {missing}, which is not installed; "
-              f"expected pip install 'socketlab[{EXTRAS[missing]}]'", file=sys.stderr)
+        print(
+            f"orchestrate: error: {args.command} needs {missing}, which is not installed; "
+            f"expected pip install 'socketlab[{EXTRAS[missing]}]'",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("orchestrate: interrupted", file=sys.stderr)

@@ -54,13 +54,15 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
     for part in _SEP.split(text) if text else []:
         m = _RANGE.fullmatch(part)
         if not m:
-            raise CpuListError(f"{what}: {_short(text)} is not a CPU list; expected e.g. "
-                               "'0-3,8,10-11'")
+            raise CpuListError(
+                f"{what}: {_short(text)} is not a CPU list; expected e.g. '0-3,8,10-11'"
+            )
         first, last = _id(m[1]), _id(m[2] or m[1])
         used, group = int(m[3] or 1), int(m[4] or 1)
         if last < first:
-            raise CpuListError(f"{what}: bad CPU range {part!r} in {_short(text)}: it runs "
-                               "backwards")
+            raise CpuListError(
+                f"{what}: bad CPU range {part!r} in {_short(text)}: it runs backwards"
+            )
         # bounded before anything is expanded: "0-4000000000" is refused, not allocated
         if last > max_id:
             raise CpuListLimit(what, text, over("CPU_ID", _cpu_id(m[2] or m[1])))
@@ -68,8 +70,9 @@ def parse_cpulist(text: str, what: str = "CPU list") -> list[int]:
         if count > max_cpus:
             raise CpuListLimit(what, text, over("CPUS", count, "CPUs"))
         if not 0 < used <= group:
-            raise CpuListError(f"{what}: bad stride {part!r} in {_short(text)}; expected "
-                               "used/group")
+            raise CpuListError(
+                f"{what}: bad stride {part!r} in {_short(text)}; expected used/group"
+            )
         cpus.update(c for c in range(first, last + 1) if (c - first) % group < used)
     return sorted(cpus)
 
@@ -81,7 +84,7 @@ def _id(digits: str) -> int:
 
 
 def _cpu_id(digits: str) -> str:
-    """"CPU id N", or its length where printing it would flood the line."""
+    """ "CPU id N", or its length where printing it would flood the line."""
     digits = digits.lstrip("0") or "0"
     return f"CPU id {digits}" if len(digits) <= 18 else f"a {len(digits)}-digit CPU id"
 
@@ -137,8 +140,9 @@ def parse_cpumask(text: str, what: str = "CPU mask") -> list[int]:
         text = text[2:]
     words = text.split(",")
     if not text or any(not re.fullmatch(r"[0-9a-f]{1,8}", w) for w in words):
-        raise CpuListError(f"{what}: {_short(text)} is not a CPU mask; expected e.g. "
-                           "'00000003,ffffffff'")
+        raise CpuListError(
+            f"{what}: {_short(text)} is not a CPU mask; expected e.g. '00000003,ffffffff'"
+        )
     if len(words) * 32 > limit("CPU_ID") + 32:
         raise CpuListError(f"{what}: a mask of {over('CPU_ID', len(words) * 32, 'bits')}")
     value = 0

@@ -44,17 +44,21 @@ def where(host: InventoryHost) -> str:
     """How messages name a host: its inventory name and how it is reached."""
     if host.is_local:
         return f"{host.name} (local, {host.python})"
-    return (f"{host.name} (ssh {host.user + '@' if host.user else ''}{host.address}"
-            f"{':' + str(host.port) if host.port else ''})")  # fmt: skip
+    return (
+        f"{host.name} (ssh {host.user + '@' if host.user else ''}{host.address}"
+        f"{':' + str(host.port) if host.port else ''})"
+    )
 
 
 def state_dir_of(host: InventoryHost) -> str | None:
     """The host's socketlab_state_dir, a literal path (HostError for a template)."""
     state_dir = (getattr(host, "vars", None) or {}).get("socketlab_state_dir")
     if "{{" in str(state_dir or ""):
-        raise HostError(f"{where(host)}: socketlab_state_dir={state_dir!r} is a template; "
-                        "expected a literal path in the inventory (orchestrate does not render "
-                        "templates)")  # fmt: skip
+        raise HostError(
+            f"{where(host)}: socketlab_state_dir={state_dir!r} is a template; "
+            "expected a literal path in the inventory (orchestrate does not render "
+            "templates)"
+        )
     return str(state_dir) if state_dir else None
 
 
@@ -73,19 +77,31 @@ def collect_snapshot(host: InventoryHost, timeout: float = 60) -> dict:
     where_ = where(host)
     try:
         if argv is not None:
-            proc = subprocess.run(argv, input=script, capture_output=True, text=True,
-                                  timeout=timeout)  # fmt: skip
+            proc = subprocess.run(
+                argv, input=script, capture_output=True, text=True, timeout=timeout
+            )
         else:  # the connection orchestrate's executor makes: ~/.ssh/config, agent, ProxyJump
-            proc = subprocess.CompletedProcess(words, *sshconfig.run_once(
-                host.address, " ".join(words), script.encode(), user=host.user, port=host.port,
-                key_file=host.key_file, common_args=host.ssh_common_args, timeout=timeout))
+            proc = subprocess.CompletedProcess(
+                words,
+                *sshconfig.run_once(
+                    host.address,
+                    " ".join(words),
+                    script.encode(),
+                    user=host.user,
+                    port=host.port,
+                    key_file=host.key_file,
+                    common_args=host.ssh_common_args,
+                    timeout=timeout,
+                ),
+            )
     except FileNotFoundError as exc:
         raise HostError(f"{where_}: cannot run {exc.filename}") from None
     except (subprocess.TimeoutExpired, TimeoutError):
         raise HostError(f"{where_}: host_facts.py gave no answer within {timeout:.0f} s") from None
     except (OSError, EOFError, paramiko.SSHException) as exc:
-        raise HostError(f"{where_}: gathering facts failed: cannot connect: "
-                        f"{exc or type(exc).__name__}") from None  # fmt: skip
+        raise HostError(
+            f"{where_}: gathering facts failed: cannot connect: {exc or type(exc).__name__}"
+        ) from None
     if proc.returncode == BECOME_REFUSED and become_requested(getattr(host, "vars", None)):
         raise HostError(become_refused(where_, host.user, become_variable(host.vars)))
     if proc.returncode != 0:
@@ -122,8 +138,9 @@ def open_host(host: InventoryHost, timeout: float = 60) -> Opened:
         return Opened(executor, _facts(executor.read_facts(state_dir)))
     except BecomeRefused:
         executor.close()
-        raise HostError(become_refused(where(host), host.user, become_variable(host.vars))
-                        ) from None  # fmt: skip
+        raise HostError(
+            become_refused(where(host), host.user, become_variable(host.vars))
+        ) from None
     except HostError as exc:
         executor.close()
         why = str(exc).removeprefix(f"{host.name}: ")
@@ -133,12 +150,14 @@ def open_host(host: InventoryHost, timeout: float = 60) -> Opened:
         raise
 
 
-def open_all(hosts: list[InventoryHost], timeout: float = 60, workers: int = SETUP_WORKERS
-             ) -> dict[str, Opened | SocketlabError]:  # fmt: skip
+def open_all(
+    hosts: list[InventoryHost], timeout: float = 60, workers: int = SETUP_WORKERS
+) -> dict[str, Opened | SocketlabError]:
     """name -> the host opened for a run (``open_host``), or its error, of many hosts over a
     bounded pool of threads. Stopped part way (SIGTERM), it closes the hosts opened so far."""
-    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts))),
-                              thread_name_prefix="open-host")  # fmt: skip
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, min(workers, len(hosts))), thread_name_prefix="open-host"
+    )
 
     def one(host: InventoryHost) -> Opened | SocketlabError:
         try:

@@ -108,8 +108,9 @@ def _check_name(inventory: Path, name: str) -> None:
     A PathError, not a HostError: the name is wrong whatever pattern selected it."""
     why = part_problem(name)
     if why:
-        raise PathError(f"{inventory}: host {name!r}: {why}; a host name becomes a folder name, "
-                        f"{EXPECTED}")
+        raise PathError(
+            f"{inventory}: host {name!r}: {why}; a host name becomes a folder name, {EXPECTED}"
+        )
 
 
 def load_inventory(path: str | Path | None = None, limit: str | None = None) -> list[InventoryHost]:

@@ -25,8 +25,10 @@ DEFAULTS: dict[str, tuple[int, str]] = {
     "TOKEN_IDS": (1 << 20, "token ids in a serving block's suppress_token_ids"),
     # each request's prompt is made (and held) before its level starts
     "REQUESTS": (1_000_000, "requests (and warm-up requests) per load level of a serving block"),
-    "RENDER_BYTES": (128 << 10, "bytes one rendered template value may have (Linux "
-                     "MAX_ARG_STRLEN)"),
+    "RENDER_BYTES": (
+        128 << 10,
+        "bytes one rendered template value may have (Linux MAX_ARG_STRLEN)",
+    ),
     "RENDER_STEPS": (1_000_000, "loop iterations one template render may make"),
     "RENDER_INT_BITS": (4096, "bits in an integer a template computes"),
 }
@@ -50,7 +52,8 @@ def limit(name: str) -> int:
 
 
 def over(name: str, value: object, unit: str = "") -> str:
-    """"<value> <unit>, over the limit of N <unit> (SOCKETLAB_LIMIT_<name> raises it)"."""
+    """ "<value> <unit>, over the limit of N <unit> (SOCKETLAB_LIMIT_<name> raises it)"."""
     unit = f" {unit}" if unit else ""
-    return f"{value}{unit}, over the limit of {limit(name)}{unit} (SOCKETLAB_LIMIT_{name} " \
-        "raises it)"
+    return (
+        f"{value}{unit}, over the limit of {limit(name)}{unit} (SOCKETLAB_LIMIT_{name} raises it)"
+    )

@@ -49,8 +49,16 @@ CACHE = (
     else REPO / ".cache"
 )
 #: The folders and files a wheel carries in SHARE (setup.py copies them; a checkout has them).
-SHARED = ("collectors", "native", "experiments", "inventory/localhost.yml", "playbooks", "roles",
-          "ansible.cfg", "ansible_collections/socketlab/lab")  # fmt: skip
+SHARED = (
+    "collectors",
+    "native",
+    "experiments",
+    "inventory/localhost.yml",
+    "playbooks",
+    "roles",
+    "ansible.cfg",
+    "ansible_collections/socketlab/lab",
+)
 
 
 def ansible_env() -> dict[str, str]:
@@ -66,8 +74,12 @@ def ansible_env() -> dict[str, str]:
         ANSIBLE_ACTION_PLUGINS=str(PLAYBOOKS / "action_plugins"),
         # ours first, then the user's own (theirs may hold other collections)
         ANSIBLE_COLLECTIONS_PATH=os.pathsep.join(
-            [str(COLLECTIONS), os.path.expanduser("~/.ansible/collections"),
-             "/usr/share/ansible/collections"]),  # fmt: skip
+            [
+                str(COLLECTIONS),
+                os.path.expanduser("~/.ansible/collections"),
+                "/usr/share/ansible/collections",
+            ]
+        ),
     )
     # An exported ANSIBLE_PYTHON_INTERPRETER=auto* would override ansible.cfg and pick a broken shim.
     if env.get("ANSIBLE_PYTHON_INTERPRETER", "").startswith("auto"):

@@ -44,9 +44,14 @@ def probe_bytes(topology: Mapping[str, Any]) -> int:
         return DEFAULT_BYTES
 
 
-def point_probe(settings: Mapping[str, Any] | None, build: str | None, build_dir: str,
-                cpus: str | None, argv: Sequence[str], topology: Mapping[str, Any]
-                ) -> dict[str, Any] | None:
+def point_probe(
+    settings: Mapping[str, Any] | None,
+    build: str | None,
+    build_dir: str,
+    cpus: str | None,
+    argv: Sequence[str],
+    topology: Mapping[str, Any],
+) -> dict[str, Any] | None:
     """What the runner needs to probe one point (it goes in ``RunPoint.extra["probe"]``), or
     None: no probe asked, another build, or no CPUs to probe."""
     if not settings or build != settings.get("build"):
@@ -54,14 +59,26 @@ def point_probe(settings: Mapping[str, Any] | None, build: str | None, build_dir
     where = cpus_of(cpus, argv)
     if not where:
         return None
-    return {"binary": f"{build_dir}/ladder", "cpus": where, "bytes": probe_bytes(topology),
-            "below": float(settings.get("below", DEFAULT_BELOW))}
+    return {
+        "binary": f"{build_dir}/ladder",
+        "cpus": where,
+        "bytes": probe_bytes(topology),
+        "below": float(settings.get("below", DEFAULT_BELOW)),
+    }
 
 
 def argv(probe: Mapping[str, Any], build_root: str) -> list[str]:
     """The probe's command on the host; ``build_root``: the build's working directory."""
-    return [f"{build_root}/{probe['binary']}", "--probe", "--cpus", str(probe["cpus"]),
-            "--size", str(int(probe["bytes"])), "--timeout", "20"]
+    return [
+        f"{build_root}/{probe['binary']}",
+        "--probe",
+        "--cpus",
+        str(probe["cpus"]),
+        "--size",
+        str(int(probe["bytes"])),
+        "--timeout",
+        "20",
+    ]
 
 
 def reading(output: str, at: float) -> dict[str, Any]:
@@ -87,8 +104,15 @@ def reading(output: str, at: float) -> dict[str, Any]:
             counters.setdefault(str(rec["name"]), {})[str(rec["cpu"])] = float(rec["value"])
     if not units:
         raise ValueError(f"ladder --probe printed no rate: {output.strip()[-200:]!r}")
-    sched = {cpu: {"calls": calls, "run_delay_ns": counters.get("run_delay_ns", {}).get(cpu)}
-             for cpu, calls in counters.get("sched_calls", {}).items()}
-    return {"at": at, "units": units, "rate_units": rate_units,
-            "steal_ticks": counters.get("steal_ticks", {}), "sched": sched,
-            "units_missing": [u for u in missing.split(",") if u]}
+    sched = {
+        cpu: {"calls": calls, "run_delay_ns": counters.get("run_delay_ns", {}).get(cpu)}
+        for cpu, calls in counters.get("sched_calls", {}).items()
+    }
+    return {
+        "at": at,
+        "units": units,
+        "rate_units": rate_units,
+        "steal_ticks": counters.get("steal_ticks", {}),
+        "sched": sched,
+        "units_missing": [u for u in missing.split(",") if u],
+    }

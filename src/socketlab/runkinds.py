@@ -60,9 +60,15 @@ def run_point(context: RunContext, point) -> Outcome:
 def run(context: RunContext, point) -> Outcome:
     """The command kind: argv pinned, timed, in its own process group; judged by its sanity."""
     ex = context.ex
-    result = ex.run(point.argv, env=point.env, cwd=context.cwd, timeout=point.timeout_s,
-                    cpus=point.cpus, out_dir=context.remote,
-                    pidfile=f"{context.remote}/collectors/target.pid")  # fmt: skip
+    result = ex.run(
+        point.argv,
+        env=point.env,
+        cwd=context.cwd,
+        timeout=point.timeout_s,
+        cpus=point.cpus,
+        out_dir=context.remote,
+        pidfile=f"{context.remote}/collectors/target.pid",
+    )
     (context.raw / "stdout").write_text(result.stdout)
     (context.raw / "stderr").write_text(result.stderr)
     parsed = parse_output(point.parsers, result.stdout, result.stderr)
@@ -70,13 +76,24 @@ def run(context: RunContext, point) -> Outcome:
         (context.raw / "meta.json").write_text(json.dumps(parsed.meta, indent=1, default=str))
     status, reason = _verdict(point, result, parsed.errors)
     fields = {k: v for k, v in result.__dict__.items() if k not in ("stdout", "stderr")}
-    return Outcome(status, reason, list(parsed.metrics), result.exit_code, result.started,
-                   result.duration_s, {"pgid": result.pgid}, {"result": fields})
+    return Outcome(
+        status,
+        reason,
+        list(parsed.metrics),
+        result.exit_code,
+        result.started,
+        result.duration_s,
+        {"pgid": result.pgid},
+        {"result": fields},
+    )
 
 
 def _verdict(point, result, errors: list[str]) -> tuple[RunStatus, str]:
     if result.timed_out:
-        return RunStatus.TIMEOUT, f"killed after {point.timeout_s:g} s (process group {result.pgid})"
+        return (
+            RunStatus.TIMEOUT,
+            f"killed after {point.timeout_s:g} s (process group {result.pgid})",
+        )
     if result.exit_code is None:
         return RunStatus.FAILED, result.stderr.strip()[-300:] or "no result"
     sanity = point.sanity
@@ -94,7 +111,10 @@ def _verdict(point, result, errors: list[str]) -> tuple[RunStatus, str]:
     for pattern in sanity.must_not_match:
         match = re.search(pattern, result.stdout + "\n" + result.stderr, re.MULTILINE)
         if match:
-            return RunStatus.FAILED, f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}"
+            return (
+                RunStatus.FAILED,
+                f"output matches must_not_match {pattern!r}: {match.group(0)[:80]!r}",
+            )
     return RunStatus.OK, ""
 
 

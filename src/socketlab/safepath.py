@@ -59,6 +59,8 @@ def inside(parent: P, *names: str, what: str = "name", links: bool = True) -> P:
     for name in names:
         path = path / name
         if not links and path.is_symlink():
-            raise PathError(f"{path}: is a symbolic link (to {path.readlink()}); expected a "
-                            f"folder of its own under {parent} (remove the link)")
+            raise PathError(
+                f"{path}: is a symbolic link (to {path.readlink()}); expected a "
+                f"folder of its own under {parent} (remove the link)"
+            )
     return path

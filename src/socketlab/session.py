@@ -43,9 +43,16 @@ class Campaign:
             executor.close()
 
 
-def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str | None = None,
-            inventory: str | Path | None = None, repetitions: int | None = None,
-            assume: list[str] | None = None, open_hosts: bool = False) -> Campaign:  # fmt: skip
+def prepare(
+    spec_file: str | Path,
+    *,
+    profile: str | None = None,
+    pattern: str | None = None,
+    inventory: str | Path | None = None,
+    repetitions: int | None = None,
+    assume: list[str] | None = None,
+    open_hosts: bool = False,
+) -> Campaign:
     """Load, select hosts (or take `assume`d snapshots), gather facts once, expand the points.
     With ``open_hosts`` each host reached stays open for the run (``Campaign.executors``);
     `run` closes them, and so does a failure here."""
@@ -58,8 +65,9 @@ def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str |
             facts = assumed_host_facts(spec, assume)
         else:
             hosts = select_hosts(spec, pattern, inventory)
-            facts = gather_host_facts(spec, hosts, unreachable,
-                                      executors=executors if open_hosts else None)  # fmt: skip
+            facts = gather_host_facts(
+                spec, hosts, unreachable, executors=executors if open_hosts else None
+            )
         plan = expand_points(spec, facts, repetitions=repetitions)
     except BaseException:
         for executor in executors.values():
@@ -69,20 +77,34 @@ def prepare(spec_file: str | Path, *, profile: str | None = None, pattern: str |
     return Campaign(spec, plan, reached, facts, unreachable, profile, executors)
 
 
-def preview(spec_file: str | Path, *, profile: str | None = None, pattern: str | None = None,
-            inventory: str | Path | None = None, repetitions: int | None = None,
-            assume: list[str] | None = None, results: str | Path | None = None,
-            ) -> tuple[Plan, dict[str, Any]]:  # fmt: skip
+def preview(
+    spec_file: str | Path,
+    *,
+    profile: str | None = None,
+    pattern: str | None = None,
+    inventory: str | Path | None = None,
+    repetitions: int | None = None,
+    assume: list[str] | None = None,
+    results: str | Path | None = None,
+) -> tuple[Plan, dict[str, Any]]:
     """What `orchestrate plan` shows: the plan (every experiment of an unreachable host
     skipped, with why) and its estimated time (socketlab.spec.estimate). HostError when no
     host answered."""
-    campaign = prepare(spec_file, profile=profile, pattern=pattern, inventory=inventory,
-                       repetitions=repetitions, assume=assume)  # fmt: skip
+    campaign = prepare(
+        spec_file,
+        profile=profile,
+        pattern=pattern,
+        inventory=inventory,
+        repetitions=repetitions,
+        assume=assume,
+    )
     require_a_host(campaign)
     plan = campaign.plan
-    plan.skipped.extend(Skip(name, exp.name, f"host unreachable: {exc}")
-                        for name, exc in campaign.unreachable.items()
-                        for exp in campaign.spec.experiments)  # fmt: skip
+    plan.skipped.extend(
+        Skip(name, exp.name, f"host unreachable: {exc}")
+        for name, exc in campaign.unreachable.items()
+        for exp in campaign.spec.experiments
+    )
     return plan, estimate(plan, results, assumed=bool(assume))
 
 
@@ -92,26 +114,40 @@ def require_a_host(campaign: Campaign) -> None:
     that can't run anywhere."""
     if not campaign.facts and campaign.unreachable:
         first = next(iter(campaign.unreachable.values()))
-        raise HostError(f"no host could be reached ({len(campaign.unreachable)} tried); "
-                        f"first: {first}")
+        raise HostError(
+            f"no host could be reached ({len(campaign.unreachable)} tried); first: {first}"
+        )
 
 
-def runner(campaign: Campaign, results: str | Path | None = None, *, dry_run: bool = False,
-           rerun_failed: bool = False, reporter: Any = None):  # fmt: skip
+def runner(
+    campaign: Campaign,
+    results: str | Path | None = None,
+    *,
+    dry_run: bool = False,
+    rerun_failed: bool = False,
+    reporter: Any = None,
+):
     """The campaign's Runner over results/<campaign>/store.sqlite (a dry run creates nothing:
     with no store yet it reads an empty one in memory)."""
     spec, plan = campaign.spec, campaign.plan
-    folder = check_results_folder(inside(Path(results or paths.RESULTS), spec.campaign,
-                                         what="campaign"))
+    folder = check_results_folder(
+        inside(Path(results or paths.RESULTS), spec.campaign, what="campaign")
+    )
     store_file = folder / "store.sqlite"
     return Runner(
-        campaign=spec.campaign, points=plan.points, hosts=campaign.hosts,
+        campaign=spec.campaign,
+        points=plan.points,
+        hosts=campaign.hosts,
         profiles={h: combined_profile(h, plan.profile_hash(h)) for h in plan.hosts},
         store=Store(":memory:" if dry_run and not store_file.exists() else store_file),
-        results_dir=folder, builds=spec.builds, spec_sha256=spec.sha256,
-        rerun_failed=rerun_failed, reporter=reporter, host_facts=campaign.facts,
+        results_dir=folder,
+        builds=spec.builds,
+        spec_sha256=spec.sha256,
+        rerun_failed=rerun_failed,
+        reporter=reporter,
+        host_facts=campaign.facts,
         executors=None if dry_run else campaign.executors,
-    )  # fmt: skip
+    )
 
 
 def pending(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: bool = False):
@@ -123,8 +159,13 @@ def pending(campaign: Campaign, results: str | Path | None = None, *, rerun_fail
         dry.store.close()
 
 
-def run(campaign: Campaign, results: str | Path | None = None, *, rerun_failed: bool = False,
-        reporter: Any = None):  # fmt: skip
+def run(
+    campaign: Campaign,
+    results: str | Path | None = None,
+    *,
+    rerun_failed: bool = False,
+    reporter: Any = None,
+):
     """Record the campaign's provenance and host-failure notes, run what is pending and return
     the Runner (its summary, and the signal that stopped it if one did)."""
     try:
@@ -154,14 +195,24 @@ def save_provenance(results: Path, campaign: Campaign) -> None:
     try:
         for sub in ("specs", "hosts"):
             (results / sub).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(spec.path, results / "specs" /
-                        f"{spec.sha256[:16]}{Path(spec.path).suffix or '.yaml'}")
+        shutil.copyfile(
+            spec.path, results / "specs" / f"{spec.sha256[:16]}{Path(spec.path).suffix or '.yaml'}"
+        )
         for name, entry in campaign.facts.items():
             inside(results / "hosts", f"{name}.json", what="host name").write_text(
-                json.dumps(entry, indent=1, sort_keys=True, default=str))
-        (results / "last-run.json").write_text(json.dumps(
-            {"spec": str(Path(spec.path).resolve()), "spec_sha256": spec.sha256,
-             "profile": campaign.profile}, indent=1))  # fmt: skip
+                json.dumps(entry, indent=1, sort_keys=True, default=str)
+            )
+        (results / "last-run.json").write_text(
+            json.dumps(
+                {
+                    "spec": str(Path(spec.path).resolve()),
+                    "spec_sha256": spec.sha256,
+                    "profile": campaign.profile,
+                },
+                indent=1,
+            )
+        )
     except OSError as exc:
-        raise StoreError(f"{exc.filename or results}: cannot write the results folder: "
-                         f"{exc.strerror or exc}") from None
+        raise StoreError(
+            f"{exc.filename or results}: cannot write the results folder: {exc.strerror or exc}"
+        ) from None

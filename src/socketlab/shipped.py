@@ -36,5 +36,7 @@ def spec_path(given: str) -> Path:
             if candidate.is_file():
                 log.info("spec %s: no such file here; using the shipped %s", given, candidate)
                 return candidate
-    raise SpecError(f"{given}: no such spec file; expected a path to a spec (YAML) or the name "
-                    f"of a shipped one ({', '.join(shipped_specs())})")  # fmt: skip
+    raise SpecError(
+        f"{given}: no such spec file; expected a path to a spec (YAML) or the name "
+        f"of a shipped one ({', '.join(shipped_specs())})"
+    )

@@ -26,7 +26,9 @@ from socketlab.limits import limit, over
 
 # Characters YAML 1.1 forbids in a stream (PyYAML's Reader.NON_PRINTABLE): C0 controls but
 # tab/LF/CR, DEL, C1 controls but NEL, surrogates, U+FFFE/U+FFFF.
-_NON_PRINTABLE = re.compile("[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+_NON_PRINTABLE = re.compile(
+    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
+)
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 _FLOAT = "tag:yaml.org,2002:float"
@@ -52,8 +54,9 @@ def decode(path: Path, raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise SpecError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); expected a UTF-8 "
-                        "YAML file") from None
+        raise SpecError(
+            f"{path}:{line}: not UTF-8 text (byte {exc.start}); expected a UTF-8 YAML file"
+        ) from None
 
 
 def load_document(
@@ -67,8 +70,10 @@ def load_document(
     bad = _NON_PRINTABLE.search(text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
-        raise SpecError(f"{path}:{line}: control character U+{ord(bad.group()):04X} in the "
-                        "file; expected printable text (write it as an escape in a quoted string)")
+        raise SpecError(
+            f"{path}:{line}: control character U+{ord(bad.group()):04X} in the "
+            "file; expected printable text (write it as an escape in a quoted string)"
+        )
     try:
         _check_events(path, text)
         loader = _Loader(text)
@@ -127,8 +132,10 @@ def _walk(path: Path, node: yaml.Node, parts: list[Any], lines: dict[str, int]) 
             line = key_node.start_mark.line + 1
             here = field_path([*parts, key])
             if key in seen:
-                raise SpecError(f"{path}:{line}: {here}: duplicate key '{key}' (first given on "
-                                f"line {seen[key]})")
+                raise SpecError(
+                    f"{path}:{line}: {here}: duplicate key '{key}' (first given on "
+                    f"line {seen[key]})"
+                )
             seen[key] = lines[here] = line
             _walk(path, value_node, [*parts, key], lines)
     elif isinstance(node, yaml.SequenceNode):
@@ -151,8 +158,10 @@ def _check_events(path: Path, text: str) -> None:
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent):
             if event.anchor in (a for a, _ in open_):
-                raise SpecError(f"{path}:{line}: recursive alias *{event.anchor} (it refers to "
-                                "a value that contains it); expected a tree")
+                raise SpecError(
+                    f"{path}:{line}: recursive alias *{event.anchor} (it refers to "
+                    "a value that contains it); expected a tree"
+                )
             count += sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.ScalarEvent):
             count += 1
@@ -162,15 +171,18 @@ def _check_events(path: Path, text: str) -> None:
             count += 1
             open_.append((event.anchor, count))
             if len(open_) > max_depth:
-                raise SpecError(f"{path}:{line}: nesting depth "
-                                f"{over('YAML_DEPTH', len(open_), 'levels')}")
+                raise SpecError(
+                    f"{path}:{line}: nesting depth {over('YAML_DEPTH', len(open_), 'levels')}"
+                )
         elif isinstance(event, yaml.CollectionEndEvent) and open_:
             anchor, start = open_.pop()
             if anchor:
                 sizes[anchor] = count - start + 1
         if count > max_nodes:
-            raise SpecError(f"{path}:{line}: the document, with its aliases expanded, has "
-                            f"{over('YAML_NODES', count, 'values')}")
+            raise SpecError(
+                f"{path}:{line}: the document, with its aliases expanded, has "
+                f"{over('YAML_NODES', count, 'values')}"
+            )
 
 
 def _check_nodes(path: Path, root: yaml.Node) -> None:
@@ -190,28 +202,38 @@ def _check_nodes(path: Path, root: yaml.Node) -> None:
                     stack.append(value)
                     continue
                 if not isinstance(key, yaml.ScalarNode):
-                    raise SpecError(f"{path}:{key.start_mark.line + 1}: a complex key (a list "
-                                    "or mapping as a key); expected a string key")
+                    raise SpecError(
+                        f"{path}:{key.start_mark.line + 1}: a complex key (a list "
+                        "or mapping as a key); expected a string key"
+                    )
                 if key.tag != _STR:
                     kind = key.tag.rsplit(":", 1)[-1]
-                    raise SpecError(f"{path}:{key.start_mark.line + 1}: key {key.value!r} reads "
-                                    f"as YAML {kind}, not a string; quote it: '{key.value}'")
+                    raise SpecError(
+                        f"{path}:{key.start_mark.line + 1}: key {key.value!r} reads "
+                        f"as YAML {kind}, not a string; quote it: '{key.value}'"
+                    )
                 stack.extend((key, value))
         elif isinstance(node, yaml.SequenceNode):
             stack.extend(node.value)
         elif "\x00" in node.value:
-            raise SpecError(f"{path}:{line}: a NUL character (\\0) in a string; expected text "
-                            "without NUL (it can't reach a command line, an environment or a file "
-                            "name)")
+            raise SpecError(
+                f"{path}:{line}: a NUL character (\\0) in a string; expected text "
+                "without NUL (it can't reach a command line, an environment or a file "
+                "name)"
+            )
         elif node.tag in _SCALARS:
             try:  # constructed here too, so that a bad one is reported with its line
                 value = _SCALARS[node.tag](_CONSTRUCTOR, node)
             except (ValueError, OverflowError) as exc:
-                raise SpecError(f"{path}:{line}: {_short(node.value)} is not a valid YAML "
-                                f"{node.tag.rsplit(':', 1)[-1]}: {exc}".splitlines()[0]) from None
+                raise SpecError(
+                    f"{path}:{line}: {_short(node.value)} is not a valid YAML "
+                    f"{node.tag.rsplit(':', 1)[-1]}: {exc}".splitlines()[0]
+                ) from None
             if isinstance(value, float) and not math.isfinite(value):
-                raise SpecError(f"{path}:{line}: {node.value!r} is not a finite number; "
-                                "expected a number (no .nan or .inf)")
+                raise SpecError(
+                    f"{path}:{line}: {node.value!r} is not a finite number; "
+                    "expected a number (no .nan or .inf)"
+                )
 
 
 def _short(text: str) -> str:

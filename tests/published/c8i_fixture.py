@@ -41,12 +41,16 @@ MIB = 1048576
 #: meta fields per experiment as campaign-oct.yaml's full profile runs it (--seconds, --reps,
 #: --iters, --steps); None: no binary (noise-idle runs sleep under the noise collector)
 RUN_AS: dict[str, dict[str, Any] | None] = {
-    **dict.fromkeys(("ladder", "ladder-amx", "dram-imc", "compute", "compute-amx"),
-                    {"binary": "ladder", "seconds": 2, "reps": 3}),
+    **dict.fromkeys(
+        ("ladder", "ladder-amx", "dram-imc", "compute", "compute-amx"),
+        {"binary": "ladder", "seconds": 2, "reps": 3},
+    ),
     **dict.fromkeys(("clocks", "clocks-amx"), {"binary": "ladder", "seconds": 10, "reps": 1}),
     "noise-load": {"binary": "ladder", "seconds": 20, "reps": 1},
-    **dict.fromkeys(("exchange", "exchange-umwait"),
-                    {"binary": "exchange", "iters": 20000, "warmup": 2000, "bytes": 2560}),
+    **dict.fromkeys(
+        ("exchange", "exchange-umwait"),
+        {"binary": "exchange", "iters": 20000, "warmup": 2000, "bytes": 2560},
+    ),
     "latency": {"binary": "exchange", "mode": "pingpong", "iters": 300, "pairs": 1},
     **dict.fromkeys(("gemv-batch", "gemv-batch-amx"), {"binary": "gemv", "steps": 2000}),
     "tile-balance": {"binary": "gemv", "row_unit": 4},
@@ -54,19 +58,45 @@ RUN_AS: dict[str, dict[str, Any] | None] = {
     "kvstream": {"binary": "kvstream", "steps": 200, "tile_tokens": 1024},
     "noise-idle": None,
     # native/layer: the steps are a sweep parameter (5,000 published; P3 long runs 200,000)
-    **dict.fromkeys(("layer-p2", "layer-p2-amx", "layer-p3", "layer-p4", "layer-p4-amx",
-                     "layer-p5", "layer-p5-amx", "layer-resident", "layer-slice"),
-                    {"binary": "layer", "steps": 5000}),
+    **dict.fromkeys(
+        (
+            "layer-p2",
+            "layer-p2-amx",
+            "layer-p3",
+            "layer-p4",
+            "layer-p4-amx",
+            "layer-p5",
+            "layer-p5-amx",
+            "layer-resident",
+            "layer-slice",
+        ),
+        {"binary": "layer", "steps": 5000},
+    ),
     "layer-p3-long": {"binary": "layer", "steps": 200000},
     # the KV policies (P4 selection, footprint, paths, attention only, sliding layers)
-    **dict.fromkeys(("layer-kv-select", "layer-kv-footprint", "layer-kv-paths",
-                     "layer-kv-attn-only", "layer-p4-sliding"), {"binary": "layer", "steps": 5000}),
+    **dict.fromkeys(
+        (
+            "layer-kv-select",
+            "layer-kv-footprint",
+            "layer-kv-paths",
+            "layer-kv-attn-only",
+            "layer-p4-sliding",
+        ),
+        {"binary": "layer", "steps": 5000},
+    ),
     "layer-moe-routing": {"binary": "layer", "steps": 200},
     **dict.fromkeys(("layer-tp", "layer-tp-amx"), {"binary": "layer", "steps": 2000}),
     # the lock experiments (native/layer --lock); the stability chain runs 20,000 steps
-    **dict.fromkeys(("layer-p4-lock12", "layer-p4-lock14", "layer-p5-amx-locked",
-                     "layer-e4b-locked", "layer-resident-locked"),
-                    {"binary": "layer", "steps": 5000}),
+    **dict.fromkeys(
+        (
+            "layer-p4-lock12",
+            "layer-p4-lock14",
+            "layer-p5-amx-locked",
+            "layer-e4b-locked",
+            "layer-resident-locked",
+        ),
+        {"binary": "layer", "steps": 5000},
+    ),
     "layer-stability-locked": {"binary": "layer", "steps": 20000},
     "layer-tp-stability-locked": {"binary": "layer", "steps": 100000},
 }
@@ -106,8 +136,12 @@ def recorded_shape(experiment: str, cond: dict[str, Any]) -> tuple[dict, dict, d
             meta["batch"] = dims["batch"] = cond["batch"]
     elif binary == "layer":  # the kernel and workers it ran with, as its meta and metrics say
         stage_kernel = LAYER_KERNEL[cond.get("gemv", "avx")]
-        meta.update(workers=WORKERS, gemv=stage_kernel, batch=cond.get("batch", 1),
-                    steps=cond.get("steps", meta["steps"]))
+        meta.update(
+            workers=WORKERS,
+            gemv=stage_kernel,
+            batch=cond.get("batch", 1),
+            steps=cond.get("steps", meta["steps"]),
+        )
         dims.update(workers=WORKERS, gemv=stage_kernel, batch=cond.get("batch", 1))
     else:  # kvstream
         meta.update(threads=WORKERS, tokens=cond["context"], kv_bytes=cond["kv_mib"] * MIB)
@@ -140,10 +174,18 @@ def chain_values(stats: dict[str, float], n: int = CHAIN_REPS) -> list[float]:
     return [first] + [v] * (q - 1) + mid + [w] * (q - 1) + [last]
 
 
-def fill_store(store: Store, published: Published, campaign: str, host: str = "c8i",
-               noise: float = 0.01, shift: dict[str, float] | None = None, seed: int = 7,
-               repetitions: int = 3, recorded: dict[str, Any] | None = None,
-               raw_root: Path | None = None) -> list[dict[str, Any]]:
+def fill_store(
+    store: Store,
+    published: Published,
+    campaign: str,
+    host: str = "c8i",
+    noise: float = 0.01,
+    shift: dict[str, float] | None = None,
+    seed: int = 7,
+    repetitions: int = 3,
+    recorded: dict[str, Any] | None = None,
+    raw_root: Path | None = None,
+) -> list[dict[str, Any]]:
     """Store runs for every measured cell; ``shift`` multiplies chosen cells (by cell id);
     ``recorded`` replaces recorded fields (meta and dimensions) of every run that has them.
     With ``raw_root``, each run's meta record goes to raw_root/runs/<key>/meta.json, as the
@@ -165,53 +207,99 @@ def fill_store(store: Store, published: Published, campaign: str, host: str = "c
             merged.setdefault(k, v)
         metrics = groups.setdefault(key, {})
         if cell.statistic in ("first", "last", "drift", "min", "max", "mean"):
-            chains.setdefault(key, {}).setdefault(cell.metric, {})[cell.statistic] = \
-                cell.reference
+            chains.setdefault(key, {}).setdefault(cell.metric, {})[cell.statistic] = cell.reference
         if cell.metric in metrics:  # the same measurement published twice: first one wins
             continue
         value = cell.reference * (float(cell.conditions[cell.divide_by]) if cell.divide_by else 1)
         metrics[cell.metric] = (value * shift.get(cell.id, 1.0), cell.unit)
     runs: list[dict[str, Any]] = []
 
-    def add(experiment: str, key: str, rep: int, status: str, reason: str, rows: list[Metric],
-            params: dict, meta: dict) -> None:
+    def add(
+        experiment: str,
+        key: str,
+        rep: int,
+        status: str,
+        reason: str,
+        rows: list[Metric],
+        params: dict,
+        meta: dict,
+    ) -> None:
         raw = ""
         if raw_root is not None and meta:
             folder = raw_root / "runs" / hashlib.sha256(key.encode()).hexdigest()[:16]
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "meta.json").write_text(json.dumps([{"type": "meta", **meta}], indent=1))
             raw = str(folder)
-        store.add_run(RunRecord(run_key=key, campaign=campaign, experiment=experiment, host=host,
-                                repetition=rep, params=params, status=status, reason=reason,
-                                raw_dir=raw), rows)
-        runs.append({"run_key": key, "experiment": experiment, "host": host, "params": params,
-                     "status": status, "reason": reason, "meta": meta})
+        store.add_run(
+            RunRecord(
+                run_key=key,
+                campaign=campaign,
+                experiment=experiment,
+                host=host,
+                repetition=rep,
+                params=params,
+                status=status,
+                reason=reason,
+                raw_dir=raw,
+            ),
+            rows,
+        )
+        runs.append(
+            {
+                "run_key": key,
+                "experiment": experiment,
+                "host": host,
+                "params": params,
+                "status": status,
+                "reason": reason,
+                "meta": meta,
+            }
+        )
 
     def swap(fields: dict[str, Any]) -> dict[str, Any]:
         return {k: recorded.get(k, v) for k, v in fields.items()}
 
     for (experiment, params_json), metrics in groups.items():
         params = json.loads(params_json)
-        meta, dims, collector_dims = (swap(x) for x in recorded_shape(
-            experiment, conditions[(experiment, params_json)]))
-        shape = {name: dict(collector_dims if name in METRIC_SOURCES else dims)
-                 for name in metrics}
-        chain = {m: chain_values(st) for m, st in chains.get((experiment, params_json), {}).items()
-                 if {"first", "last", "drift"} & set(st)}
+        meta, dims, collector_dims = (
+            swap(x) for x in recorded_shape(experiment, conditions[(experiment, params_json)])
+        )
+        shape = {name: dict(collector_dims if name in METRIC_SOURCES else dims) for name in metrics}
+        chain = {
+            m: chain_values(st)
+            for m, st in chains.get((experiment, params_json), {}).items()
+            if {"first", "last", "drift"} & set(st)
+        }
         for rep in range(CHAIN_REPS if chain else repetitions):
             rows = [
-                Metric(name, chain[name][rep] if name in chain
-                       else value * (1 + rng.uniform(-noise, noise)), unit,
-                       {**shape[name], "rep": rep}, "jsonl/1")
+                Metric(
+                    name,
+                    chain[name][rep] if name in chain else value * (1 + rng.uniform(-noise, noise)),
+                    unit,
+                    {**shape[name], "rep": rep},
+                    "jsonl/1",
+                )
                 for name, (value, unit) in metrics.items()
             ]
             # a summary record, as the native binaries print after the reps: never counted
-            rows += [Metric(name, value * 10, unit, {**shape[name], "stat": "best"}, "jsonl/1")
-                     for name, (value, unit) in metrics.items()]
+            rows += [
+                Metric(name, value * 10, unit, {**shape[name], "stat": "best"}, "jsonl/1")
+                for name, (value, unit) in metrics.items()
+            ]
             add(experiment, f"{experiment}:{params_json}:{rep}", rep, "ok", "", rows, params, meta)
         # a warm-up and a failed run with wild values: both must be ignored
-        wild = [Metric(name, value * 5, unit, shape[name]) for name, (value, unit) in metrics.items()]
+        wild = [
+            Metric(name, value * 5, unit, shape[name]) for name, (value, unit) in metrics.items()
+        ]
         add(experiment, f"{experiment}:{params_json}:warm", -1, "ok", "", wild, params, meta)
-        add(experiment, f"{experiment}:{params_json}:fail", CHAIN_REPS if chain else repetitions,
-            "failed", "exit 1", wild, params, meta)
+        add(
+            experiment,
+            f"{experiment}:{params_json}:fail",
+            CHAIN_REPS if chain else repetitions,
+            "failed",
+            "exit 1",
+            wild,
+            params,
+            meta,
+        )
     return runs

@@ -42,8 +42,11 @@ from socketlab.topology import topology_from_snapshot
 RECORDED = Path(__file__).resolve().parent / "recorded" / "gnr-kvm-2vcpu"
 NOISE = RECORDED.parent / "gnr-kvm-2vcpu-2026-12-03" / "noise-series-2026-12-03.csv"
 #: the probe's units, by the kernel that ran them in the noise series (1 MiB, THP)
-PROBE_UNITS = {"avx512-read": "l2-read", "amx-bf16-stream": "amx-stream",
-               "avx512-bf16-gemv": "bf16-dot"}
+PROBE_UNITS = {
+    "avx512-read": "l2-read",
+    "amx-bf16-stream": "amx-stream",
+    "avx512-bf16-gemv": "bf16-dot",
+}
 QUIET_ROUNDS, DISTURBED_ROUND = (8, 6), 9
 CAMPAIGN = "campaign-oct"
 HOST = "gnr-kvm"
@@ -67,8 +70,13 @@ def points(folder: Path = RECORDED) -> list[tuple[Path, str, dict[str, Any]]]:
             out.append((path, exp, {"kernel": rest[0]}))
         elif binary == "ladder" and len(rest) == 3 and rest[1] in MIB_BY_SIZE:
             exp = "ladder-amx" if rest[0].startswith("amx") else "ladder"
-            out.append((path, exp, {"kernel": rest[0], "pages": rest[2],
-                                    "mib_per_core": MIB_BY_SIZE[rest[1]]}))
+            out.append(
+                (
+                    path,
+                    exp,
+                    {"kernel": rest[0], "pages": rest[2], "mib_per_core": MIB_BY_SIZE[rest[1]]},
+                )
+            )
         elif binary == "exchange" and rest == ["pingpong"]:
             out.append((path, "latency", {"target": "next-core"}))
         elif binary == "exchange":
@@ -100,14 +108,19 @@ def _changed(text: str, name: str, scale: dict[str, float], meta: dict[str, Any]
 
 def probe_reading(round_no: int, cpu: str = "0") -> dict[str, Any]:
     """One round of the recorded noise series as a probe reading on ``cpu``."""
-    rows = [r for r in csv.DictReader(NOISE.open()) if int(r["round"]) == round_no
-            and r["kernel"] in PROBE_UNITS and r["bytes"] == "1048576"]
+    rows = [
+        r
+        for r in csv.DictReader(NOISE.open())
+        if int(r["round"]) == round_no and r["kernel"] in PROBE_UNITS and r["bytes"] == "1048576"
+    ]
     assert len(rows) == 3, (round_no, rows)
     h, m, sec = (int(x) for x in rows[0]["utc"].split(":"))
-    return {"at": 1796290000.0 + 3600 * h + 60 * m + sec,  # 2026-12-03, as the series' clock
-            "units": {PROBE_UNITS[r["kernel"]]: {cpu: float(r["gbps"])} for r in rows},
-            "rate_units": {PROBE_UNITS[r["kernel"]]: "GB/s" for r in rows},
-            "steal_ticks": {cpu: int(rows[0]["steal_ticks"])}}
+    return {
+        "at": 1796290000.0 + 3600 * h + 60 * m + sec,  # 2026-12-03, as the series' clock
+        "units": {PROBE_UNITS[r["kernel"]]: {cpu: float(r["gbps"])} for r in rows},
+        "rate_units": {PROBE_UNITS[r["kernel"]]: "GB/s" for r in rows},
+        "steal_ticks": {cpu: int(rows[0]["steal_ticks"])},
+    }
 
 
 def probe_record(disturbed: bool) -> dict[str, Any]:
@@ -115,10 +128,16 @@ def probe_record(disturbed: bool) -> dict[str, Any]:
     return {"before": probe_reading(before), "after": probe_reading(QUIET_ROUNDS[1])}
 
 
-def fill_results(results: Path, scale: dict[str, float] | None = None, host: str = HOST,
-                 facts: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
-                 profile: str | None = None, probe: str | None = None,
-                 disturbed: tuple[str, ...] = ()) -> Path:
+def fill_results(
+    results: Path,
+    scale: dict[str, float] | None = None,
+    host: str = HOST,
+    facts: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    profile: str | None = None,
+    probe: str | None = None,
+    disturbed: tuple[str, ...] = (),
+) -> Path:
     """A results folder holding the recorded runs; ``scale`` maps a recorded file name (or
     ``file:metric``) to a factor on its values; ``meta`` updates every meta record; ``facts``
     replaces the host facts entry; ``profile`` is recorded in last-run.json as the profile the
@@ -133,20 +152,30 @@ def fill_results(results: Path, scale: dict[str, float] | None = None, host: str
             stdout = _changed(path.read_text(), path.name, scale, meta or {})
             parsed = parse_output([ParserSpec("jsonl")], stdout)
             assert not parsed.errors, (path, parsed.errors)
-            key = hashlib.sha256(f"{experiment}:{json.dumps(params, sort_keys=True)}".encode()
-                                 ).hexdigest()[:16]
+            key = hashlib.sha256(
+                f"{experiment}:{json.dumps(params, sort_keys=True)}".encode()
+            ).hexdigest()[:16]
             raw = campaign_dir / "runs" / key
             raw.mkdir(parents=True, exist_ok=True)
             (raw / "stdout").write_text(stdout)
             (raw / "meta.json").write_text(json.dumps(parsed.meta, indent=1))
             meta = parsed.meta[0] if parsed.meta else {}
-            store.add_run(RunRecord(
-                run_key=key, campaign=CAMPAIGN, experiment=experiment, host=host, repetition=0,
-                params=params, status=COMPLETE, cpus=str(meta.get("cpus", "")),
-                build={"compiler": meta.get("compiler"), "flags": meta.get("flags")},
-                raw_dir=str(raw),
-                extra={"probe": probe_record(path.name in disturbed)} if probe else {}),
-                parsed.metrics)
+            store.add_run(
+                RunRecord(
+                    run_key=key,
+                    campaign=CAMPAIGN,
+                    experiment=experiment,
+                    host=host,
+                    repetition=0,
+                    params=params,
+                    status=COMPLETE,
+                    cpus=str(meta.get("cpus", "")),
+                    build={"compiler": meta.get("compiler"), "flags": meta.get("flags")},
+                    raw_dir=str(raw),
+                    extra={"probe": probe_record(path.name in disturbed)} if probe else {},
+                ),
+                parsed.metrics,
+            )
     if profile:
         (campaign_dir / "last-run.json").write_text(json.dumps({"profile": profile}))
     return campaign_dir

@@ -15,9 +15,11 @@ from socketlab.store import Store, store_path
 #: the host's interpreter, as the spec names it (the same path on localhost and netns hosts)
 PY = "/usr/bin/python3"
 #: a program that echoes its argv as JSON and reports one metric x = len(argv)
-EMIT = ("import json, sys; print(json.dumps(sys.argv[1:])); "
-        "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
-        "'unit': '1'}))")  # fmt: skip
+EMIT = (
+    "import json, sys; print(json.dumps(sys.argv[1:])); "
+    "print(json.dumps({'type': 'metric', 'name': 'x', 'value': float(len(sys.argv)), "
+    "'unit': '1'}))"
+)
 
 
 def write_spec(path: Path, body: dict) -> Path:
@@ -33,9 +35,21 @@ def run_quick(doc: dict, root: Path, name: str, timeout: int) -> Path:
     spec = root / name
     spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     orchestrate = Path(sys.executable).parent / "orchestrate"
-    proc = subprocess.run([str(orchestrate), "run", str(spec), "--profile", "quick", "--plain",
-                           "--results", str(root)], capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    proc = subprocess.run(
+        [
+            str(orchestrate),
+            "run",
+            str(spec),
+            "--profile",
+            "quick",
+            "--plain",
+            "--results",
+            str(root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return root
 
@@ -63,7 +77,10 @@ def ok_count(db: Path, host: str | None = None) -> int:
 def local_inventory(tmp_path: Path) -> Path:
     """localhost with a private work folder: its own build cache and host lock."""
     path = tmp_path / "inventory.yml"
-    host = {"ansible_connection": "local", "ansible_python_interpreter": PY,
-            "socketlab_workroot": str(tmp_path / "work")}  # fmt: skip
+    host = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": PY,
+        "socketlab_workroot": str(tmp_path / "work"),
+    }
     path.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": host}}}))
     return path

@@ -39,8 +39,10 @@ OTHER_CORE = "other core"  #: another vendor, family or per-core cache size
 
 #: recorded host -> (host_facts.py snapshot, class)
 RECORDED: dict[str, tuple[Path, str]] = {
-    "gnr-kvm-2vcpu": (REPO / "tests/published/recorded/gnr-kvm-2vcpu/host_facts.json",
-                      PUBLISHED_CORE),
+    "gnr-kvm-2vcpu": (
+        REPO / "tests/published/recorded/gnr-kvm-2vcpu/host_facts.json",
+        PUBLISHED_CORE,
+    ),
     "zen4-kvm-2vcpu": (TOPOLOGY / "zen4-kvm-2vcpu.json", OTHER_CORE),
     "c8i-metal-48xl": (TOPOLOGY / "c8i-metal-48xl.json", PUBLISHED_HOST),
 }
@@ -65,9 +67,11 @@ def _kib(caches: Mapping[str, Any], level: str) -> int | None:
 
 def classify(topology: Mapping[str, Any], published_host: Mapping[str, Any]) -> str:
     """PUBLISHED_HOST, PUBLISHED_CORE or OTHER_CORE for topology facts (Topology.facts())."""
+
     def short(model: str) -> str:
-        return " ".join(w for w in model.replace("(R)", "").split()
-                        if w.lower() not in ("intel", "processor")).lower()
+        return " ".join(
+            w for w in model.replace("(R)", "").split() if w.lower() not in ("intel", "processor")
+        ).lower()
 
     if short(str(topology.get("cpu_model", ""))) == short(str(published_host["model"])):
         if topology.get("cores") == published_host["cores"]:
@@ -75,9 +79,12 @@ def classify(topology: Mapping[str, Any], published_host: Mapping[str, Any]) -> 
         return PUBLISHED_CORE
     core = published_host["core"]
     caches = topology.get("caches") or {}
-    same = (topology.get("vendor") == core["vendor"]
-            and str(topology.get("family")) == str(core["family"])
-            and _kib(caches, "L1d") == core["l1d_kib"] and _kib(caches, "L2") == core["l2_kib"])
+    same = (
+        topology.get("vendor") == core["vendor"]
+        and str(topology.get("family")) == str(core["family"])
+        and _kib(caches, "L1d") == core["l1d_kib"]
+        and _kib(caches, "L2") == core["l2_kib"]
+    )
     return PUBLISHED_CORE if same else OTHER_CORE
 
 

@@ -162,12 +162,18 @@ def aws_client(service: str, url: str, key_id: str, secret: str, region: str = "
     """A boto3 client of the moto server at ``url``, signing with the planted key pair."""
     import boto3
 
-    return boto3.client(service, endpoint_url=url, region_name=region, aws_access_key_id=key_id,
-                        aws_secret_access_key=secret)  # fmt: skip
+    return boto3.client(
+        service,
+        endpoint_url=url,
+        region_name=region,
+        aws_access_key_id=key_id,
+        aws_secret_access_key=secret,
+    )
 
 
-def run_logged(work: Path, env: dict[str, str], argv: list[str],
-               timeout: float = 240) -> subprocess.CompletedProcess:  # fmt: skip
+def run_logged(
+    work: Path, env: dict[str, str], argv: list[str], timeout: float = 240
+) -> subprocess.CompletedProcess:
     """Run ``argv`` from the repo root; its output is kept in work/transcript.txt too, which the
     secret scan (files_containing) reads."""
     p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

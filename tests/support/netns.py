@@ -42,11 +42,22 @@ class SshHost:
 
     def ssh_argv(self, *command: str) -> list[str]:
         return [
-            "ssh", "-i", str(self.key_file), "-p", str(self.port),
-            "-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={self.known_hosts}",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-            f"{self.user}@{self.address}", *command,
-        ]  # fmt: skip
+            "ssh",
+            "-i",
+            str(self.key_file),
+            "-p",
+            str(self.port),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            f"UserKnownHostsFile={self.known_hosts}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+            f"{self.user}@{self.address}",
+            *command,
+        ]
 
     def inventory_vars(self) -> dict[str, str]:
         return {
@@ -162,8 +173,10 @@ class SshHostPool:
             proc = self._start_sshd(name, netns, far)
             # from the bastion's side: this machine can't reach the address
             deadline = time.monotonic() + 10
-            while subprocess.run(["ip", "netns", "exec", bastion.netns, "bash", "-c",
-                                  f"exec 3<>/dev/tcp/{far}/22"], capture_output=True).returncode:
+            while subprocess.run(
+                ["ip", "netns", "exec", bastion.netns, "bash", "-c", f"exec 3<>/dev/tcp/{far}/22"],
+                capture_output=True,
+            ).returncode:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"sshd in {netns} did not listen on {far}:22")
                 time.sleep(0.05)
@@ -191,10 +204,24 @@ class SshHostPool:
         log = open(self.workdir / f"sshd_{name}.log", "wb")  # noqa: SIM115 - kept for the process
         # exec keeps one PID from `ip netns exec` down to sshd, so we stop it by that PID.
         return subprocess.Popen(
-            ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
-             f'hostname "$1"; exec {SSHD} -D -e -f "$2"', "sh", name, str(conf)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                f'hostname "$1"; exec {SSHD} -D -e -f "$2"',
+                "sh",
+                name,
+                str(conf),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def stop(self, host: SshHost) -> None:
         """Stop a host's sshd (by PID) but keep its namespace, to simulate an outage."""
@@ -208,10 +235,24 @@ class SshHostPool:
         conf = self.workdir / f"sshd_{host.name}.conf"
         log = open(self.workdir / f"sshd_{host.name}.log", "ab")  # noqa: SIM115
         proc = subprocess.Popen(
-            ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-             f'hostname "$1"; exec {SSHD} -D -e -f "$2"', "sh", host.name, str(conf)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+            [
+                "ip",
+                "netns",
+                "exec",
+                host.netns,
+                "unshare",
+                "--uts",
+                "sh",
+                "-c",
+                f'hostname "$1"; exec {SSHD} -D -e -f "$2"',
+                "sh",
+                host.name,
+                str(conf),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         _wait_port(host.address, host.port, host.netns)
         new = SshHost(**{**host.__dict__, "sshd_pid": proc.pid})
         self.hosts[self.hosts.index(host)] = new
@@ -221,7 +262,9 @@ class SshHostPool:
         """Write an Ansible YAML inventory of every host into ``path``."""
         import yaml
 
-        hosts = {h.name: {**h.inventory_vars(), **(extra or {}).get(h.name, {})} for h in self.hosts}
+        hosts = {
+            h.name: {**h.inventory_vars(), **(extra or {}).get(h.name, {})} for h in self.hosts
+        }
         path.write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": hosts}}}}))
         return path
 

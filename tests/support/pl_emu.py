@@ -19,12 +19,32 @@ def build_with_emulation(out: Path, target: str, *, no_warnings: bool = False) -
     if shutil.which("gcc") is None:
         pytest.fail("gcc is not installed")
     emu = out / "pl_emu.so"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-                           f"-I{DRIVER}", str(DRIVER / "emu/pl_emu.c"), "-o", str(emu), "-ldl"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            "gcc",
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-shared",
+            "-fPIC",
+            f"-I{DRIVER}",
+            str(DRIVER / "emu/pl_emu.c"),
+            "-o",
+            str(emu),
+            "-ldl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run(["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2",
-                           f"{out}/{target}"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", "CC=gcc", "-j2", f"{out}/{target}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     if no_warnings:
         assert "warning" not in proc.stderr.lower(), proc.stderr[-3000:]

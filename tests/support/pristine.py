@@ -84,8 +84,9 @@ def image() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (final / "usr" / "bin" / "python3").exists():
             t0 = time.monotonic()
-            proc = subprocess.run(["bash", str(SCRIPT), str(final)], capture_output=True,
-                                  text=True, timeout=1200)  # fmt: skip
+            proc = subprocess.run(
+                ["bash", str(SCRIPT), str(final)], capture_output=True, text=True, timeout=1200
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"pristine image build failed: {proc.stderr.strip()[-500:]}")
             print(f"pristine image built in {time.monotonic() - t0:.0f} s: {final}")
@@ -124,8 +125,11 @@ def _proxy_handler(mirror_host: str):
                 return
             conn = http.client.HTTPConnection(mirror_host, url.port or 80, timeout=60)
             try:
-                conn.request("GET", url.path + (f"?{url.query}" if url.query else ""),
-                             headers={"User-Agent": "socketlab-pristine-proxy"})
+                conn.request(
+                    "GET",
+                    url.path + (f"?{url.query}" if url.query else ""),
+                    headers={"User-Agent": "socketlab-pristine-proxy"},
+                )
                 resp = conn.getresponse()
                 self.send_response(resp.status)
                 for name in ("Content-Type", "Content-Length", "Last-Modified", "ETag"):
@@ -244,8 +248,16 @@ class PristineHostPool:
         (etc / "hostname").write_text(f"{name}\n")
         # as cloud-init writes it (minbase has none): sudo resolves its own host name
         (etc / "hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {name}\n")
-        _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
-             str(etc / "ssh" / "ssh_host_ed25519_key"))  # fmt: skip
+        _run(
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-f",
+            str(etc / "ssh" / "ssh_host_ed25519_key"),
+        )
         ssh = upper / "home" / USER / ".ssh"
         ssh.mkdir(parents=True)
         (ssh / "authorized_keys").write_text(self.key.with_suffix(".pub").read_text())
@@ -257,7 +269,8 @@ class PristineHostPool:
         apt = etc / "apt" / "apt.conf.d"
         apt.mkdir(parents=True)
         (apt / "90pristine-proxy").write_text(
-            f'Acquire::http::Proxy "http://{self.gateway}:{self._start_proxy()}";\n')
+            f'Acquire::http::Proxy "http://{self.gateway}:{self._start_proxy()}";\n'
+        )
         sources = etc / "apt"
         mirror = f"{self._mirror.scheme}://{self._mirror.netloc}{self._mirror.path}"
         (sources / "sources.list").write_text(f"deb {mirror} bullseye main\n")
@@ -287,13 +300,46 @@ class PristineHostPool:
             self._seed_upper(upper, name)
             log = open(root / "boot.log", "wb")  # noqa: SIM115 - kept for the process
             proc = subprocess.Popen(
-                ["ip", "netns", "exec", netns, "unshare", "--mount", "--uts", "--pid", "--fork",
-                 "--kill-child", "--propagation", "private", "sh", "-c", _BOOT, "sh",
-                 str(self.image), str(upper), str(work), str(merged), name, address],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-            host = PristineHost(name, netns, address, 22, USER, self.key, self.known_hosts,
-                                proc.pid, upper, veth_out)  # fmt: skip
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    netns,
+                    "unshare",
+                    "--mount",
+                    "--uts",
+                    "--pid",
+                    "--fork",
+                    "--kill-child",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    _BOOT,
+                    "sh",
+                    str(self.image),
+                    str(upper),
+                    str(work),
+                    str(merged),
+                    name,
+                    address,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            host = PristineHost(
+                name,
+                netns,
+                address,
+                22,
+                USER,
+                self.key,
+                self.known_hosts,
+                proc.pid,
+                upper,
+                veth_out,
+            )
             self.hosts.append(host)
             _wait_port(address, 22, root / "boot.log", proc)
         except BaseException:
@@ -306,7 +352,9 @@ class PristineHostPool:
     def inventory(self, path: Path, group: str = "testhosts", extra: dict | None = None) -> Path:
         import yaml
 
-        hosts = {h.name: {**h.inventory_vars(), **(extra or {}).get(h.name, {})} for h in self.hosts}
+        hosts = {
+            h.name: {**h.inventory_vars(), **(extra or {}).get(h.name, {})} for h in self.hosts
+        }
         path.write_text(yaml.safe_dump({"all": {"children": {group: {"hosts": hosts}}}}))
         return path
 
@@ -329,8 +377,9 @@ class PristineHostPool:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _wait_port(address: str, port: int, log: Path, proc: subprocess.Popen,
-               timeout: float = 20.0) -> None:  # fmt: skip
+def _wait_port(
+    address: str, port: int, log: Path, proc: subprocess.Popen, timeout: float = 20.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

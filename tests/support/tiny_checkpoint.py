@@ -18,11 +18,20 @@ def tiny_checkpoint(path: Path, drop: str | None = None, seed: int = 0) -> Path:
 
     torch.manual_seed(seed)
     cfg = Gemma4TextConfig(
-        vocab_size=256, vocab_size_per_layer_input=256, hidden_size=256, intermediate_size=768,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-        global_head_dim=128, sliding_window=32, hidden_size_per_layer_input=64,
-        layer_types=["sliding_attention", "full_attention"], num_kv_shared_layers=0,
-    )  # fmt: skip
+        vocab_size=256,
+        vocab_size_per_layer_input=256,
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        global_head_dim=128,
+        sliding_window=32,
+        hidden_size_per_layer_input=64,
+        layer_types=["sliding_attention", "full_attention"],
+        num_kv_shared_layers=0,
+    )
     tensors = {}
     for i in range(2):
         layer = Gemma4TextDecoderLayer(cfg, i)
@@ -38,6 +47,7 @@ def tiny_checkpoint(path: Path, drop: str | None = None, seed: int = 0) -> Path:
         del tensors[drop]
     path.mkdir(parents=True)
     save_file(tensors, str(path / "model.safetensors"))
-    (path / "config.json").write_text(json.dumps({"model_type": "gemma4",
-                                                  "text_config": cfg.to_dict()}))
+    (path / "config.json").write_text(
+        json.dumps({"model_type": "gemma4", "text_config": cfg.to_dict()})
+    )
     return path

@@ -35,8 +35,16 @@ def write_tiny_gguf(out: Path | str, seed: int = 0, n_layer: int = 2) -> Path:
         types.append(gguf.TokenType.BYTE)
     pieces = ["\u2581"] + ["\u2581" + c for c in string.ascii_letters + string.digits]
     pieces += list(string.ascii_letters + string.digits + string.punctuation)
-    pieces += ["\u2581the", "\u2581and", "\u2581hello", "\u2581world", "ing", "ed", "er",
-               "\u2581is"]
+    pieces += [
+        "\u2581the",
+        "\u2581and",
+        "\u2581hello",
+        "\u2581world",
+        "ing",
+        "ed",
+        "er",
+        "\u2581is",
+    ]
     pieces = list(dict.fromkeys(pieces))  # llama.cpp asserts token strings are unique
     for i, p in enumerate(pieces):
         tokens.append(p)

@@ -49,9 +49,14 @@ def provision(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any
     inventory.check_before_launch(existing, settings.campaign, target.describe(), inv, platform)
     result = ec2.provision(target, settings, key_dir=KEY_DIR, log=log)
     try:
-        text = inventory.render(settings.campaign, result["hosts"], target.describe(),
-                                inventory.known_hosts_path(inv, settings.campaign),
-                                platform=platform, existing=existing)  # fmt: skip
+        text = inventory.render(
+            settings.campaign,
+            result["hosts"],
+            target.describe(),
+            inventory.known_hosts_path(inv, settings.campaign),
+            platform=platform,
+            existing=existing,
+        )
         result["inventory_changed"] = inventory.write(inv, text)
     except Exception as exc:
         # Instances nobody can find through an inventory are money burning: end what we made.
@@ -69,18 +74,31 @@ def provision(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any
 def teardown(args: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
     args = plain(args)
     campaign = check_campaign(args.get("campaign"), "teardown")
-    known = {"campaign", "aws_region", "aws_profile", "aws_endpoint_url", "inventory_file",
-             "timeout_s", "poll_s"}  # fmt: skip
+    known = {
+        "campaign",
+        "aws_region",
+        "aws_profile",
+        "aws_endpoint_url",
+        "inventory_file",
+        "timeout_s",
+        "poll_s",
+    }
     unknown = sorted(set(args) - known)
     if unknown:
         raise CloudError(f"teardown: unknown setting(s) {', '.join(unknown)}")
     target = _target(args, "teardown")
     inv = _inventory_file(args, campaign)
-    inventory.check_same_cloud(inventory.read(inv, foreign="none"), campaign, target.describe(),
-                               inv, "teardown")  # fmt: skip
-    result = ec2.teardown(target, campaign, key_dir=KEY_DIR, log=log,
-                          timeout=float(args.get("timeout_s") or 900),
-                          poll=float(args.get("poll_s") or 5))  # fmt: skip
+    inventory.check_same_cloud(
+        inventory.read(inv, foreign="none"), campaign, target.describe(), inv, "teardown"
+    )
+    result = ec2.teardown(
+        target,
+        campaign,
+        key_dir=KEY_DIR,
+        log=log,
+        timeout=float(args.get("timeout_s") or 900),
+        poll=float(args.get("poll_s") or 5),
+    )
     result["inventory_removed"] = inventory.remove(inv, campaign)
     result["inventory"] = str(inv)
     result["changed"] = result["changed"] or result["inventory_removed"]

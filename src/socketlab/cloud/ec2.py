@@ -247,8 +247,11 @@ def ensure_key_pair(
     """Imports or creates the key pair when asked; returns the private key file if one was made."""
     if not (s.public_key_file or s.create_key_pair):
         return None
-    existing = _call("describe_key_pairs", ec2.describe_key_pairs,
-                     Filters=[{"Name": "key-name", "Values": [s.key_name]}])["KeyPairs"]
+    existing = _call(
+        "describe_key_pairs",
+        ec2.describe_key_pairs,
+        Filters=[{"Name": "key-name", "Values": [s.key_name]}],
+    )["KeyPairs"]
     private = key_dir / f"{s.key_name}.pem"
     if existing:
         return str(private) if s.create_key_pair and private.exists() else None
@@ -284,9 +287,17 @@ def ensure_key_pair(
     return str(private)
 
 
-def _launch(ec2: Any, s: LaunchSettings, n: int, first_index: int, ami: str,
-            subnet_id: str | None, group_id: str | None, now: datetime,
-            root_device: str = "/dev/xvda") -> list[str]:
+def _launch(
+    ec2: Any,
+    s: LaunchSettings,
+    n: int,
+    first_index: int,
+    ami: str,
+    subnet_id: str | None,
+    group_id: str | None,
+    now: datetime,
+    root_device: str = "/dev/xvda",
+) -> list[str]:
     ids: list[str] = []
     for i in range(first_index, first_index + n):
         # One call per instance so each gets its own Name; a failure part-way still leaves the
@@ -438,8 +449,14 @@ def _next_index(instances: list[dict], campaign: str) -> int:
     return max(used, default=-1) + 1
 
 
-def provision(target: CloudTarget, s: LaunchSettings, *, key_dir: Path, log: Log = _quiet,
-              now: datetime | None = None) -> dict[str, Any]:
+def provision(
+    target: CloudTarget,
+    s: LaunchSettings,
+    *,
+    key_dir: Path,
+    log: Log = _quiet,
+    now: datetime | None = None,
+) -> dict[str, Any]:
     """Makes the campaign have s.count live instances, ready for SSH. Returns a JSON-able result.
 
     Raises CloudError (after terminating what it launched) when anything after launch fails.
@@ -462,8 +479,10 @@ def provision(target: CloudTarget, s: LaunchSettings, *, key_dir: Path, log: Log
             log(note)
         if preflight.zone and not s.subnet_id:
             s = dataclasses.replace(s, availability_zone=preflight.zone)
-        log(f"zone {preflight.zone or '(subnet)'} offers {s.instance_type}"
-            f" ({preflight.vcpus_per_instance} vCPUs each; quota {preflight.quota or 'unchecked'})")
+        log(
+            f"zone {preflight.zone or '(subnet)'} offers {s.instance_type}"
+            f" ({preflight.vcpus_per_instance} vCPUs each; quota {preflight.quota or 'unchecked'})"
+        )
         ami = s.ami or lookup_ami(ec2, s.ami_name, s.ami_owner)
         root_device = s.root_device or root_device_of(ec2, ami)
         subnet_id = s.subnet_id or (ensure_network(ec2, s, now, log) if s.create_network else None)
@@ -487,8 +506,11 @@ def provision(target: CloudTarget, s: LaunchSettings, *, key_dir: Path, log: Log
             _rollback(ec2, part.ids, log)
             code = getattr(part.error, "code", None)
             if code in CAPACITY_CODES:
-                raise CloudError(capacity_message(code, s.instance_type, s.availability_zone,
-                                                  preflight.offered_zones)) from None
+                raise CloudError(
+                    capacity_message(
+                        code, s.instance_type, s.availability_zone, preflight.offered_zones
+                    )
+                ) from None
             raise CloudError(
                 f"provision: {part.error}; terminated the {len(part.ids)} "
                 "instance(s) launched before it"
@@ -567,8 +589,15 @@ def _host(inst: dict, s: LaunchSettings, created_key: str | None) -> dict[str, A
     }
 
 
-def teardown(target: CloudTarget, campaign: str, *, key_dir: Path | None = None,
-             log: Log = _quiet, timeout: float = 900.0, poll: float = 5.0) -> dict[str, Any]:
+def teardown(
+    target: CloudTarget,
+    campaign: str,
+    *,
+    key_dir: Path | None = None,
+    log: Log = _quiet,
+    timeout: float = 900.0,
+    poll: float = 5.0,
+) -> dict[str, Any]:
     """Terminates the campaign's instances and deletes what provision created for it."""
     ec2 = target.client("ec2")
     ids = [i["InstanceId"] for i in campaign_instances(ec2, campaign)]
@@ -576,8 +605,13 @@ def teardown(target: CloudTarget, campaign: str, *, key_dir: Path | None = None,
         log(f"terminating {', '.join(ids)}")
     terminate(ec2, ids, timeout=timeout, poll=poll)
     deleted = _delete_created(ec2, campaign, log, key_dir)
-    return {"changed": bool(ids or deleted), "campaign": campaign, "terminated": ids,
-            "deleted": deleted, "target": target.describe()}
+    return {
+        "changed": bool(ids or deleted),
+        "campaign": campaign,
+        "terminated": ids,
+        "deleted": deleted,
+        "target": target.describe(),
+    }
 
 
 def _delete_created(ec2: Any, campaign: str, log: Log, key_dir: Path | None) -> list[str]:
@@ -636,16 +670,26 @@ def _delete_created(ec2: Any, campaign: str, log: Log, key_dir: Path | None) -> 
     return deleted
 
 
-def list_instances(target: CloudTarget, *, campaign: str | None = None,
-                   price_per_hour: float | None = None,
-                   now: datetime | None = None) -> list[InstanceRow]:
+def list_instances(
+    target: CloudTarget,
+    *,
+    campaign: str | None = None,
+    price_per_hour: float | None = None,
+    now: datetime | None = None,
+) -> list[InstanceRow]:
     now = now or datetime.now(UTC)
     ec2 = target.client("ec2")
     return [instance_row(i, now, price_per_hour) for i in campaign_instances(ec2, campaign)]
 
 
-def reap(target: CloudTarget, *, campaign: str | None = None, dry_run: bool = False,
-         now: datetime | None = None, log: Log = _quiet) -> list[InstanceRow]:
+def reap(
+    target: CloudTarget,
+    *,
+    campaign: str | None = None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    log: Log = _quiet,
+) -> list[InstanceRow]:
     """Terminates tagged instances past their socketlab:expires-at; returns those rows."""
     rows = [r for r in list_instances(target, campaign=campaign, now=now) if r.expired]
     if rows and not dry_run:
@@ -662,8 +706,12 @@ def leftover_campaigns(ec2: Any, campaign: str | None = None) -> list[str]:
     if campaign:
         flt.append({"Name": f"tag:{TAG_CAMPAIGN}", "Values": [campaign]})
     found: set[str] = set()
-    for action, key in (("describe_security_groups", "SecurityGroups"), ("describe_vpcs", "Vpcs"),
-                        ("describe_key_pairs", "KeyPairs"), ("describe_subnets", "Subnets")):
+    for action, key in (
+        ("describe_security_groups", "SecurityGroups"),
+        ("describe_vpcs", "Vpcs"),
+        ("describe_key_pairs", "KeyPairs"),
+        ("describe_subnets", "Subnets"),
+    ):
         for item in _call(action, getattr(ec2, action), Filters=flt)[key]:
             name = tag_dict(item).get(TAG_CAMPAIGN)
             if name:
@@ -671,8 +719,14 @@ def leftover_campaigns(ec2: Any, campaign: str | None = None) -> list[str]:
     return sorted(c for c in found if not campaign_instances(ec2, c))
 
 
-def reap_leftovers(target: CloudTarget, *, campaign: str | None = None, dry_run: bool = False,
-                   key_dir: Path | None = None, log: Log = _quiet) -> dict[str, list[str]]:
+def reap_leftovers(
+    target: CloudTarget,
+    *,
+    campaign: str | None = None,
+    dry_run: bool = False,
+    key_dir: Path | None = None,
+    log: Log = _quiet,
+) -> dict[str, list[str]]:
     """campaign -> what was deleted (or, dry run, would be) of campaigns with no live instance."""
     ec2 = target.client("ec2")
     out: dict[str, list[str]] = {}

@@ -84,8 +84,7 @@ def render(
     others.pop(group_name(campaign), None)
     if platform is not None:
         by_name = {h["name"]: h for h in hosts}
-        paired = pair(sorted(entries, key=natural), platform.tier,
-                      tier_machines(others, "host"))  # fmt: skip
+        paired = pair(sorted(entries, key=natural), platform.tier, tier_machines(others, "host"))
         for name, extra in paired.items():
             entries[name].update(platform.machine_vars(by_name[name]), **extra)
         group_vars["socketlab_tier"] = platform.tier
@@ -99,8 +98,13 @@ def _text(groups: dict[str, dict[str, Any]]) -> str:
     return head + yaml.safe_dump(_document(groups), sort_keys=False, default_flow_style=False)
 
 
-def check_before_launch(existing: dict[str, Any] | None, campaign: str,
-                        target: dict[str, Any], path: Path, platform: Platform | None) -> None:
+def check_before_launch(
+    existing: dict[str, Any] | None,
+    campaign: str,
+    target: dict[str, Any],
+    path: Path,
+    platform: Platform | None,
+) -> None:
     """Refuse, before anything is launched, what render could not write: guests with no host
     campaign in the inventory to pair them with, or a campaign of the same name already there
     from another cloud (their instances' names would collide)."""
@@ -109,14 +113,17 @@ def check_before_launch(existing: dict[str, Any] | None, campaign: str,
     if platform is not None or others:
         check_same_cloud(existing, campaign, target, path, "provision")
     if platform is not None and platform.tier == "guest" and not tier_machines(others, "host"):
-        raise CloudError(f"provision: socketlab_ec2_tier=guest: socketlab_inventory_file {path} "
-                         "holds no host-tier machines to pair the guests with; provision the "
-                         "hosts first (-e socketlab_ec2_tier=host) and pass their inventory "
-                         "file")  # fmt: skip
+        raise CloudError(
+            f"provision: socketlab_ec2_tier=guest: socketlab_inventory_file {path} "
+            "holds no host-tier machines to pair the guests with; provision the "
+            "hosts first (-e socketlab_ec2_tier=host) and pass their inventory "
+            "file"
+        )
 
 
-def check_same_cloud(existing: dict[str, Any] | None, campaign: str, target: dict[str, Any],
-                     path: Path, action: str) -> None:
+def check_same_cloud(
+    existing: dict[str, Any] | None, campaign: str, target: dict[str, Any], path: Path, action: str
+) -> None:
     """In an inventory shared by campaigns of different clouds (or of a tier), the campaign's
     part names the cloud it was launched on: provision and teardown must talk to that one, or
     they would launch beside it or drop it from the inventory while it keeps running."""
@@ -136,10 +143,15 @@ def check_same_cloud(existing: dict[str, Any] | None, campaign: str, target: dic
     def show(t: dict[str, Any]) -> str:
         return ", ".join(f"{k} {v}" for k, v in t.items() if v) or "no profile or endpoint"
 
-    fix = ("pass that cloud's socketlab_ec2_aws_profile / socketlab_ec2_aws_endpoint_url"
-           if action == "teardown" else "pass that cloud's settings or give this launch its own socketlab_ec2_campaign")
-    raise CloudError(f"{action}: socketlab_inventory_file {path}: campaign {campaign} there was "
-                     f"launched on {show(was)}, not {show(now)}; {fix}")  # fmt: skip
+    fix = (
+        "pass that cloud's socketlab_ec2_aws_profile / socketlab_ec2_aws_endpoint_url"
+        if action == "teardown"
+        else "pass that cloud's settings or give this launch its own socketlab_ec2_campaign"
+    )
+    raise CloudError(
+        f"{action}: socketlab_inventory_file {path}: campaign {campaign} there was "
+        f"launched on {show(was)}, not {show(now)}; {fix}"
+    )
 
 
 #: The inventory group of each tier: the names experiments/platform.yaml's hosts pattern uses.
@@ -180,14 +192,18 @@ def platform_from_args(args: dict[str, Any]) -> Platform | None:
     s3_profile = args.pop("s3_profile", None) or None
     if tier is None or tier == "":
         if s3_endpoint or s3_profile:
-            raise CloudError("provision: socketlab_ec2_s3_endpoint / socketlab_ec2_s3_profile "
-                             "need socketlab_ec2_tier (host or guest)")  # fmt: skip
+            raise CloudError(
+                "provision: socketlab_ec2_s3_endpoint / socketlab_ec2_s3_profile "
+                "need socketlab_ec2_tier (host or guest)"
+            )
         return None
     if tier not in TIER_GROUPS:
         raise CloudError(f"provision: socketlab_ec2_tier {tier!r}: expected host or guest")
     if s3_endpoint and not str(s3_endpoint).startswith(("http://", "https://")):
-        raise CloudError(f"provision: socketlab_ec2_s3_endpoint {s3_endpoint!r}: expected a "
-                         "URL (http(s)://host:port)")  # fmt: skip
+        raise CloudError(
+            f"provision: socketlab_ec2_s3_endpoint {s3_endpoint!r}: expected a "
+            "URL (http(s)://host:port)"
+        )
     return Platform(tier, s3_endpoint, s3_profile)
 
 
@@ -205,8 +221,9 @@ def pair(names: list[str], tier: str, host_names: list[str]) -> dict[str, dict[s
         out[a]["socketlab_peer"], out[b]["socketlab_peer"] = b, a
     if tier == "guest":
         if not host_names:
-            raise CloudError("provision: socketlab_ec2_tier=guest: no host-tier machine to pair "
-                             "the guests with")  # fmt: skip
+            raise CloudError(
+                "provision: socketlab_ec2_tier=guest: no host-tier machine to pair the guests with"
+            )
         for i, name in enumerate(names):
             out[name]["socketlab_host"] = host_names[i % len(host_names)]
     return out
@@ -219,8 +236,15 @@ def campaigns(doc: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 def tier_machines(groups: dict[str, dict[str, Any]], tier: str) -> list[str]:
     """The machines of that tier in these campaign groups, in name order."""
-    return sorted((name for g in groups.values() if (g.get("vars") or {}).get("socketlab_tier")
-                   == tier for name in g.get("hosts") or {}), key=natural)  # fmt: skip
+    return sorted(
+        (
+            name
+            for g in groups.values()
+            if (g.get("vars") or {}).get("socketlab_tier") == tier
+            for name in g.get("hosts") or {}
+        ),
+        key=natural,
+    )
 
 
 def _cloud(doc: dict[str, Any]) -> dict[str, Any]:
@@ -236,8 +260,9 @@ def _document(groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ordered = dict(sorted(groups.items()))
     children: dict[str, Any] = {"socketlab_cloud": {"children": ordered}}
     for tier, tier_group in TIER_GROUPS.items():
-        members = {k: {} for k, g in ordered.items()
-                   if (g.get("vars") or {}).get("socketlab_tier") == tier}  # fmt: skip
+        members = {
+            k: {} for k, g in ordered.items() if (g.get("vars") or {}).get("socketlab_tier") == tier
+        }
         if members:
             children[tier_group] = {"children": members}
     return {"all": {"children": children}}

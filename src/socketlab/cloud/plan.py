@@ -159,8 +159,7 @@ def settings_from_args(args: dict[str, Any], source: str = "provision") -> Launc
     for name in ("ssh_timeout_s", "status_timeout_s", "poll_s", "price_per_hour"):
         if name in a:
             a[name] = _number(a[name], name, source)
-    for name in ("create_network", "create_key_pair", "create_security_group",
-                 "check_vcpu_quota"):
+    for name in ("create_network", "create_key_pair", "create_security_group", "check_vcpu_quota"):
         if name in a:
             a[name] = _bool(a[name], name, source)
     if a.get("ssh_address", "auto") not in ("auto", "public", "private"):

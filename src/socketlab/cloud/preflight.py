@@ -19,8 +19,12 @@ from socketlab.errors import CloudError
 STANDARD_VCPU_QUOTA = "L-1216C47A"
 STANDARD_FAMILIES = tuple("acdhimrtz")
 #: run_instances error codes that mean "no capacity there now", not "you asked wrongly"
-CAPACITY_CODES = ("InsufficientInstanceCapacity", "InsufficientHostCapacity",
-                  "InsufficientCapacity", "Unsupported")  # fmt: skip
+CAPACITY_CODES = (
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientCapacity",
+    "Unsupported",
+)
 
 
 @dataclass(frozen=True)
@@ -32,36 +36,49 @@ class Preflight:
     notes: tuple[str, ...] = ()
 
     def facts(self) -> dict[str, Any]:
-        return {"zone": self.zone, "offered_zones": list(self.offered_zones),
-                "vcpus_per_instance": self.vcpus_per_instance, "vcpu_quota": self.quota,
-                "notes": list(self.notes)}  # fmt: skip
+        return {
+            "zone": self.zone,
+            "offered_zones": list(self.offered_zones),
+            "vcpus_per_instance": self.vcpus_per_instance,
+            "vcpu_quota": self.quota,
+            "notes": list(self.notes),
+        }
 
 
 def check_inventory_path(path: Path) -> None:
     """Refuse, before launching, an inventory path provision could not write or Ansible read."""
     if path.suffix not in (".yml", ".yaml"):
-        raise CloudError(f"provision: socketlab_inventory_file {path}: expected a .yml or .yaml "
-                         "file (Ansible's YAML inventory plugin reads only those)")  # fmt: skip
+        raise CloudError(
+            f"provision: socketlab_inventory_file {path}: expected a .yml or .yaml "
+            "file (Ansible's YAML inventory plugin reads only those)"
+        )
     if path.is_dir():
-        raise CloudError(f"provision: socketlab_inventory_file {path}: is a directory; "
-                         "expected a file path such as inventory/generated/NAME.yml")  # fmt: skip
+        raise CloudError(
+            f"provision: socketlab_inventory_file {path}: is a directory; "
+            "expected a file path such as inventory/generated/NAME.yml"
+        )
     parent = path.parent
     while not parent.exists():
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise CloudError(f"provision: socketlab_inventory_file {path}: {parent} is not a "
-                         "writable directory")  # fmt: skip
+        raise CloudError(
+            f"provision: socketlab_inventory_file {path}: {parent} is not a writable directory"
+        )
 
 
 def choose_zone(offered: list[str], wanted: str | None, instance_type: str, region: str) -> str:
     """The zone to launch in: the one asked for if it offers the type, else the first that does."""
     zones = sorted(set(offered))
     if not zones:
-        raise CloudError(f"provision: instance_type {instance_type}: no availability zone of "
-                         f"{region} offers it; choose another region or type")  # fmt: skip
+        raise CloudError(
+            f"provision: instance_type {instance_type}: no availability zone of "
+            f"{region} offers it; choose another region or type"
+        )
     if wanted and wanted not in zones:
-        raise CloudError(f"provision: availability_zone {wanted}: does not offer {instance_type}; "
-                         f"zones of {region} that do: {', '.join(zones)}")  # fmt: skip
+        raise CloudError(
+            f"provision: availability_zone {wanted}: does not offer {instance_type}; "
+            f"zones of {region} that do: {', '.join(zones)}"
+        )
     return wanted or zones[0]
 
 
@@ -69,8 +86,9 @@ def standard_family(instance_type: str) -> bool:
     return instance_type[:1].lower() in STANDARD_FAMILIES
 
 
-def check_vcpu_quota(quota: float, per_instance: int, to_launch: int, in_use: int,
-                     instance_type: str, region: str) -> None:  # fmt: skip
+def check_vcpu_quota(
+    quota: float, per_instance: int, to_launch: int, in_use: int, instance_type: str, region: str
+) -> None:
     """Refuse when the running standard vCPUs plus this launch exceed the account's quota."""
     need = in_use + per_instance * to_launch
     if need > quota:
@@ -83,15 +101,21 @@ def check_vcpu_quota(quota: float, per_instance: int, to_launch: int, in_use: in
         )
 
 
-def capacity_message(code: str, instance_type: str, zone: str | None,
-                     offered: tuple[str, ...]) -> str:  # fmt: skip
+def capacity_message(
+    code: str, instance_type: str, zone: str | None, offered: tuple[str, ...]
+) -> str:
     """What to do when AWS has no capacity for the type in the zone right now."""
     others = [z for z in offered if z != zone]
-    hint = (f"try another zone (-e socketlab_ec2_availability_zone={others[0]}; offering: "
-            f"{', '.join(others)})"
-            if others else "try later or another region")  # fmt: skip
-    return (f"provision: no {instance_type} capacity in {zone or 'the subnet zone'} now ({code}); "
-            f"{hint}; nothing is left running")
+    hint = (
+        f"try another zone (-e socketlab_ec2_availability_zone={others[0]}; offering: "
+        f"{', '.join(others)})"
+        if others
+        else "try later or another region"
+    )
+    return (
+        f"provision: no {instance_type} capacity in {zone or 'the subnet zone'} now ({code}); "
+        f"{hint}; nothing is left running"
+    )
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -99,28 +123,38 @@ def error_code(exc: BaseException) -> str | None:
     return response.get("Error", {}).get("Code") if isinstance(response, dict) else None
 
 
-def run_preflight(target: Any, ec2: Any, s: Any, to_launch: int, subnet_zone: str | None,
-                  call: Any) -> Preflight:  # fmt: skip
+def run_preflight(
+    target: Any, ec2: Any, s: Any, to_launch: int, subnet_zone: str | None, call: Any
+) -> Preflight:
     """Zone, offerings and quota for launching ``to_launch`` x ``s.instance_type``.
 
     ``call(action, fn, **kw)`` is ec2._call (one CloudError line per API error);
     ``subnet_zone`` is the zone of a given subnet_id (then that zone must offer the type).
     """
-    offers = call("describe_instance_type_offerings", ec2.describe_instance_type_offerings,
-                  LocationType="availability-zone",
-                  Filters=[{"Name": "instance-type", "Values": [s.instance_type]}])  # fmt: skip
+    offers = call(
+        "describe_instance_type_offerings",
+        ec2.describe_instance_type_offerings,
+        LocationType="availability-zone",
+        Filters=[{"Name": "instance-type", "Values": [s.instance_type]}],
+    )
     offered = sorted({o["Location"] for o in offers.get("InstanceTypeOfferings", [])})
     if subnet_zone:
         if s.availability_zone and s.availability_zone != subnet_zone:
-            subnet = (f"subnet_id {s.subnet_id}" if s.subnet_id else
-                      "the campaign's network (made by an earlier provision)")  # fmt: skip
-            raise CloudError(f"provision: availability_zone {s.availability_zone} but {subnet} "
-                             f"is in {subnet_zone}; give one of them (or tear down first)")  # fmt: skip
+            subnet = (
+                f"subnet_id {s.subnet_id}"
+                if s.subnet_id
+                else "the campaign's network (made by an earlier provision)"
+            )
+            raise CloudError(
+                f"provision: availability_zone {s.availability_zone} but {subnet} "
+                f"is in {subnet_zone}; give one of them (or tear down first)"
+            )
         zone = choose_zone(offered, subnet_zone, s.instance_type, target.region)
     else:
         zone = choose_zone(offered, s.availability_zone, s.instance_type, target.region)
-    types = call("describe_instance_types", ec2.describe_instance_types,
-                 InstanceTypes=[s.instance_type])["InstanceTypes"]  # fmt: skip
+    types = call(
+        "describe_instance_types", ec2.describe_instance_types, InstanceTypes=[s.instance_type]
+    )["InstanceTypes"]
     per = int(types[0]["VCpuInfo"]["DefaultVCpus"]) if types else None
     notes: list[str] = []
     quota = None
@@ -129,8 +163,14 @@ def run_preflight(target: Any, ec2: Any, s: Any, to_launch: int, subnet_zone: st
         if note:
             notes.append(note)
         if quota is not None:
-            check_vcpu_quota(quota, per, to_launch, _standard_vcpus_in_use(ec2, call),
-                             s.instance_type, target.region)  # fmt: skip
+            check_vcpu_quota(
+                quota,
+                per,
+                to_launch,
+                _standard_vcpus_in_use(ec2, call),
+                s.instance_type,
+                target.region,
+            )
     return Preflight(zone, tuple(offered), per, quota, tuple(notes))
 
 
@@ -139,7 +179,8 @@ def _quota(target: Any) -> tuple[float | None, str | None]:
 
     try:
         out = target.client("service-quotas").get_service_quota(
-            ServiceCode="ec2", QuotaCode=STANDARD_VCPU_QUOTA)
+            ServiceCode="ec2", QuotaCode=STANDARD_VCPU_QUOTA
+        )
         return float(out["Quota"]["Value"]), None
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
         # An endpoint without the quota (moto, a private cloud) or a role without
@@ -151,7 +192,8 @@ def _quota(target: Any) -> tuple[float | None, str | None]:
 
 def _standard_vcpus_in_use(ec2: Any, call: Any) -> int:
     pages = ec2.get_paginator("describe_instances").paginate(
-        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
     counts: dict[str, int] = {}
     for page in call("describe_instances", lambda: list(pages)):
         for res in page["Reservations"]:
@@ -160,7 +202,8 @@ def _standard_vcpus_in_use(ec2: Any, call: Any) -> int:
                     counts[inst["InstanceType"]] = counts.get(inst["InstanceType"], 0) + 1
     if not counts:
         return 0
-    types = call("describe_instance_types", ec2.describe_instance_types,
-                 InstanceTypes=sorted(counts))["InstanceTypes"]  # fmt: skip
+    types = call(
+        "describe_instance_types", ec2.describe_instance_types, InstanceTypes=sorted(counts)
+    )["InstanceTypes"]
     vcpus = {t["InstanceType"]: int(t["VCpuInfo"]["DefaultVCpus"]) for t in types}
     return sum(vcpus.get(t, 0) * n for t, n in counts.items())

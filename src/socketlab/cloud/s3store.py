@@ -101,8 +101,12 @@ def _request_schema():
     from socketlab.store import REQUEST_COLUMNS
 
     ints = {"idx", "n_in", "n_out"}
-    return pa.schema([(c, pa.int64() if c in ints or c.endswith("_ns") else pa.string())
-                      for c in REQUEST_COLUMNS])  # fmt: skip
+    return pa.schema(
+        [
+            (c, pa.int64() if c in ints or c.endswith("_ns") else pa.string())
+            for c in REQUEST_COLUMNS
+        ]
+    )
 
 
 def _run_row(record: Any) -> dict[str, Any]:
@@ -377,7 +381,8 @@ def _pull_one(
             if source.get(q["run_key"]) == key:
                 levels = requests.setdefault(q["run_key"], {})
                 levels.setdefault(q["level"], []).append(
-                    RequestRecord.from_json(json.loads(q["record"])))
+                    RequestRecord.from_json(json.loads(q["record"]))
+                )
     path = store_path(campaign, results)
     runs_dir = path.parent / "runs"
     # a run key read from the bucket names a folder here: one that would leave runs/ stops the
@@ -412,8 +417,10 @@ def _pull_one(
         summary = store_digest(store, campaign)
     # Provenance, host records and specs: a local file is never replaced (the first push's copy
     # of last-run.json wins in a fresh folder; a folder that ran the campaign keeps its own).
-    files = sum(_extract_new(_get(s3, bucket, k), path.parent)
-                for k in sorted(k for k in keys if k.startswith(base + "/files/")))  # fmt: skip
+    files = sum(
+        _extract_new(_get(s3, bucket, k), path.parent)
+        for k in sorted(k for k in keys if k.startswith(base + "/files/"))
+    )
     log(
         f"pulled {campaign} into {path}: {added} runs added ({added_metrics} metrics, "
         f"{bundles} bundles), {skipped} already there"

@@ -50,7 +50,6 @@ class CloudTarget:
         except (botocore.exceptions.BotoCoreError, ValueError) as exc:
             raise api_error(f"making the {service} client", exc) from None
 
-
     def service_url(self, service: str) -> str:
         """The URL a client of that service talks to, wherever it came from (the setting, the
         environment, the profile's endpoint_url, or the cloud's default); no request is made."""

@@ -20,12 +20,25 @@ PARSERS = ("clock_freq", "rapl_power", "perf_stat", "proc_noise")
 #: metric name -> the collector that measures it (so a report can say which one was unsupported)
 METRIC_SOURCES = {
     **{f"busy_mhz_{s}": "clock_freq" for s in ("mean", "p5", "min", "max")},
-    "core_temp_max": "clock_freq", "turbostat_package_power": "clock_freq",
+    "core_temp_max": "clock_freq",
+    "turbostat_package_power": "clock_freq",
     "turbostat_dram_power": "clock_freq",
-    "package_power": "rapl_power", "dram_power": "rapl_power",
-    **{m: "perf_stat" for m in ("cycles", "instructions", "ipc", "dram_read_bytes",
-                                "dram_write_bytes", "dram_read_bandwidth", "dram_write_fraction")},
-    "irq_rate": "proc_noise", "irq_rate_max": "proc_noise",
+    "package_power": "rapl_power",
+    "dram_power": "rapl_power",
+    **{
+        m: "perf_stat"
+        for m in (
+            "cycles",
+            "instructions",
+            "ipc",
+            "dram_read_bytes",
+            "dram_write_bytes",
+            "dram_read_bandwidth",
+            "dram_write_fraction",
+        )
+    },
+    "irq_rate": "proc_noise",
+    "irq_rate_max": "proc_noise",
 }
 VERSION = "1"
 

@@ -142,21 +142,34 @@ def _reap(args) -> int:
         print(("would terminate" if args.dry_run else "terminated") + f" {len(rows)} instance(s)")
     # What provision made for a campaign goes once no instance of it is left (teardown.yml
     # does the same); a campaign with live instances keeps it, and is named with how to end it.
-    left = ec2.reap_leftovers(target, campaign=args.campaign, dry_run=args.dry_run,
-                              key_dir=KEY_DIR, log=to_stderr)  # fmt: skip
+    left = ec2.reap_leftovers(
+        target, campaign=args.campaign, dry_run=args.dry_run, key_dir=KEY_DIR, log=to_stderr
+    )
     for name, deleted in left.items():
         inv = inventory.default_path(name)
         removed = False if args.dry_run else inventory.remove(inv)
         if args.json:
-            print(json.dumps({"campaign": name, "deleted": deleted, "dry_run": args.dry_run,
-                              "inventory_removed": removed}))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "campaign": name,
+                        "deleted": deleted,
+                        "dry_run": args.dry_run,
+                        "inventory_removed": removed,
+                    }
+                )
+            )
         else:
             verb = "would delete" if args.dry_run else "deleted"
-            print(f"{name}: {verb} {', '.join(deleted) or 'nothing'}"
-                  + (f"; removed {inv}" if removed else ""))  # fmt: skip
+            print(
+                f"{name}: {verb} {', '.join(deleted) or 'nothing'}"
+                + (f"; removed {inv}" if removed else "")
+            )
     live = sorted({r.campaign for r in ec2.list_instances(target, campaign=args.campaign)})
     if live and not args.json:
-        print(f"still running (not expired): {', '.join(live)}; end them with "
-              "ansible-playbook playbooks/teardown.yml -e socketlab_ec2_campaign=NAME "
-              "-e socketlab_ec2_aws_region=...")
+        print(
+            f"still running (not expired): {', '.join(live)}; end them with "
+            "ansible-playbook playbooks/teardown.yml -e socketlab_ec2_campaign=NAME "
+            "-e socketlab_ec2_aws_region=..."
+        )
     return 0

@@ -73,8 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("--threads", "NAME", "give this job first threads only, not whole cores"),
         ("--hugepages", "NAME=PAGES", "2 MiB pages the job needs on each NUMA node it runs on"),
     ):  # per-job options, each repeatable
-        p.add_argument(flag, action="append", default=[], metavar=metavar,
-                       help=f"{what}; repeatable")
+        p.add_argument(
+            flag, action="append", default=[], metavar=metavar, help=f"{what}; repeatable"
+        )
     add_host_arguments(p)
     p.add_argument(
         "--topology",

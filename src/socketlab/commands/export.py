@@ -22,19 +22,27 @@ TABLES = ("metrics", "runs", "requests", "verdicts")
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "export", help="write a campaign's results as CSV, Parquet or JSON lines",
+        "export",
+        help="write a campaign's results as CSV, Parquet or JSON lines",
         description="By default one row per metric value with its run's columns (experiment, "
         "host, repetition, status, started, duration, CPUs, build, parameters) and one column "
         "per metric dimension; --table runs|requests|verdicts writes that frame instead. "
         "Columns and types: docs/results.md.",
-    )  # fmt: skip
+    )
     parser.add_argument("campaign", help="campaign id")
     parser.add_argument("--format", choices=FORMATS, default="csv")
-    parser.add_argument("--table", choices=TABLES, default="metrics",
-                        help="which frame (default metrics, joined with runs)")
-    parser.add_argument("-o", "--output", metavar="FILE",
-                        help="output file ('-' for stdout; default results/<campaign>/"
-                        "<table>.<format>)")  # fmt: skip
+    parser.add_argument(
+        "--table",
+        choices=TABLES,
+        default="metrics",
+        help="which frame (default metrics, joined with runs)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="output file ('-' for stdout; default results/<campaign>/<table>.<format>)",
+    )
     parser.add_argument("--ok-only", action="store_true", help="only runs stored ok")
     add_results_argument(parser)
     parser.set_defaults(func=run)
@@ -89,8 +97,10 @@ def _check_output(out: Path, given: bool) -> None:
         raise StoreError(f"-o {out}: folder {out.parent} does not exist; create it first")
     if not os.access(out.parent, os.W_OK):  # EROFS even for root on a read-only mount
         how = "" if given else " (the default, beside the store)"
-        raise StoreError(f"{out}{how}: folder {out.parent} is not writable; give a file "
-                         "elsewhere with -o FILE, or -o - for stdout")
+        raise StoreError(
+            f"{out}{how}: folder {out.parent} is not writable; give a file "
+            "elsewhere with -o FILE, or -o - for stdout"
+        )
 
 
 def _write(frame, fmt: str, out: str, target) -> None:

@@ -54,31 +54,43 @@ def _table(entry: dict[str, Any]):
     cpufreq = t["cpufreq"]
     governors = ", ".join(f"{g} ({cpus})" for g, cpus in cpufreq["governors"].items())
     rows = [
-        ("cpu", f"{t['cpu_model']} (family {t['family']} model {t['model']}, "
-                f"microcode {t['microcode']})"),
+        (
+            "cpu",
+            f"{t['cpu_model']} (family {t['family']} model {t['model']}, "
+            f"microcode {t['microcode']})",
+        ),
         ("isa", f"AMX {_yes(t['amx'])}, AVX512-BF16 {_yes(t['avx512_bf16'])}"),
-        ("layout", f"{t['sockets']} socket(s), {t['nodes']} NUMA node(s), {t['llcs']} LLC(s), "
-                   f"{t['cores']} cores, {t['threads']} threads, SMT {t['threads_per_core']}"),
+        (
+            "layout",
+            f"{t['sockets']} socket(s), {t['nodes']} NUMA node(s), {t['llcs']} LLC(s), "
+            f"{t['cores']} cores, {t['threads']} threads, SMT {t['threads_per_core']}",
+        ),
         *((f"node {n}", cpus) for n, cpus in t["node_cpus"].items()),
         ("caches", caches),
         ("kernel", f"{t['kernel']}, PID 1: {t['service_manager']}"),
-        ("knobs", f"THP {t['thp']}, numa_balancing {t['numa_balancing']}, "
-                  f"irqbalance {'running' if t['irqbalance']['running'] else 'not running'}"),
+        (
+            "knobs",
+            f"THP {t['thp']}, numa_balancing {t['numa_balancing']}, "
+            f"irqbalance {'running' if t['irqbalance']['running'] else 'not running'}",
+        ),
         ("cpufreq", f"{cpufreq['driver']}: {governors}" if cpufreq["present"] else "not present"),
         ("irqs", f"{len(t['irqs'])} device IRQs" if t["irqs_readable"] else "unreadable"),
         ("isolated now", entry["isolated_now"]["text"]),
         ("boot isolcpus", t["cpu_isolated"] or "none"),
-    ]  # fmt: skip
+    ]
     plan = entry["isolation"]
     if plan:
         rows += [
-            ("housekeeping", f"{plan['housekeeping_list']}  "
-                             f"({plan['housekeeping_per_node']} cores/node, "
-                             f"{', '.join(sorted(set(plan['chosen_by'].values())))})"),
+            (
+                "housekeeping",
+                f"{plan['housekeeping_list']}  "
+                f"({plan['housekeeping_per_node']} cores/node, "
+                f"{', '.join(sorted(set(plan['chosen_by'].values())))})",
+            ),
             ("workers", f"{plan['workers_list']}  ({len(plan['workers'])})"),
             ("siblings", plan["siblings_list"] or "none (no SMT)"),
             ("workqueue mask", plan["workqueue_mask"]),
-        ]  # fmt: skip
+        ]
     else:
         rows.append(("plan", f"[red]not possible:[/red] {entry['plan_error']}"))
     for name, value in rows:
@@ -87,8 +99,13 @@ def _table(entry: dict[str, Any]):
 
 
 def run(args: argparse.Namespace) -> int:
-    report = host_entries(args.inventory, args.limit, timeout=args.timeout,
-                          housekeeping=args.housekeeping, prefer_irq=args.prefer_irq_cores)
+    report = host_entries(
+        args.inventory,
+        args.limit,
+        timeout=args.timeout,
+        housekeeping=args.housekeeping,
+        prefer_irq=args.prefer_irq_cores,
+    )
     if args.json:
         json.dump({"hosts": report}, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")

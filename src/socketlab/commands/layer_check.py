@@ -40,9 +40,7 @@ def run(args: argparse.Namespace) -> int:
             "dump": args.dump,
             "rows": len(dumps),
             "bars": [d.meta["bf16_ref_err"] for d in dumps],
-            "gate": None
-            if results is None
-            else [[g.__dict__ for g in lines] for lines in results],
+            "gate": None if results is None else [[g.__dict__ for g in lines] for lines in results],
         }
         json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -26,17 +26,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("shape", metavar="SHAPE_FILE", help="shape file or name (experiments/shapes/)")
-    p.add_argument("--context", type=int, required=True, metavar="C", help="tokens before the decode token")
-    p.add_argument("--batch", type=int, default=1, metavar="B", help="distinct batch rows (default 1)")
+    p.add_argument(
+        "--context", type=int, required=True, metavar="C", help="tokens before the decode token"
+    )
+    p.add_argument(
+        "--batch", type=int, default=1, metavar="B", help="distinct batch rows (default 1)"
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (default 0)")
-    p.add_argument("--out", required=True, metavar="DIR", help="dump directory (row i in DIR/row<i>)")
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="dump directory (row i in DIR/row<i>)"
+    )
     p.add_argument("--checkpoint", metavar="DIR", help="safetensors + config.json: real weights")
     p.add_argument("--layer", type=int, metavar="N", help="layer index in the checkpoint")
-    p.add_argument("--variant", default="default", metavar="V",
-                   help="default, or near-tie: attention whose error is its bf16 probabilities "
-                   "(q_norm x 0.03, a bf16-exact KV history, the residual at RMS 1; docs/layer.md)")
-    p.add_argument("--tp", type=int, default=1, metavar="S",
-                   help="write rank --rank of an S-way tensor-parallel slice (default 1: the layer)")
+    p.add_argument(
+        "--variant",
+        default="default",
+        metavar="V",
+        help="default, or near-tie: attention whose error is its bf16 probabilities "
+        "(q_norm x 0.03, a bf16-exact KV history, the residual at RMS 1; docs/layer.md)",
+    )
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        metavar="S",
+        help="write rank --rank of an S-way tensor-parallel slice (default 1: the layer)",
+    )
     p.add_argument("--rank", type=int, default=0, metavar="R", help="the slice's rank (0..S-1)")
     p.add_argument("--quiet", action="store_true", help="no summary table")
     p.set_defaults(func=run)
@@ -55,8 +70,17 @@ def run(args: argparse.Namespace) -> int:
         from socketlab.layer.checkpoint import load_checkpoint_layer
 
         shape, weights = load_checkpoint_layer(args.checkpoint, args.layer, shape)
-    layer = build_layer(shape, args.context, args.batch, args.seed, weights, args.checkpoint,
-                        args.variant, args.tp, args.rank)
+    layer = build_layer(
+        shape,
+        args.context,
+        args.batch,
+        args.seed,
+        weights,
+        args.checkpoint,
+        args.variant,
+        args.tp,
+        args.rank,
+    )
     shape = layer.shape  # a TP slice's
     dirs = write_layer(layer, args.out)
     if not args.quiet:

@@ -40,18 +40,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--shape", required=True, metavar="SHAPE",
-                   help="shape file or name (experiments/shapes/)")
+    p.add_argument(
+        "--shape", required=True, metavar="SHAPE", help="shape file or name (experiments/shapes/)"
+    )
     p.add_argument("--context", type=int, metavar="C", help="dump context (tokens)")
     p.add_argument("--batch", type=int, default=1, metavar="B", help="batch rows in the dump")
     p.add_argument("--seed", type=int, default=1, metavar="S", help="generator seed (default 1)")
     p.add_argument("--cache", metavar="DIR", help="dump cache folder (relative: to the cwd)")
-    p.add_argument("--kv-cap", type=int, default=KV_CAP, metavar="N",
-                   help="longest dump context (default 16384): a full-attention layer at C > N "
-                        "runs a dump of N with --ctx-repeat C/N (timing only); a sliding layer "
-                        "at C > N a dump of N (its window bounds the KV anyway)")
-    p.add_argument("--matrices", action="store_true",
-                   help="append --layer ROWSxCOLS,... (the shape's matrices) instead of --dump")
+    p.add_argument(
+        "--kv-cap",
+        type=int,
+        default=KV_CAP,
+        metavar="N",
+        help="longest dump context (default 16384): a full-attention layer at C > N "
+        "runs a dump of N with --ctx-repeat C/N (timing only); a sliding layer "
+        "at C > N a dump of N (its window bounds the KV anyway)",
+    )
+    p.add_argument(
+        "--matrices",
+        action="store_true",
+        help="append --layer ROWSxCOLS,... (the shape's matrices) instead of --dump",
+    )
     p.add_argument("program", nargs="*", metavar="PROGRAM ARG", help="after '--': what to run")
     p.set_defaults(func=run)
 
@@ -70,8 +79,10 @@ def run(args: argparse.Namespace) -> int:
         extra = ["--layer", load_shape(args.shape).gemv_layer_arg()]
     else:
         if args.context < 1 or not 1 <= args.batch <= 64:
-            raise SocketlabError(f"layer-stage: --context {args.context}, --batch {args.batch}: "
-                                 "expected a positive context and 1 <= batch <= 64")
+            raise SocketlabError(
+                f"layer-stage: --context {args.context}, --batch {args.batch}: "
+                "expected a positive context and 1 <= batch <= 64"
+            )
         if not args.cache:
             raise SocketlabError("layer-stage: --cache DIR is required with --context")
         try:

@@ -32,12 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument(
-        "--assume-host", action="append", metavar="[NAME=]FACTS",
+        "--assume-host",
+        action="append",
+        metavar="[NAME=]FACTS",
         help="plan for a host described by FACTS (collectors/host_facts.py output, e.g. "
-             "tests/fixtures/topology/c8i-metal-48xl.json) instead of the inventory; NAME "
-             "defaults to the file's stem; repeatable")  # fmt: skip
-    add_results_argument(parser, "results folder whose past runs give the estimate "
-                         "(default: results/, or $SOCKETLAB_RESULTS)")  # fmt: skip
+        "tests/fixtures/topology/c8i-metal-48xl.json) instead of the inventory; NAME "
+        "defaults to the file's stem; repeatable",
+    )
+    add_results_argument(
+        parser,
+        "results folder whose past runs give the estimate "
+        "(default: results/, or $SOCKETLAB_RESULTS)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -45,10 +51,15 @@ def run(args: argparse.Namespace) -> int:
     from socketlab.session import preview
     from socketlab.shipped import spec_path
 
-    plan, estimate = preview(spec_path(args.spec), profile=args.profile, pattern=args.hosts,
-                             inventory=args.inventory, repetitions=args.repetitions,
-                             assume=getattr(args, "assume_host", None),
-                             results=getattr(args, "results", None))  # fmt: skip
+    plan, estimate = preview(
+        spec_path(args.spec),
+        profile=args.profile,
+        pattern=args.hosts,
+        inventory=args.inventory,
+        repetitions=args.repetitions,
+        assume=getattr(args, "assume_host", None),
+        results=getattr(args, "results", None),
+    )
     if args.json:
         json.dump(plan_document(plan, estimate), sys.stdout, indent=1, default=str)
         print()
@@ -100,8 +111,10 @@ def print_plan(plan: Plan, estimate: dict[str, Any] | None) -> None:
     )
     for exp in spec.experiments:  # the stop rule decides at run time how far the sweep goes
         if exp.extra.get("adaptive") is not None:
-            print(f"adaptive {exp.name}: {exp.extra['adaptive'].describe()} (at most the "
-                  "points above run)")  # fmt: skip
+            print(
+                f"adaptive {exp.name}: {exp.extra['adaptive'].describe()} (at most the "
+                "points above run)"
+            )
     if plan.skipped:
         print("skipped")
         for s in plan.skipped:

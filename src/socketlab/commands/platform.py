@@ -26,23 +26,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("platform", help="seed 003 platform checks (AMX trace verdicts)")
     sub = p.add_subparsers(dest="platform_command", metavar="ACTION")
     sub.required = True
-    amx = sub.add_parser("amx", help="AMX verdict per precision from oneDNN's verbose trace",
-                         description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    amx.add_argument("--precision", action="append", choices=PRECISIONS,
-                     help="precision(s) to run or judge (default: all three)")  # fmt: skip
+    amx = sub.add_parser(
+        "amx",
+        help="AMX verdict per precision from oneDNN's verbose trace",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    amx.add_argument(
+        "--precision",
+        action="append",
+        choices=PRECISIONS,
+        help="precision(s) to run or judge (default: all three)",
+    )
     amx.add_argument("--trace", type=Path, help="judge this recorded trace instead of running")
-    amx.add_argument("--flags", help="CPUID flags of the traced host (comma separated; with "
-                     "--trace), so 'no AMX on this host' can be said")  # fmt: skip
-    amx.add_argument("--control", action="store_true",
-                     help="with --trace: the trace is a forced-no-AMX negative control")
+    amx.add_argument(
+        "--flags",
+        help="CPUID flags of the traced host (comma separated; with "
+        "--trace), so 'no AMX on this host' can be said",
+    )
+    amx.add_argument(
+        "--control",
+        action="store_true",
+        help="with --trace: the trace is a forced-no-AMX negative control",
+    )
     amx.add_argument("--no-control", action="store_true", help="live: skip the negative control")
     amx.add_argument("--out", type=Path, help="live: keep the traces in this folder")
     amx.add_argument("--timeout", type=float, default=300.0, help="per workload, seconds")
     amx.add_argument("--jsonl", action="store_true", help="JSON-lines metric records")
     amx.set_defaults(func=_amx)
-    rep = sub.add_parser("report", help="host vs guest tables of a platform campaign, written "
-                         "to results/<campaign>/platform-report.md")  # fmt: skip
+    rep = sub.add_parser(
+        "report",
+        help="host vs guest tables of a platform campaign, written "
+        "to results/<campaign>/platform-report.md",
+    )
     rep.add_argument("campaign")
     add_results_argument(rep)
     rep.set_defaults(func=_report)
@@ -55,8 +71,10 @@ def _amx(args: argparse.Namespace) -> int:
     try:
         import torch  # noqa: F401 - only whether it is there
     except ImportError:
-        print("not available on this host: torch is not installed (pip install -e '.[ref]')",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "not available on this host: torch is not installed (pip install -e '.[ref]')",
+            file=sys.stderr,
+        )
         return 3
     from socketlab.hostside.platform_amx import probe
 
@@ -84,8 +102,10 @@ def _recorded(args: argparse.Namespace, precisions: list[str]) -> int:
         raise SocketlabError(f"--trace {args.trace}: cannot read ({exc.strerror})") from None
     trace = parse_trace(text)
     if trace.version is None and not trace.primitives:
-        raise SocketlabError(f"--trace {args.trace}: no onednn_verbose lines; expected a trace "
-                             "captured with ONEDNN_VERBOSE=1")  # fmt: skip
+        raise SocketlabError(
+            f"--trace {args.trace}: no onednn_verbose lines; expected a trace "
+            "captured with ONEDNN_VERBOSE=1"
+        )
     flags = [f for f in args.flags.split(",") if f] if args.flags is not None else None
     for precision in precisions:
         _emit(args, args.trace.stem, verdict(trace, precision, flags, args.control))
@@ -95,12 +115,19 @@ def _recorded(args: argparse.Namespace, precisions: list[str]) -> int:
 def _emit(args: argparse.Namespace, run: str, v: Verdict) -> None:
     if args.jsonl:
         record = {
-            "type": "metric", "name": "amx_executing", "value": int(v.executing),
-            "unit": "bool", "run": run, "precision": v.precision, "verdict": v.verdict,
-            "implementation": ",".join(v.implementations) or "none", "isa": v.isa or "unknown",
+            "type": "metric",
+            "name": "amx_executing",
+            "value": int(v.executing),
+            "unit": "bool",
+            "run": run,
+            "precision": v.precision,
+            "verdict": v.verdict,
+            "implementation": ",".join(v.implementations) or "none",
+            "isa": v.isa or "unknown",
             "host_amx": {True: "yes", False: "no", None: "unknown"}[v.host_amx],
-            "control": "yes" if v.control else "no", "reason": v.reason,
-        }  # fmt: skip
+            "control": "yes" if v.control else "no",
+            "reason": v.reason,
+        }
         print(json.dumps(record, sort_keys=True))
     else:
         tag = " (negative control)" if v.control else ""
@@ -123,8 +150,9 @@ def _report(args: argparse.Namespace) -> int:
     with Store(path, create=False) as store:
         data = load(store, args.campaign, path.parent)
     plots = write_plots(data, path.parent)
-    text = render(args.campaign, data, ["", "## Plots", ""] + [f"![{p.stem}]({p.name})"
-                                                               for p in plots])  # fmt: skip
+    text = render(
+        args.campaign, data, ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots]
+    )
     out = path.parent / "platform-report.md"
     out.write_text(text)
     print(text, end="")

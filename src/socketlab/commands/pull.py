@@ -23,9 +23,10 @@ def _pull(args) -> int:
     )
     for out in outs:
         print_result(
-            args, out,
+            args,
+            out,
             "{campaign}: {added_runs} runs added ({added_metrics} metrics, {bundles} bundles, "
             "{files} campaign files), "
             "{skipped_runs} already there; store {store}",
-        )  # fmt: skip
+        )
     return 0

@@ -22,8 +22,9 @@ def _push(args) -> int:
         log=to_stderr,
     )
     print_result(
-        args, out,
+        args,
+        out,
         "{url}: {runs} runs, {metrics} metrics (sha256 {metrics_sha256:.16}...), "
         "{uploaded_parts} parts and {uploaded_bundles} bundles uploaded",
-    )  # fmt: skip
+    )
     return 0

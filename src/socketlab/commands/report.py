@@ -12,24 +12,35 @@ from socketlab.commands._options import add_results_argument
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "report", help="per-experiment tables of medians (min–max, n) of a campaign",
+        "report",
+        help="per-experiment tables of medians (min–max, n) of a campaign",
         description="Print, and write to results/<campaign>/report.md, one table per "
         "experiment: for each host, parameter set and metric the median, min, max and number "
         "of runs stored ok.",
-    )  # fmt: skip
+    )
     parser.add_argument("campaign", help="campaign id")
     add_results_argument(parser)
     parser.add_argument(
-        "--format", choices=("md", "html"), default="md",
+        "--format",
+        choices=("md", "html"),
+        default="md",
         help="with a published-values file for the campaign (experiments/published/): print the "
         "comparison as markdown, or write a standalone HTML with plots (both files are written)",
-    )  # fmt: skip
-    parser.add_argument("--json", action="store_true",
-                        help="print the verdicts (one JSON line per published cell and host) "
-                        "instead of the report; nothing is written")
-    parser.add_argument("--fail-on", metavar="KIND", type=_fail_on, default=[],
-                        help="exit 1 when a cell's verdict is one of deviates, inconclusive, "
-                        "not-run (comma-separated), naming the cells on stderr")
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the verdicts (one JSON line per published cell and host) "
+        "instead of the report; nothing is written",
+    )
+    parser.add_argument(
+        "--fail-on",
+        metavar="KIND",
+        type=_fail_on,
+        default=[],
+        help="exit 1 when a cell's verdict is one of deviates, inconclusive, "
+        "not-run (comma-separated), naming the cells on stderr",
+    )
     parser.set_defaults(func=run)
 
 
@@ -38,8 +49,9 @@ def _fail_on(text: str) -> list[str]:
 
     words = [w.strip() for w in text.split(",") if w.strip()]
     if not words or any(w not in FAIL_ON for w in words):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected one or more of "
-                                         f"{', '.join(FAIL_ON)}, comma-separated")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected one or more of {', '.join(FAIL_ON)}, comma-separated"
+        )
     return words
 
 
@@ -55,14 +67,19 @@ def _gate(args: argparse.Namespace, comparison) -> int:
         text = frame.to_json(orient="records", lines=True)
         print(text, end="" if text.endswith("\n") or not text else "\n")
     if comparison is None and args.fail_on:
-        print(f"orchestrate: report: no published values name campaign {args.campaign}: "
-              "no cells to fail on", file=sys.stderr)
+        print(
+            f"orchestrate: report: no published values name campaign {args.campaign}: "
+            "no cells to fail on",
+            file=sys.stderr,
+        )
     hits = failing(frame, args.fail_on) if args.fail_on else frame.iloc[0:0]
     for _, row in hits.iterrows():
         print(f"orchestrate: report: {cell_line(row)}", file=sys.stderr)
     if len(hits):
-        print(f"orchestrate: report: {len(hits)} cell(s) fail --fail-on {','.join(args.fail_on)}",
-              file=sys.stderr)
+        print(
+            f"orchestrate: report: {len(hits)} cell(s) fail --fail-on {','.join(args.fail_on)}",
+            file=sys.stderr,
+        )
     return 1 if len(hits) else 0
 
 
@@ -96,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
             return _gate(args, comparison)
         if getattr(args, "format", "md") == "md":
             print(written["md"].read_text(), end="")
-        print(f"\nreport written to {written[getattr(args, 'format', 'md')]}"
-              f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})")
+        print(
+            f"\nreport written to {written[getattr(args, 'format', 'md')]}"
+            f" (also {written['html' if getattr(args, 'format', 'md') == 'md' else 'md']})"
+        )
         return _gate(args, comparison)
     text += _isolation(path.parent, runs)  # the comparison has it in its provenance
     out = path.parent / "report.md"
@@ -112,17 +131,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _not_written(out: Path, exc: OSError) -> None:
-    print(f"\norchestrate: report not written to {out}: {exc.strerror or exc} (printed above)",
-          file=sys.stderr)
+    print(
+        f"\norchestrate: report not written to {out}: {exc.strerror or exc} (printed above)",
+        file=sys.stderr,
+    )
 
 
 def _not_reached(lost: list) -> str:
     """A section naming the hosts whose points never ran because the host was not reached."""
     if not lost:
         return ""
-    lines = ["", "## Hosts not reached", "",
-             "No point of these hosts ran, so the tables above leave them out.", "",
-             "| host | stage | reason | sessions |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Hosts not reached",
+        "",
+        "No point of these hosts ran, so the tables above leave them out.",
+        "",
+        "| host | stage | reason | sessions |",
+        "|---|---|---|---|",
+    ]
     for f in lost:
         reason = f.reason.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {f.host} | {f.stage} | {reason} | {f.attempts} |")

@@ -64,10 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from socketlab.store.status import RunStatus
 
     spec = spec_path(args.spec)
-    campaign = session.prepare(spec, profile=getattr(args, "profile", None),
-                               pattern=args.hosts, inventory=args.inventory,
-                               repetitions=args.repetitions,
-                               open_hosts=not args.dry_run)  # fmt: skip
+    campaign = session.prepare(
+        spec,
+        profile=getattr(args, "profile", None),
+        pattern=args.hosts,
+        inventory=args.inventory,
+        repetitions=args.repetitions,
+        open_hosts=not args.dry_run,
+    )
     if args.dry_run:  # a preview refuses what `plan` refuses: exit 2 when no host answered
         session.require_a_host(campaign)
     say = print if not args.json else (lambda *a: print(*a, file=sys.stderr))
@@ -83,19 +87,28 @@ def run(args: argparse.Namespace) -> int:
                 say(f"  {key[:12]} {point_label(point)}  argv={json.dumps(list(point.argv))}")
         say(f"{done} runs already stored as complete")
         return 0
-    runner = session.run(campaign, args.results, rerun_failed=args.rerun_failed,
-                         reporter=make_reporter(args.json, args.plain))  # fmt: skip
+    runner = session.run(
+        campaign,
+        args.results,
+        rerun_failed=args.rerun_failed,
+        reporter=make_reporter(args.json, args.plain),
+    )
     summary, results = runner.summary, runner.results_dir
     if runner.interrupted is not None:  # one line; the runs it stopped are stored interrupted
         import signal
 
         name = signal.Signals(runner.interrupted).name
         stopped = summary.statuses.get(RunStatus.INTERRUPTED, 0)
-        print(f"orchestrate: stopped by {name}: {stopped} runs "
-              f"interrupted, {sum(summary.statuses.values())} stored this session; "
-              f"`orchestrate run {args.spec}` resumes", file=sys.stderr)
+        print(
+            f"orchestrate: stopped by {name}: {stopped} runs "
+            f"interrupted, {sum(summary.statuses.values())} stored this session; "
+            f"`orchestrate run {args.spec}` resumes",
+            file=sys.stderr,
+        )
         return 128 + runner.interrupted
     say(f"results: {results}/ (store {results / 'store.sqlite'}, raw files in {results}/runs/)")
-    say(f"report: orchestrate report {campaign.spec.campaign}" + (
-        f" --results {args.results}" if args.results else ""))  # fmt: skip
+    say(
+        f"report: orchestrate report {campaign.spec.campaign}"
+        + (f" --results {args.results}" if args.results else "")
+    )
     return 0 if summary.ok and not campaign.unreachable else 1

@@ -12,35 +12,50 @@ from socketlab.errors import SpecError
 
 def register(sub: argparse._SubParsersAction) -> None:
     rep = sub.add_parser(
-        "serving-report", help="serving comparison and placement A/B tables of a campaign",
+        "serving-report",
+        help="serving comparison and placement A/B tables of a campaign",
         description="Print, and write to results/<campaign>/serving-report.md, per arm and "
         "load level the throughput, TTFT and TPOT percentiles and peak memory, their ratios "
-        "against the baseline arm, and the placement A/B table.")
+        "against the baseline arm, and the placement A/B table.",
+    )
     rep.add_argument("campaign", help="campaign id")
     add_results_argument(rep)
-    rep.add_argument("--format", choices=("md", "html"), default="md",
-                     help="markdown (printed), or standalone HTML with plots of TTFT/TPOT "
-                     "percentiles by load, throughput vs concurrency and the placement A/B "
-                     "(written to results/<campaign>/serving-report.html)")
+    rep.add_argument(
+        "--format",
+        choices=("md", "html"),
+        default="md",
+        help="markdown (printed), or standalone HTML with plots of TTFT/TPOT "
+        "percentiles by load, throughput vs concurrency and the placement A/B "
+        "(written to results/<campaign>/serving-report.html)",
+    )
     rep.set_defaults(func=report)
     imp = _import_parser(
-        sub, "vllm", help="store a vLLM bench-serve result JSON as a serving run",
+        sub,
+        "vllm",
+        help="store a vLLM bench-serve result JSON as a serving run",
         description="Import a `vllm bench serve --save-result --save-detailed` JSON: its "
         "per-request arrays become request records, metrics are recomputed with socketlab's "
-        "definitions and stored beside vLLM's own numbers.", arm_help=" (default vllm)")
+        "definitions and stored beside vLLM's own numbers.",
+        arm_help=" (default vllm)",
+    )
     imp.add_argument("--load", help="load label like c8 or r2 (default: from the file)")
     imp.set_defaults(func=import_file)
     gdl = _import_parser(
-        sub, "guidellm", help="store a guidellm benchmarks JSON as serving runs",
+        sub,
+        "guidellm",
+        help="store a guidellm benchmarks JSON as serving runs",
         description="Import a `guidellm run --output kind=json` file: one run per benchmark "
         "(load level); records rebuilt from its per-request timings, our metrics recomputed "
         "and guidellm's own numbers stored under honest names (its ITL is vLLM's TPOT, "
-        "token-weighted; its TPOT includes TTFT).", arm_help="")
+        "token-weighted; its TPOT includes TTFT).",
+        arm_help="",
+    )
     gdl.set_defaults(func=import_guidellm_file)
 
 
-def _import_parser(sub: argparse._SubParsersAction, tool: str, *, help: str, description: str,
-                   arm_help: str) -> argparse.ArgumentParser:  # fmt: skip
+def _import_parser(
+    sub: argparse._SubParsersAction, tool: str, *, help: str, description: str, arm_help: str
+) -> argparse.ArgumentParser:
     """`import-<tool>`: the options both importers take (where the result goes, under what)."""
     parser = sub.add_parser(f"import-{tool}", help=help, description=description)
     parser.add_argument("file", type=Path)
@@ -77,8 +92,11 @@ def report(args: argparse.Namespace) -> int:
 
         if html:
             print(text, end="")
-        print(f"orchestrate: serving report not written to {out}: {exc.strerror or exc}"
-              " (printed above)", file=sys.stderr)
+        print(
+            f"orchestrate: serving report not written to {out}: {exc.strerror or exc}"
+            " (printed above)",
+            file=sys.stderr,
+        )
         return 0
     print(f"\nreport written to {out}")
     return 0
@@ -92,17 +110,29 @@ def import_file(args: argparse.Namespace) -> int:
     got = import_vllm(args.file, args.load)  # a bad file is refused before a store is made
     path = store_path(args.campaign, args.results)
     with Store(path) as store:
-        record = store_import(store, args.file, campaign=args.campaign,
-                              experiment=args.experiment, arm=args.arm,
-                              placement=args.placement, host=args.host,
-                              repetition=args.repetition, load=args.load,
-                              baseline=args.baseline, got=got)
-    print(f"imported {args.file} (vLLM layout {got['layout']}) as run {record.run_key[:12]} "
-          f"({record.status}{': ' + record.reason if record.reason else ''}) into {path}")
+        record = store_import(
+            store,
+            args.file,
+            campaign=args.campaign,
+            experiment=args.experiment,
+            arm=args.arm,
+            placement=args.placement,
+            host=args.host,
+            repetition=args.repetition,
+            load=args.load,
+            baseline=args.baseline,
+            got=got,
+        )
+    print(
+        f"imported {args.file} (vLLM layout {got['layout']}) as run {record.run_key[:12]} "
+        f"({record.status}{': ' + record.reason if record.reason else ''}) into {path}"
+    )
     if got["agreement"]:
         worst = max(got["agreement"], key=got["agreement"].get)
-        print(f"vLLM's own summary fields recomputed from the arrays: {len(got['agreement'])} "
-              f"fields, largest relative difference {got['agreement'][worst]:.1e} ({worst})")
+        print(
+            f"vLLM's own summary fields recomputed from the arrays: {len(got['agreement'])} "
+            f"fields, largest relative difference {got['agreement'][worst]:.1e} ({worst})"
+        )
     for line in got["limitations"]:
         print(f"limitation: {line}")
     return 0
@@ -122,14 +152,24 @@ def import_guidellm_file(args: argparse.Namespace) -> int:
     got = import_guidellm(args.file)  # a bad file is refused before a store is made
     path = store_path(args.campaign, args.results)
     with Store(path) as store:
-        records = store_import(store, args.file, got, campaign=args.campaign,
-                               experiment=args.experiment, arm=args.arm,
-                               placement=args.placement, host=args.host,
-                               repetition=args.repetition, baseline=args.baseline)
+        records = store_import(
+            store,
+            args.file,
+            got,
+            campaign=args.campaign,
+            experiment=args.experiment,
+            arm=args.arm,
+            placement=args.placement,
+            host=args.host,
+            repetition=args.repetition,
+            baseline=args.baseline,
+        )
     for rec, lv in zip(records, got["levels"], strict=True):
-        print(f"imported {args.file} benchmark {lv['label']} (guidellm {got['version']}) as run "
-              f"{rec.run_key[:12]} ({rec.status}{': ' + rec.reason if rec.reason else ''}) "
-              f"into {path}")
+        print(
+            f"imported {args.file} benchmark {lv['label']} (guidellm {got['version']}) as run "
+            f"{rec.run_key[:12]} ({rec.status}{': ' + rec.reason if rec.reason else ''}) "
+            f"into {path}"
+        )
         if lv["kept"]:
             print(f"kept: {lv['label']}: {lv['kept']}")
     for line in dict.fromkeys(x for lv in got["levels"] for x in lv["limitations"]):

@@ -12,16 +12,20 @@ from socketlab.commands._options import add_results_argument
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
-        "status", help="runs stored per campaign, experiment, host and status",
+        "status",
+        help="runs stored per campaign, experiment, host and status",
         description="Without CAMPAIGN: every campaign under the results folder with its run "
         "counts. With CAMPAIGN: counts per experiment and host, every run that is not ok "
         "with its reason, and hosts that could not be reached.",
-    )  # fmt: skip
+    )
     parser.add_argument("campaign", nargs="?", help="campaign id (the spec's `campaign`)")
     add_results_argument(parser)
-    parser.add_argument("--json", action="store_true",
-                        help="one JSON line per campaign: counts by status, experiment and host, "
-                        "the runs not ok, the hosts not reached")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON line per campaign: counts by status, experiment and host, "
+        "the runs not ok, the hosts not reached",
+    )
     parser.set_defaults(func=run)
 
 
@@ -44,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
                 continue
             counts = Counter(r.status for r in runs)
             line = ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "no runs"
-            print(f"{path.parent.name}: {line}" + (f"; {len(lost)} host(s) not reached"
-                                                   if lost else ""))
+            print(
+                f"{path.parent.name}: {line}"
+                + (f"; {len(lost)} host(s) not reached" if lost else "")
+            )
         return 0
     path = existing_store_path(args.campaign, root)
     with Store(path, create=False) as store:
@@ -59,14 +65,18 @@ def run(args: argparse.Namespace) -> int:
         table.setdefault((r.experiment, r.host), Counter())[r.status] += 1
     print(f"campaign {args.campaign}: {len(runs)} runs in {path}")
     for (experiment, host), counts in sorted(table.items()):
-        print(f"  {experiment} on {host}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        print(
+            f"  {experiment} on {host}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        )
     bad = [r for r in runs if r.status != RunStatus.OK]
     if bad:
         print("not ok:")
         for r in bad:
             params = ",".join(f"{k}={v}" for k, v in r.params.items())
-            print(f"  {r.run_key[:12]} {r.experiment}[{params}]#rep{r.repetition} on {r.host}: "
-                  f"{r.status}: {r.reason}")  # fmt: skip
+            print(
+                f"  {r.run_key[:12]} {r.experiment}[{params}]#rep{r.repetition} on {r.host}: "
+                f"{r.status}: {r.reason}"
+            )
     if lost:
         print("hosts not reached (no points of theirs ran; the next `orchestrate run` retries):")
         for f in lost:
@@ -82,13 +92,29 @@ def _summary(campaign: str, path: Path, runs: list, lost: list) -> dict:
     for r in runs:
         table.setdefault((r.experiment, r.host), Counter())[r.status] += 1
     return {
-        "campaign": campaign, "store": str(path), "runs": len(runs),
+        "campaign": campaign,
+        "store": str(path),
+        "runs": len(runs),
         "statuses": dict(sorted(Counter(r.status for r in runs).items())),
-        "experiments": [{"experiment": e, "host": h, "statuses": dict(sorted(c.items()))}
-                        for (e, h), c in sorted(table.items())],
-        "not_ok": [{"run_key": r.run_key, "experiment": r.experiment, "host": r.host,
-                    "params": r.params, "repetition": r.repetition, "status": r.status,
-                    "reason": r.reason} for r in runs if r.status != RunStatus.OK],
-        "hosts_not_reached": [{"host": f.host, "stage": f.stage, "reason": f.reason,
-                               "attempts": f.attempts} for f in lost],
-    }  # fmt: skip
+        "experiments": [
+            {"experiment": e, "host": h, "statuses": dict(sorted(c.items()))}
+            for (e, h), c in sorted(table.items())
+        ],
+        "not_ok": [
+            {
+                "run_key": r.run_key,
+                "experiment": r.experiment,
+                "host": r.host,
+                "params": r.params,
+                "repetition": r.repetition,
+                "status": r.status,
+                "reason": r.reason,
+            }
+            for r in runs
+            if r.status != RunStatus.OK
+        ],
+        "hosts_not_reached": [
+            {"host": f.host, "stage": f.stage, "reason": f.reason, "attempts": f.attempts}
+            for f in lost
+        ],
+    }

@@ -95,18 +95,22 @@ def print_timeline(records: list[dict[str, Any]]) -> None:
     t0 = records[0]["ts"] if records else 0
     for r in records:
         if r.get("event") == "stop":
-            print(f"{r['sample']:>6}  {r['ts'] - t0:5.1f}s  stop ({r['reason']}): restored "
-                  + ", ".join(f"{n}={v.get('now', v.get('error'))}"
-                              for n, v in sorted(r["restored"].items())))  # fmt: skip
+            print(
+                f"{r['sample']:>6}  {r['ts'] - t0:5.1f}s  stop ({r['reason']}): restored "
+                + ", ".join(
+                    f"{n}={v.get('now', v.get('error'))}" for n, v in sorted(r["restored"].items())
+                )
+            )
             continue
         used, demand = r.get("used") or {}, r.get("demand") or {}
         cells = [f"{r['sample']:>6}", f"{r['ts'] - t0:5.1f}s"]
         cells += [f"{used.get(n, '-')}/{demand.get(n, '-')}" for n in names]
         cells += [
-            r["sets"][n] + (" (parked)" if n in r.get("parked", []) else "")
+            r["sets"][n]
+            + (" (parked)" if n in r.get("parked", []) else "")
             + (" *" if r.get("changed") else "")
             for n in names
-        ]  # fmt: skip
+        ]
         print("  ".join(cells))
 
 
@@ -188,14 +192,21 @@ def simulate(args: argparse.Namespace) -> int:
     isolation = plan_isolation(topology, args.housekeeping)
     capacity = len(isolation.workers) + len(isolation.siblings)
     if args.generate:
-        trace = generate_mix(args.generate, capacity=capacity, minutes=args.minutes,
-                             period=args.period, seed=args.seed, peak=args.peak)  # fmt: skip
+        trace = generate_mix(
+            args.generate,
+            capacity=capacity,
+            minutes=args.minutes,
+            period=args.period,
+            seed=args.seed,
+            peak=args.peak,
+        )
     else:
         trace = load_trace(args.trace)
     if args.write_trace:
         Path(args.write_trace).write_text(trace_csv(trace))
-    config = EstimatorConfig(window=args.window, shrink_after=args.shrink_after,
-                             headroom=args.headroom, spill=args.spill)  # fmt: skip
+    config = EstimatorConfig(
+        window=args.window, shrink_after=args.shrink_after, headroom=args.headroom, spill=args.spill
+    )
     results = [
         run_policy(trace, topology, isolation, policy, config, host.distances)
         for policy in (args.policy or POLICIES)
@@ -206,24 +217,46 @@ def simulate(args: argparse.Namespace) -> int:
         for r in results:
             plot(trace, r, out / f"{topology.source}-{r.policy}.png")
     if args.json:
-        json.dump({"topology": topology.source, "trace": trace.source, "capacity": capacity,
-                   "minutes": round(trace.minutes, 2), "workloads": list(trace.workloads),
-                   "policies": {r.policy: r.summary for r in results}},
-                  sys.stdout, indent=1, sort_keys=True)  # fmt: skip
+        json.dump(
+            {
+                "topology": topology.source,
+                "trace": trace.source,
+                "capacity": capacity,
+                "minutes": round(trace.minutes, 2),
+                "workloads": list(trace.workloads),
+                "policies": {r.policy: r.summary for r in results},
+            },
+            sys.stdout,
+            indent=1,
+            sort_keys=True,
+        )
         sys.stdout.write("\n")
         return 0
     print(
         f"{topology.source}: {capacity} managed CPUs in {results[0].summary['llcs']} LLCs; "
         f"trace {trace.source}, {len(trace.workloads)} workloads, {trace.minutes:.1f} min"
     )
-    head = ("policy", "LLCs/workload", "nodes/workload", "LLC shared", "stranded",
-            "unserved", "changes/min")  # fmt: skip
+    head = (
+        "policy",
+        "LLCs/workload",
+        "nodes/workload",
+        "LLC shared",
+        "stranded",
+        "unserved",
+        "changes/min",
+    )
     print("  ".join(f"{h:>14}" for h in head))
     for r in results:
         m = r.summary
-        row = (r.policy, f"{m['llcs_per_workload']:.2f}", f"{m['nodes_per_workload']:.2f}",
-               f"{100 * m['llc_shared']:.1f}%", f"{100 * m['stranded']:.2f}%",
-               f"{100 * m['unserved']:.2f}%", f"{m['changes_per_minute']:.1f}")  # fmt: skip
+        row = (
+            r.policy,
+            f"{m['llcs_per_workload']:.2f}",
+            f"{m['nodes_per_workload']:.2f}",
+            f"{100 * m['llc_shared']:.1f}%",
+            f"{100 * m['stranded']:.2f}%",
+            f"{100 * m['unserved']:.2f}%",
+            f"{m['changes_per_minute']:.1f}",
+        )
         print("  ".join(f"{c:>14}" for c in row))
     return 0
 
@@ -237,8 +270,11 @@ def plot(trace, result, path: Path) -> None:
 
     t = [i * trace.period / 60 for i in range(len(trace.demand))]
     # The locality domain that varies: LLCs, or NUMA nodes where the L3 is socket-wide.
-    level, of = ("LLCs", result.llc_of) if len(set(result.llc_of.values())) > 1 else (
-        "NUMA nodes", result.node_of)  # fmt: skip
+    level, of = (
+        ("LLCs", result.llc_of)
+        if len(set(result.llc_of.values())) > 1
+        else ("NUMA nodes", result.node_of)
+    )
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     for n in trace.workloads:
         (line,) = top.plot(t, [d[n] for d in trace.demand], lw=0.8, alpha=0.6)
@@ -250,9 +286,12 @@ def plot(trace, result, path: Path) -> None:
     bottom.set_ylabel(f"{level} spanned")
     bottom.set_xlabel("minutes")
     m = result.summary
-    top.set_title(f"{result.topology}, {result.policy}: {m['llcs_per_workload']:.2f} LLCs per "
-                  f"workload, stranded {100 * m['stranded']:.2f}%, unserved "
-                  f"{100 * m['unserved']:.2f}%", fontsize=10)  # fmt: skip
+    top.set_title(
+        f"{result.topology}, {result.policy}: {m['llcs_per_workload']:.2f} LLCs per "
+        f"workload, stranded {100 * m['stranded']:.2f}%, unserved "
+        f"{100 * m['unserved']:.2f}%",
+        fontsize=10,
+    )
     top.legend(fontsize=8, ncol=len(trace.workloads), loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=90)

@@ -70,11 +70,15 @@ class CgroupV2:
 
     def check(self, name: str) -> None:
         if not os.path.isdir(self.dir):
-            raise TailorError(f"workload {name}: cgroup {self.dir} does not exist; expected an "
-                              "existing cgroup v2 directory")  # fmt: skip
+            raise TailorError(
+                f"workload {name}: cgroup {self.dir} does not exist; expected an "
+                "existing cgroup v2 directory"
+            )
         if not os.path.exists(self.cpus_file):
-            raise TailorError(f"workload {name}: {self.cpus_file} is missing; expected the "
-                              "cpuset controller enabled in the parent's cgroup.subtree_control")  # fmt: skip
+            raise TailorError(
+                f"workload {name}: {self.cpus_file} is missing; expected the "
+                "cpuset controller enabled in the parent's cgroup.subtree_control"
+            )
 
     def usage_s(self) -> float:
         for line in _read(os.path.join(self.dir, "cpu.stat")).splitlines():
@@ -99,8 +103,10 @@ class CgroupV1:
     def check(self, name: str) -> None:
         for d, what in ((self.dir, "cpuset"), (self.acct, "cpuacct")):
             if not os.path.isdir(d):
-                raise TailorError(f"workload {name}: cgroup {d} does not exist; expected the "
-                                  f"workload's {what} cgroup (cgroup v1)")  # fmt: skip
+                raise TailorError(
+                    f"workload {name}: cgroup {d} does not exist; expected the "
+                    f"workload's {what} cgroup (cgroup v1)"
+                )
 
     def usage_s(self) -> float:
         return int(_read(os.path.join(self.acct, "cpuacct.usage"))) / 1e9
@@ -116,8 +122,9 @@ def backend_for(root: str) -> type:
         return CgroupV2
     if os.path.exists(os.path.join(root, "cpuset", "cpuset.cpus")):
         return CgroupV1
-    raise TailorError(f"{root}: not available on this host: no cpuset controller in cgroup v2 "
-                      "or v1")  # fmt: skip
+    raise TailorError(
+        f"{root}: not available on this host: no cpuset controller in cgroup v2 or v1"
+    )
 
 
 def runnable(tids: list[int]) -> int:
@@ -185,8 +192,10 @@ def restore(state_dir: str) -> dict:
         return {"restored": {}, "note": f"nothing to restore: no {STATE} in {state_dir}"}
     pid = state.get("pid")
     if isinstance(pid, int) and pid != os.getpid() and _collector.is_ours(pid, "tailor.py"):
-        raise TailorError(f"{state_dir}: the controller (PID {pid}) is still running; expected "
-                          "`stop`, or --restore once it is gone")  # fmt: skip
+        raise TailorError(
+            f"{state_dir}: the controller (PID {pid}) is still running; expected "
+            "`stop`, or --restore once it is gone"
+        )
     done = restore_from(state)
     if not any("error" in d for d in done.values()):
         os.remove(os.path.join(state_dir, STATE))
@@ -220,10 +229,14 @@ def make_controller(args: argparse.Namespace):
     else:
         isolation = plan_isolation(topology, args.housekeeping)
     config = EstimatorConfig(
-        window=args.window, percentile=args.percentile, headroom=args.headroom,
-        tolerance=args.tolerance, idle_below=args.idle_below, shrink_after=args.shrink_after,
+        window=args.window,
+        percentile=args.percentile,
+        headroom=args.headroom,
+        tolerance=args.tolerance,
+        idle_below=args.idle_below,
+        shrink_after=args.shrink_after,
         spill=args.spill,
-    )  # fmt: skip
+    )
     names = list(parse_workloads(args.workload))
     return Tailor(topology, isolation, names, config, args.policy, node_distances(snap))
 
@@ -233,10 +246,14 @@ def prepare(args: argparse.Namespace):
     if args.mode == "soft":
         state = sched_ext_state()
         if state is None:
-            raise TailorError("--mode soft: not available on this host: no sched_ext "
-                              "(/sys/kernel/sched_ext is missing)")  # fmt: skip
-        raise TailorError(f"--mode soft: sched_ext is {state} here, but no soft-affinity "
-                          "scheduler ships with socketlab yet; expected --mode hard")  # fmt: skip
+            raise TailorError(
+                "--mode soft: not available on this host: no sched_ext "
+                "(/sys/kernel/sched_ext is missing)"
+            )
+        raise TailorError(
+            f"--mode soft: sched_ext is {state} here, but no soft-affinity "
+            "scheduler ships with socketlab yet; expected --mode hard"
+        )
     if not (args.period > 0):
         raise TailorError(f"--period: expected seconds > 0, got {args.period!r}")
     workloads = parse_workloads(args.workload)
@@ -335,8 +352,13 @@ def add_options(p: argparse.ArgumentParser, state_dir: bool = True) -> None:
     """The start/run options (also `orchestrate tailor start`'s, which passes them on)."""
     if state_dir:
         p.add_argument("--state-dir", required=True, help="pidfile, state file and timeline")
-    p.add_argument("--workload", action="append", default=[], metavar="NAME=CGROUP",
-                   help="a workload: its name and cgroup path below the hierarchy root")  # fmt: skip
+    p.add_argument(
+        "--workload",
+        action="append",
+        default=[],
+        metavar="NAME=CGROUP",
+        help="a workload: its name and cgroup path below the hierarchy root",
+    )
     p.add_argument("--cgroup-root", default=CGROUP_ROOT)
     p.add_argument("--cpus", help="the CPUs to hand out (default: the isolation plan's)")
     p.add_argument("--housekeeping", type=int, default=2, metavar="H")
@@ -392,8 +414,10 @@ def _main(args: argparse.Namespace) -> int:
         return 0 if ok and with_state is None else 1
     os.makedirs(state_dir, exist_ok=True)
     if read_state(state_dir) is not None:
-        raise TailorError(f"{state_dir}/{STATE}: a controller's changes are still recorded; "
-                          "expected `stop` or `restore` first")  # fmt: skip
+        raise TailorError(
+            f"{state_dir}/{STATE}: a controller's changes are still recorded; "
+            "expected `stop` or `restore` first"
+        )
     pid = _collector.read_pid(pidfile)
     if pid is not None and _collector.is_ours(pid, "tailor.py"):
         raise TailorError(f"{state_dir}: a controller already runs (PID {pid})")
@@ -405,8 +429,10 @@ def _main(args: argparse.Namespace) -> int:
     text, fd = _collector.detach()
     if fd is None:  # the caller: the daemon's PID, or "" when it died before it was ready
         if not text.isdigit():
-            print(f"tailor: error: the controller did not start: {text or 'it exited'}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"tailor: error: the controller did not start: {text or 'it exited'}",
+                file=sys.stderr,
+            )
             return 1
         print(json.dumps({"started": int(text), "state_dir": state_dir}))
         return 0

@@ -31,11 +31,24 @@ from socketlab.execute.local import LocalExecutor
 from socketlab.execute.ssh import SshExecutor
 
 __all__ = [
-    "BECOME_REFUSED", "DEFAULT_WORKROOT", "Executor", "HostBusy", "HostUnreachable",
-    "LocalExecutor", "Result", "SshExecutor", "ToolsBundle", "become_preflight",
-    "become_refused", "become_requested", "become_variable", "make_executor", "process",
-    "tool_files", "tools_bundle",
-]  # fmt: skip
+    "BECOME_REFUSED",
+    "DEFAULT_WORKROOT",
+    "Executor",
+    "HostBusy",
+    "HostUnreachable",
+    "LocalExecutor",
+    "Result",
+    "SshExecutor",
+    "ToolsBundle",
+    "become_preflight",
+    "become_refused",
+    "become_requested",
+    "become_variable",
+    "make_executor",
+    "process",
+    "tool_files",
+    "tools_bundle",
+]
 
 
 def make_executor(host, workroot: str | None = None) -> Executor:
@@ -47,8 +60,10 @@ def make_executor(host, workroot: str | None = None) -> Executor:
     workroot = workroot or vars_.get("socketlab_workroot") or DEFAULT_WORKROOT
     if getattr(host, "connection", "local") == "local":
         if become_requested(vars_) and os.geteuid() != 0:
-            raise HostError(f"inventory: {host.name}: {become_variable(vars_)} is for SSH hosts; "
-                            "for a local one run orchestrate as root (sudo orchestrate run ...)")
+            raise HostError(
+                f"inventory: {host.name}: {become_variable(vars_)} is for SSH hosts; "
+                "for a local one run orchestrate as root (sudo orchestrate run ...)"
+            )
 
         return LocalExecutor(host.name, workroot=workroot, python=getattr(host, "python", None))
     return SshExecutor(host, workroot=workroot)

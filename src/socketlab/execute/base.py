@@ -55,8 +55,9 @@ class Executor:
     def close(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
-            pidfile=None) -> Result:  # fmt: skip  # pragma: no cover - interface
+    def run(
+        self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None, pidfile=None
+    ) -> Result:  # pragma: no cover - interface
         raise NotImplementedError
 
     def call(self, argv: list[str], timeout: float = 120.0) -> tuple[int, str]:
@@ -89,8 +90,14 @@ class Executor:
 
     def spawn(self, argv: list[str], *, env=None, cwd=None, cpus=None, log: str) -> int:
         """Start argv on the host in its own session, output to ``log``; returns its PID."""
-        request = {"op": "spawn", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
-                   "cpus": list(cpus) if cpus else None, "log": log}  # fmt: skip
+        request = {
+            "op": "spawn",
+            "argv": list(argv),
+            "env": dict(env or {}),
+            "cwd": cwd,
+            "cpus": list(cpus) if cpus else None,
+            "log": log,
+        }
         return int(self._agent_op(request)["pid"])
 
     def tree(self, pid: int) -> dict:
@@ -146,8 +153,9 @@ class Executor:
         code, output = self.call(argv, timeout)
         if code != 0:
             tail = output.strip().splitlines()[-5:]
-            raise HostError(f"{self.name}: {what or argv[0]} failed (exit {code}): "
-                            + " | ".join(tail))  # fmt: skip
+            raise HostError(
+                f"{self.name}: {what or argv[0]} failed (exit {code}): " + " | ".join(tail)
+            )
         return output
 
     def send_tree(self, files: dict[str, Path], remote_dir: str, scratch: Path) -> None:
@@ -211,8 +219,9 @@ class ToolsBundle:
 def tools_bundle() -> ToolsBundle:
     """The tools as one tar, and its digest (so a host that has them is sent nothing)."""
     files = tool_files()
-    return _bundle(tuple((name, str(p), p.stat().st_mtime_ns, p.stat().st_size)
-                         for name, p in files.items()))  # fmt: skip
+    return _bundle(
+        tuple((name, str(p), p.stat().st_mtime_ns, p.stat().st_size) for name, p in files.items())
+    )
 
 
 @cache
@@ -254,6 +263,8 @@ def become_preflight() -> str:
 
 def become_refused(where: str, user: str | None, variable: str = "socketlab_become") -> str:
     who = user or "the login user"
-    return (f"{where}: {variable} is set but `sudo -n` fails for {who} (sudo asks for a "
-            f"password, or is missing): give {who} passwordless sudo (a NOPASSWD rule in "
-            f"/etc/sudoers.d), log in as root, or set {variable}: false")
+    return (
+        f"{where}: {variable} is set but `sudo -n` fails for {who} (sudo asks for a "
+        f"password, or is missing): give {who} passwordless sudo (a NOPASSWD rule in "
+        f"/etc/sudoers.d), log in as root, or set {variable}: false"
+    )

@@ -29,15 +29,16 @@ from socketlab.layer.cache import MANIFEST, controller_cache, ensure_dump, manif
 def host_sums(ex: Executor, folder: str) -> dict[str, str]:
     """name (relative to ``folder``) -> sha256 of the files the host has there, the manifest
     left out (as socketlab.layer.cache.file_sums does)."""
-    code, out = ex.call(["find", folder, "-type", "f", "-exec", "sha256sum", "{}", "+"],
-                        timeout=1800)  # fmt: skip
+    code, out = ex.call(
+        ["find", folder, "-type", "f", "-exec", "sha256sum", "{}", "+"], timeout=1800
+    )
     if code != 0:
         return {}
     sums = {}
     prefix = folder.rstrip("/") + "/"
     for line in out.splitlines():
         digest, _, path = line.partition("  ")
-        name = path[len(prefix):]
+        name = path[len(prefix) :]
         if path.startswith(prefix) and len(digest) == 64 and name != MANIFEST:
             sums[name] = digest
     return sums
@@ -58,15 +59,29 @@ def _link_or_copy(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def ship_dump(ex: Executor, ref: dict, host_dir: str, *, cache: Path | None = None,
-              log: Callable[[str], None] = lambda _: None) -> str:  # fmt: skip
+def ship_dump(
+    ex: Executor,
+    ref: dict,
+    host_dir: str,
+    *,
+    cache: Path | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> str:
     """Make sure the host has the dump ``ref`` (a DumpRef.as_dict()) at ``host_dir``; return how
     it got there ("present", "copied N files, X MiB", "linked")."""
     try:
-        local = ensure_dump(ref["shape"], ref["context"], ref["batch"], ref["seed"],
-                            cache or controller_cache(), ref.get("variant", "default"),
-                            ref.get("tp", 1), ref.get("rank", 0), ref.get("checkpoint"),
-                            ref.get("layer"))
+        local = ensure_dump(
+            ref["shape"],
+            ref["context"],
+            ref["batch"],
+            ref["seed"],
+            cache or controller_cache(),
+            ref.get("variant", "default"),
+            ref.get("tp", 1),
+            ref.get("rank", 0),
+            ref.get("checkpoint"),
+            ref.get("layer"),
+        )
         sums = manifest(local)
     except SocketlabError as exc:
         raise HostError(f"layer dump {ref['key']}: {exc}") from None
@@ -114,11 +129,15 @@ def ship_dump(ex: Executor, ref: dict, host_dir: str, *, cache: Path | None = No
     got_links = host_links(ex, part)
     bad += sorted(name for name, target in links.items() if got_links.get(name) != target)
     if bad:
-        raise HostError(f"layer dump {ref['key']}: {len(bad)} file(s) differ after the copy "
-                        f"(first: {bad[0]}); a rerun sends them again")  # fmt: skip
+        raise HostError(
+            f"layer dump {ref['key']}: {len(bad)} file(s) differ after the copy "
+            f"(first: {bad[0]}); a rerun sends them again"
+        )
     ex.put(local / MANIFEST, f"{part}/{MANIFEST}")
     ex.check(["rm", "-rf", host_dir], what="removing an incomplete layer dump")
     ex.check(["mv", "-T", part, host_dir], what="moving the layer dump into place")
     resumed = f", {len(files) - len(todo)} already there" if len(todo) < len(files) else ""
-    return (f"copied {len(todo)} files and {len(links)} links, {size / 1048576:.1f} MiB in "
-            f"{time.monotonic() - t0:.1f} s{resumed}")
+    return (
+        f"copied {len(todo)} files and {len(links)} links, {size / 1048576:.1f} MiB in "
+        f"{time.monotonic() - t0:.1f} s{resumed}"
+    )

@@ -36,8 +36,13 @@ class LocalExecutor(Executor):
     controller = True
     address = "127.0.0.1"
 
-    def __init__(self, name: str = "localhost", *, workroot: str = DEFAULT_WORKROOT,
-                 python: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        name: str = "localhost",
+        *,
+        workroot: str = DEFAULT_WORKROOT,
+        python: str | None = None,
+    ) -> None:
         self.name = name
         self.python = python or "python3"
         self.workdir = inside(workroot, name, what="host name")
@@ -64,15 +69,24 @@ class LocalExecutor(Executor):
                 self._agent.stdout.close()
                 self._agent = None
 
-    def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
-            pidfile=None) -> Result:  # fmt: skip
+    def run(
+        self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None, pidfile=None
+    ) -> Result:
         if pidfile is None:
-            return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
-                                        out_dir=out_dir, started_hook=self._held))
+            return Result(
+                **process.run(
+                    argv,
+                    env=env,
+                    cwd=cwd,
+                    cpus=cpus,
+                    timeout=timeout,
+                    out_dir=out_dir,
+                    started_hook=self._held,
+                )
+            )
         with self._stop_lock:
             if pidfile in self._stops:  # the stop came first: never start it
-                return Result(None, "", "interrupted before it started", 0.0,
-                              started=time.time())  # fmt: skip
+                return Result(None, "", "interrupted before it started", 0.0, started=time.time())
 
         def started(pid: int) -> None:  # right after the pidfile is written
             self._held(pid)
@@ -83,8 +97,18 @@ class LocalExecutor(Executor):
                 process.kill_group(pid)
 
         try:
-            return Result(**process.run(argv, env=env, cwd=cwd, cpus=cpus, timeout=timeout,
-                                        out_dir=out_dir, pidfile=pidfile, started_hook=started))
+            return Result(
+                **process.run(
+                    argv,
+                    env=env,
+                    cwd=cwd,
+                    cpus=cpus,
+                    timeout=timeout,
+                    out_dir=out_dir,
+                    pidfile=pidfile,
+                    started_hook=started,
+                )
+            )
         finally:
             with self._stop_lock:
                 self._running.pop(pidfile, None)
@@ -132,7 +156,10 @@ class LocalExecutor(Executor):
                 # its own session: a terminal's Ctrl-C must not end it before it has cleaned up
                 self._agent = subprocess.Popen(
                     self.tool("_runwrap.py", "serve", "--idle", str(365 * 86400.0)),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    start_new_session=True,
+                )
                 self._buffer = b""
                 self._readline(time.monotonic() + 30)  # {"ready": true}
             self._agent.stdin.write(json.dumps(request).encode() + b"\n")
@@ -163,8 +190,10 @@ class LocalExecutor(Executor):
         path = Path(self.workdir) / "host.lock"
         fh, holder = process.take_lock(str(path), info)
         if fh is None:
-            raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
-                           f"({holder or 'unknown holder'}; lock file {path})")  # fmt: skip
+            raise HostBusy(
+                f"{self.name}: host is busy, locked by another orchestrator "
+                f"({holder or 'unknown holder'}; lock file {path})"
+            )
         self._lock_fh = fh
 
     def unlock(self) -> None:

@@ -39,9 +39,16 @@ class Reporter:
             if status != "warmup":  # warm-ups are not in the total
                 self.done += 1
             self.durations.append(seconds)
-        self.emit("done", host=host, point=label, status=status, reason=reason,
-                  seconds=round(seconds, 3), progress=f"{self.done}/{self.total}",
-                  eta_s=self.eta())  # fmt: skip
+        self.emit(
+            "done",
+            host=host,
+            point=label,
+            status=status,
+            reason=reason,
+            seconds=round(seconds, 3),
+            progress=f"{self.done}/{self.total}",
+            eta_s=self.eta(),
+        )
 
     def message(self, host: str, text: str) -> None:
         self.emit("message", host=host, text=text)
@@ -66,15 +73,19 @@ class Reporter:
         if event == "done":
             why = f" ({fields['reason']})" if fields.get("reason") else ""
             eta = f", eta {fields['eta_s']:g} s" if fields.get("eta_s") is not None else ""
-            return (f"{stamp} [{fields['progress']}] {fields['host']}: {fields['point']} "
-                    f"{fields['status']} in {fields['seconds']:.2f} s{why}{eta}")  # fmt: skip
+            return (
+                f"{stamp} [{fields['progress']}] {fields['host']}: {fields['point']} "
+                f"{fields['status']} in {fields['seconds']:.2f} s{why}{eta}"
+            )
         if event == "point":
             return f"{stamp} {fields['host']}: running {fields['point']}"
         if event == "message":
             return f"{stamp} {fields['host']}: {fields['text']}"
         if event == "start":
-            return (f"{stamp} campaign {fields['campaign']}: {fields['total']} runs to do on "
-                    f"{fields['hosts']} host(s), {fields['already_done']} already stored")  # fmt: skip
+            return (
+                f"{stamp} campaign {fields['campaign']}: {fields['total']} runs to do on "
+                f"{fields['hosts']} host(s), {fields['already_done']} already stored"
+            )
         return f"{stamp} {event}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
 
@@ -111,9 +122,14 @@ class RichReporter(Reporter):
 
         self.console = Console(stderr=True)  # labels carry [params]: escape(), not markup
         self.progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=False,
-        )  # fmt: skip
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            transient=False,
+        )
         self.task = None
         self.host_tasks: dict[str, Any] = {}
 
@@ -138,7 +154,9 @@ class RichReporter(Reporter):
             self.done += 1
             self.progress.advance(self.task)
             if status != RunStatus.OK:
-                self.console.print(f"{host}: {escape(label)} [bold red]{status}[/] {escape(reason)}")
+                self.console.print(
+                    f"{host}: {escape(label)} [bold red]{status}[/] {escape(reason)}"
+                )
 
     def message(self, host: str, text: str) -> None:
         with self.lock:

@@ -60,8 +60,9 @@ class _Heartbeats:
         with self.lock:
             self.agents.add(agent)
             if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="agent-heartbeats",
-                                               daemon=True)  # fmt: skip
+                self.thread = threading.Thread(
+                    target=self._run, name="agent-heartbeats", daemon=True
+                )
                 self.thread.start()
 
     def discard(self, agent: _Agent) -> None:
@@ -156,8 +157,9 @@ def _boot_source() -> str:
 
 
 class SshExecutor(Executor):
-    def __init__(self, host, *, workroot: str = DEFAULT_WORKROOT,
-                 connect_timeout: float = 8.0) -> None:  # fmt: skip
+    def __init__(
+        self, host, *, workroot: str = DEFAULT_WORKROOT, connect_timeout: float = 8.0
+    ) -> None:
         self.host = host
         self.name = host.name
         self.python = host.python or "python3"
@@ -187,17 +189,22 @@ class SshExecutor(Executor):
         self.close()
         try:
             conn = sshconfig.connection(
-                self.host.address, user=self.host.user, port=self.host.port,
-                key_file=self.host.key_file, common_args=self.host.ssh_common_args,
+                self.host.address,
+                user=self.host.user,
+                port=self.host.port,
+                key_file=self.host.key_file,
+                common_args=self.host.ssh_common_args,
                 connect_timeout=self.connect_timeout,
-            )  # fmt: skip
+            )
             # what ~/.ssh/config made of the inventory's address, for every message after this
             self._dest = f"{conn.host}:{conn.port}" + (
-                f" via {sshconfig.describe_gateway(conn)}" if conn.gateway else "")
+                f" via {sshconfig.describe_gateway(conn)}" if conn.gateway else ""
+            )
             sshconfig.open_connection(conn, self.connect_timeout)
         except _NET_ERRORS as exc:
-            raise HostUnreachable(f"{self.name}: cannot connect to {self._where}: "
-                                  f"{exc or type(exc).__name__}") from None  # fmt: skip
+            raise HostUnreachable(
+                f"{self.name}: cannot connect to {self._where}: {exc or type(exc).__name__}"
+            ) from None
         self._conn = conn
 
     def close(self) -> None:
@@ -214,8 +221,9 @@ class SshExecutor(Executor):
         return transport
 
     def _lost(self, exc: BaseException, what: str) -> HostUnreachable:
-        return HostUnreachable(f"{self.name}: {what} {self._where} failed: "
-                               f"{exc or type(exc).__name__}")  # fmt: skip
+        return HostUnreachable(
+            f"{self.name}: {what} {self._where} failed: {exc or type(exc).__name__}"
+        )
 
     def _exec(self, command: str, deadline_s: float) -> tuple[int, bytes]:
         """One command line on its own exec channel (login shell); stdout+stderr merged."""
@@ -236,8 +244,9 @@ class SshExecutor(Executor):
                 raise TimeoutError("no exit status")
             return chan.recv_exit_status(), bytes(out)
         except TimeoutError:
-            raise HostUnreachable(f"{self.name}: no reply from {self._where} within "
-                                  f"{deadline_s:g} s") from None  # fmt: skip
+            raise HostUnreachable(
+                f"{self.name}: no reply from {self._where} within {deadline_s:g} s"
+            ) from None
         except _NET_ERRORS as exc:
             raise self._lost(exc, "command on") from None
         finally:
@@ -296,8 +305,18 @@ class SshExecutor(Executor):
 
     def _boot(self, options: list[str]) -> _Agent:
         """collectors/_boot.py started on a channel of its own (the login shell's one exec)."""
-        command = [self.python, "-I", "-S", "-c", _boot_source(), self.tools,
-                   tools_bundle().sha256, "--idle", str(AGENT_IDLE_S), *options]  # fmt: skip
+        command = [
+            self.python,
+            "-I",
+            "-S",
+            "-c",
+            _boot_source(),
+            self.tools,
+            tools_bundle().sha256,
+            "--idle",
+            str(AGENT_IDLE_S),
+            *options,
+        ]
         if self.become:
             command.append("--become")
         try:
@@ -327,8 +346,12 @@ class SshExecutor(Executor):
         if isinstance(reply, dict) and "error" in reply:
             raise HostError(f"{self.name}: {reply['error']}")
         if not isinstance(reply, dict):
-            hint = (" (socketlab_become: the login user needs passwordless sudo; "
-                    "roles/host_packages does not grant it)" if self.become else "")
+            hint = (
+                " (socketlab_become: the login user needs passwordless sudo; "
+                "roles/host_packages does not grant it)"
+                if self.become
+                else ""
+            )
             said = agent.stderr_tail() or line[:200].decode("utf-8", "replace") or "no output"
             raise HostUnreachable(f"{self.name}: agent did not start: {said}{hint}")
         return reply
@@ -350,28 +373,40 @@ class SshExecutor(Executor):
                 return json.loads(line)
             except TimeoutError:
                 self._stop_agent()
-                raise HostUnreachable(f"{self.name}: no reply from {self._where} within "
-                                      f"{deadline_s:g} s") from None  # fmt: skip
+                raise HostUnreachable(
+                    f"{self.name}: no reply from {self._where} within {deadline_s:g} s"
+                ) from None
             except (ValueError, *_NET_ERRORS) as exc:
                 self._stop_agent()
                 raise self._lost(exc, "connection to") from None
 
     # -- the interface -------------------------------------------------------------------------
 
-    def run(self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None,
-            pidfile=None) -> Result:  # fmt: skip
+    def run(
+        self, argv, env=None, cwd=None, timeout=None, cpus=None, *, out_dir=None, pidfile=None
+    ) -> Result:
         if pidfile is not None and pidfile in self._stops:  # e.g. an agent started after it
             return Result(None, "", "interrupted before it started", 0.0, started=time.time())
         request = {
-            "op": "run", "argv": list(argv), "env": dict(env or {}), "cwd": cwd,
-            "timeout": timeout, "cpus": parse_cpulist(cpus) if cpus else None,
-            "pidfile": pidfile, "out_dir": out_dir or f"{self.workdir}/scratch",
-        }  # fmt: skip
+            "op": "run",
+            "argv": list(argv),
+            "env": dict(env or {}),
+            "cwd": cwd,
+            "timeout": timeout,
+            "cpus": parse_cpulist(cpus) if cpus else None,
+            "pidfile": pidfile,
+            "out_dir": out_dir or f"{self.workdir}/scratch",
+        }
         reply = self._request(request, (timeout or 24 * 3600) + GRACE_S)
         return Result(
-            reply["exit_code"], reply["stdout"], reply["stderr"], reply["duration_s"],
-            reply["timed_out"], reply["started"], reply["pgid"],
-        )  # fmt: skip
+            reply["exit_code"],
+            reply["stdout"],
+            reply["stderr"],
+            reply["duration_s"],
+            reply["timed_out"],
+            reply["started"],
+            reply["pgid"],
+        )
 
     def interrupt(self, pidfile: str) -> None:
         """Sent beside the run in flight (whose reply holds the request lock): the agent kills
@@ -386,8 +421,12 @@ class SshExecutor(Executor):
         if self._agent is None:  # before the tools are installed: plain exec
             code, out = self._exec(shlex.join(argv), timeout)
             return code, out.decode("utf-8", "replace")
-        request = {"op": "call", "argv": list(argv), "timeout": timeout,
-                   "out_dir": f"{self.workdir}/scratch/call"}  # fmt: skip
+        request = {
+            "op": "call",
+            "argv": list(argv),
+            "timeout": timeout,
+            "out_dir": f"{self.workdir}/scratch/call",
+        }
         reply = self._request(request, timeout + GRACE_S)
         if reply["timed_out"]:
             return 124, reply["stdout"] + f"\n{argv[0]}: no answer in {timeout:g} s"
@@ -422,8 +461,10 @@ class SshExecutor(Executor):
         path = f"{self.workdir}/host.lock"
         reply = self._request({"op": "lock", "path": path, "info": info}, 30.0)
         if not reply.get("locked"):
-            raise HostBusy(f"{self.name}: host is busy, locked by another orchestrator "
-                           f"({reply.get('holder') or 'unknown holder'}; lock file {path})")
+            raise HostBusy(
+                f"{self.name}: host is busy, locked by another orchestrator "
+                f"({reply.get('holder') or 'unknown holder'}; lock file {path})"
+            )
 
     def unlock(self) -> None:
         with self._request_lock:

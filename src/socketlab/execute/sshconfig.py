@@ -24,8 +24,15 @@ from fabric import Config, Connection
 log = logging.getLogger(__name__)
 
 #: ssh -o options (lower case) that shape the connection; others are left to OpenSSH alone
-HONOURED = ("hostname", "user", "port", "identityfile", "proxyjump", "proxycommand",
-            "userknownhostsfile")  # fmt: skip
+HONOURED = (
+    "hostname",
+    "user",
+    "port",
+    "identityfile",
+    "proxyjump",
+    "proxycommand",
+    "userknownhostsfile",
+)
 _FLAGS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
 
 
@@ -79,8 +86,15 @@ def _known_hosts(conn: Connection, extra: list[str]) -> None:
             conn.client.get_host_keys().load(os.path.expanduser(name))
 
 
-def connection(address: str, *, user: str | None, port: int | None, key_file: str | None,
-               common_args: str, connect_timeout: float) -> Connection:  # fmt: skip
+def connection(
+    address: str,
+    *,
+    user: str | None,
+    port: int | None,
+    key_file: str | None,
+    common_args: str,
+    connect_timeout: float,
+) -> Connection:
     """An unopened fabric Connection to ``address`` (an inventory host's ansible_host or name)."""
     opts = ssh_options(common_args)
     config = Config()  # loads the ssh_config files (fabric's runtime/user/system paths)
@@ -95,16 +109,26 @@ def connection(address: str, *, user: str | None, port: int | None, key_file: st
     if keys:
         kwargs["key_filename"] = [os.path.expanduser(k) for k in keys]
     conn = Connection(
-        opts.get("hostname", [address])[0], user=user or opts.get("user", [None])[0],
-        port=int(port or opts.get("port", [0])[0]) or None, config=config, gateway=gateway,
-        connect_timeout=connect_timeout, connect_kwargs=kwargs,
-    )  # fmt: skip
+        opts.get("hostname", [address])[0],
+        user=user or opts.get("user", [None])[0],
+        port=int(port or opts.get("port", [0])[0]) or None,
+        config=config,
+        gateway=gateway,
+        connect_timeout=connect_timeout,
+        connect_kwargs=kwargs,
+    )
     for hop in _chain(conn):
         _known_hosts(hop, opts.get("userknownhostsfile", []) if hop is conn else [])
-    log.debug("ssh %s: %s@%s:%s%s, keys %s, agent %s", address, conn.user, conn.host, conn.port,
-              f" via {describe_gateway(conn)}" if conn.gateway else "",
-              conn.connect_kwargs.get("key_filename") or "(ssh's defaults)",
-              "yes" if os.environ.get("SSH_AUTH_SOCK") else "no")  # fmt: skip
+    log.debug(
+        "ssh %s: %s@%s:%s%s, keys %s, agent %s",
+        address,
+        conn.user,
+        conn.host,
+        conn.port,
+        f" via {describe_gateway(conn)}" if conn.gateway else "",
+        conn.connect_kwargs.get("key_filename") or "(ssh's defaults)",
+        "yes" if os.environ.get("SSH_AUTH_SOCK") else "no",
+    )
     return conn
 
 
@@ -129,15 +153,30 @@ def open_connection(conn: Connection, connect_timeout: float) -> None:
         _keepalive(first.transport.sock)
 
 
-def run_once(address: str, command: str, stdin: bytes, *, user: str | None, port: int | None,
-             key_file: str | None, common_args: str, timeout: float) -> tuple[int, str, str]:
+def run_once(
+    address: str,
+    command: str,
+    stdin: bytes,
+    *,
+    user: str | None,
+    port: int | None,
+    key_file: str | None,
+    common_args: str,
+    timeout: float,
+) -> tuple[int, str, str]:
     """One command over its own connection, ``stdin`` sent to it: (exit status, stdout,
     stderr). For fact gathering, before any executor exists; TimeoutError past ``timeout``."""
     import time
 
     deadline = time.monotonic() + timeout
-    conn = connection(address, user=user, port=port, key_file=key_file, common_args=common_args,
-                      connect_timeout=min(10.0, timeout))  # fmt: skip
+    conn = connection(
+        address,
+        user=user,
+        port=port,
+        key_file=key_file,
+        common_args=common_args,
+        connect_timeout=min(10.0, timeout),
+    )
     try:
         open_connection(conn, min(10.0, timeout))
         chan = conn.transport.open_session(timeout=min(10.0, timeout))
@@ -145,8 +184,9 @@ def run_once(address: str, command: str, stdin: bytes, *, user: str | None, port
         chan.sendall(stdin)
         chan.shutdown_write()
         out, err = bytearray(), bytearray()
-        while not (chan.exit_status_ready() and not chan.recv_ready()
-                   and not chan.recv_stderr_ready()):  # fmt: skip
+        while not (
+            chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready()
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(command)
             if chan.recv_ready():
@@ -155,8 +195,11 @@ def run_once(address: str, command: str, stdin: bytes, *, user: str | None, port
                 err += chan.recv_stderr(1 << 16)
             else:
                 time.sleep(0.01)
-        return (chan.recv_exit_status(), out.decode("utf-8", "replace"),
-                err.decode("utf-8", "replace"))  # fmt: skip
+        return (
+            chan.recv_exit_status(),
+            out.decode("utf-8", "replace"),
+            err.decode("utf-8", "replace"),
+        )
     finally:
         with contextlib.suppress(Exception):  # closing a half-open connection may raise anything
             conn.close()

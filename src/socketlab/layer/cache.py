@@ -48,11 +48,20 @@ class DumpRef:
     layer: int | None = None  #: and the layer's index in it
 
     def as_dict(self) -> dict:
-        return {"shape": self.shape, "name": self.name, "context": self.context,
-                "batch": self.batch, "seed": self.seed, "ctx_repeat": self.ctx_repeat,
-                "key": self.key, "variant": self.variant, "tp": self.tp,
-                "rank": self.rank, "checkpoint": self.checkpoint,
-                "layer": self.layer}  # fmt: skip
+        return {
+            "shape": self.shape,
+            "name": self.name,
+            "context": self.context,
+            "batch": self.batch,
+            "seed": self.seed,
+            "ctx_repeat": self.ctx_repeat,
+            "key": self.key,
+            "variant": self.variant,
+            "tp": self.tp,
+            "rank": self.rank,
+            "checkpoint": self.checkpoint,
+            "layer": self.layer,
+        }
 
 
 def shape_path_of(shape: str) -> Path:
@@ -65,9 +74,17 @@ def shape_path_of(shape: str) -> Path:
     return EXPERIMENTS / "shapes" / f"{shape}.yaml"
 
 
-def dump_key(shape_path: Path, name: str, context: int, batch: int, seed: int,
-             variant: str = "default", tp: int = 1, rank: int = 0,
-             weights: str = "") -> str:  # fmt: skip
+def dump_key(
+    shape_path: Path,
+    name: str,
+    context: int,
+    batch: int,
+    seed: int,
+    variant: str = "default",
+    tp: int = 1,
+    rank: int = 0,
+    weights: str = "",
+) -> str:
     """Cache folder name: readable parameters plus a digest of what the dump depends on (the
     default variant's keys are those before variants existed)."""
     from socketlab.layer import VERSION
@@ -91,25 +108,38 @@ def dump_context(shape: str, context: int, cap: int = KV_CAP) -> tuple[int, int]
     if load_shape(shape).window:  # sliding: the cache holds window - 1 rows at any context
         return cap, 1
     if context % cap:
-        raise SocketlabError(f"layer dump: context {context} above kv_cap {cap} must be a "
-                             f"multiple of it (the KV is repeated {context}/{cap} times)")
+        raise SocketlabError(
+            f"layer dump: context {context} above kv_cap {cap} must be a "
+            f"multiple of it (the KV is repeated {context}/{cap} times)"
+        )
     return cap, context // cap
 
 
-def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
-             kv_cap: int = KV_CAP, variant: str = "default", tp: int = 1,
-             rank: int = 0, checkpoint: str | None = None,
-             layer: int | None = None) -> DumpRef:  # fmt: skip
+def dump_ref(
+    shape: str,
+    context: int,
+    batch: int = 1,
+    seed: int = 1,
+    kv_cap: int = KV_CAP,
+    variant: str = "default",
+    tp: int = 1,
+    rank: int = 0,
+    checkpoint: str | None = None,
+    layer: int | None = None,
+) -> DumpRef:
     """The dump a run of ``shape`` at ``context`` uses (pure: reads the shape file only)."""
     from socketlab.layer.generate import VARIANTS
     from socketlab.layer.shapes import load_shape
 
     if context < 1 or not 1 <= batch <= 64:
-        raise SocketlabError(f"layer dump: context {context}, batch {batch}: expected a "
-                             "positive context and 1 <= batch <= 64")
+        raise SocketlabError(
+            f"layer dump: context {context}, batch {batch}: expected a "
+            "positive context and 1 <= batch <= 64"
+        )
     if variant not in VARIANTS:
-        raise SocketlabError(f"layer dump: variant {variant!r}: expected one of "
-                             f"{', '.join(VARIANTS)}")
+        raise SocketlabError(
+            f"layer dump: variant {variant!r}: expected one of {', '.join(VARIANTS)}"
+        )
     loaded = load_shape(shape)  # one-line error for a bad or missing shape file
     from socketlab.layer.tp import tp_slice
 
@@ -123,10 +153,12 @@ def dump_ref(shape: str, context: int, batch: int = 1, seed: int = 1,
         real = checkpoint_shape(checkpoint, layer, loaded)
         weights = f"ck{checkpoint_digest(checkpoint, layer, real)}L{layer}"
     dump_ctx, repeat = dump_context(shape, context, kv_cap)
-    key = dump_key(shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant, tp, rank,
-                   weights)
-    return DumpRef(shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant, tp, rank,
-                   checkpoint, layer)
+    key = dump_key(
+        shape_path_of(shape), loaded.name, dump_ctx, batch, seed, variant, tp, rank, weights
+    )
+    return DumpRef(
+        shape, loaded.name, dump_ctx, batch, seed, repeat, key, variant, tp, rank, checkpoint, layer
+    )
 
 
 def file_sums(folder: Path) -> dict[str, dict[str, str]]:
@@ -162,9 +194,18 @@ def manifest(folder: Path) -> dict[str, dict[str, str]]:
     return sums
 
 
-def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
-                variant: str = "default", tp: int = 1, rank: int = 0,
-                checkpoint: str | None = None, layer: int | None = None) -> Path:  # fmt: skip
+def ensure_dump(
+    shape: str,
+    context: int,
+    batch: int,
+    seed: int,
+    cache: Path,
+    variant: str = "default",
+    tp: int = 1,
+    rank: int = 0,
+    checkpoint: str | None = None,
+    layer: int | None = None,
+) -> Path:
     """The cached dump's folder, generated first if the cache lacks it (``context`` is the
     dump's own, already capped). A lock makes one generator per dump, even across processes;
     the dump is written to a temporary folder renamed in place, so a killed run leaves none
@@ -179,8 +220,9 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
 
         shape_w = checkpoint_shape(checkpoint, layer, loaded)
         weights = f"ck{checkpoint_digest(checkpoint, layer, shape_w)}L{layer}"
-    key = dump_key(shape_path_of(shape), loaded.name, context, batch, seed, variant, tp, rank,
-                   weights)
+    key = dump_key(
+        shape_path_of(shape), loaded.name, context, batch, seed, variant, tp, rank, weights
+    )
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -199,16 +241,20 @@ def ensure_dump(shape: str, context: int, batch: int, seed: int, cache: Path,
                 from socketlab.layer.checkpoint import load_checkpoint_layer
 
                 shape_w, w = load_checkpoint_layer(checkpoint, layer, loaded)
-            write_layer(build_layer(shape_w, context, batch, seed, w, checkpoint, variant, tp,
-                                    rank), tmp)
+            write_layer(
+                build_layer(shape_w, context, batch, seed, w, checkpoint, variant, tp, rank), tmp
+            )
             manifest(tmp)
             shutil.rmtree(final, ignore_errors=True)  # a folder without meta.json: incomplete
             os.rename(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        print(f"layer dump: generated {final} ({loaded.name}, context {context}, batch {batch}, "
-              f"seed {seed}, {variant}) in {time.monotonic() - t0:.1f} s", file=sys.stderr,
-              flush=True)
+        print(
+            f"layer dump: generated {final} ({loaded.name}, context {context}, batch {batch}, "
+            f"seed {seed}, {variant}) in {time.monotonic() - t0:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
     return final
 
 

@@ -50,15 +50,20 @@ def dump_boundaries(meta: dict[str, Any]) -> tuple[str, ...]:
 def shape_from_meta(meta: dict[str, Any], where: str) -> Shape:
     kind = meta.get("layer_type")
     if kind not in ("sliding_attention", "full_attention"):
-        raise LayerError(f"{where}: layer_type: expected sliding_attention or full_attention, got {kind!r}")
+        raise LayerError(
+            f"{where}: layer_type: expected sliding_attention or full_attention, got {kind!r}"
+        )
     moe = {k: meta.get(k) for k in ("experts", "top_k", "moe_inter")} if meta.get("moe") else {}
     if moe and not all(isinstance(v, int) and v > 0 for v in moe.values()):
-        raise LayerError(f"{where}: moe: true needs experts, top_k and moe_inter as positive "
-                         f"integers, got {moe}")
+        raise LayerError(
+            f"{where}: moe: true needs experts, top_k and moe_inter as positive integers, got {moe}"
+        )
     sliding = kind == "sliding_attention"
     window = meta.get("window")
     if sliding and (not isinstance(window, int) or window < 2):
-        raise LayerError(f"{where}: window: expected an integer >= 2 for a sliding layer, got {window!r}")
+        raise LayerError(
+            f"{where}: window: expected an integer >= 2 for a sliding layer, got {window!r}"
+        )
     return Shape(
         name=str(meta.get("shape", "dump")),
         hidden=meta["hidden"],
@@ -92,7 +97,8 @@ def load_rows(dumps: list[Dump]) -> tuple[Shape, dict[str, np.ndarray], Rows]:
         cos=d0.f32("cos"),
         sin=d0.f32("sin"),
         router_idx=np.stack([d.f32("router_idx").astype(np.int64) for d in dumps])
-        if shape.moe else None,
+        if shape.moe
+        else None,
         o_rest=np.stack([d.f32("o_rest") for d in dumps]) if d0.has("o_rest") else None,
         down_rest=np.stack([d.f32("down_rest") for d in dumps]) if d0.has("down_rest") else None,
     )

@@ -25,8 +25,19 @@ from socketlab.layer.weights import check_weights
 
 _DTYPES = {"BF16": ("<u2", 2), "F32": ("<f4", 4), "F16": ("<f2", 2)}
 #: Fields a shape file and the checkpoint's config must agree on.
-_AGREE = ("attention", "hidden", "heads", "kv_heads", "head_dim", "window", "inter", "ple",
-          "experts", "top_k", "moe_inter")
+_AGREE = (
+    "attention",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "window",
+    "inter",
+    "ple",
+    "experts",
+    "top_k",
+    "moe_inter",
+)
 
 
 def read_header(path: Path) -> tuple[dict, int]:
@@ -66,7 +77,9 @@ def checkpoint_shape(checkpoint: str | Path, layer: int, expected: Shape | None 
     `expected` (the shape file named beside it) the config must agree field by field."""
     ckpt = Path(checkpoint)
     if not ckpt.is_dir():
-        raise LayerError(f"{checkpoint}: --checkpoint: no such directory; expected safetensors + config.json")
+        raise LayerError(
+            f"{checkpoint}: --checkpoint: no such directory; expected safetensors + config.json"
+        )
     tc, cfg_path = _text_config(ckpt)
     shape = from_hf_text_config(tc, layer, str(cfg_path))
     if expected is not None:
@@ -101,8 +114,10 @@ def layer_tensors(ckpt: Path, shape: Shape, layer: int) -> dict[str, tuple[Path,
                 continue
             param = m.group(1)
             if param in found:
-                raise LayerError(f"{path}: {key}: a second tensor for layer {layer}'s {param} "
-                                 f"(first: {found[param][1]}); expected one")
+                raise LayerError(
+                    f"{path}: {key}: a second tensor for layer {layer}'s {param} "
+                    f"(first: {found[param][1]}); expected one"
+                )
             found[param] = (path, key, info, data0)
     return found
 
@@ -113,8 +128,12 @@ def checkpoint_digest(checkpoint: str | Path, layer: int, shape: Shape) -> str:
     another digest). Memoized per file size and mtime, so a plan reads each layer once."""
     ckpt = Path(checkpoint)
     found = layer_tensors(ckpt, shape, layer)
-    stamp = tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns)
-                         for p in {ckpt / "config.json", *(f[0] for f in found.values())}))
+    stamp = tuple(
+        sorted(
+            (str(p), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in {ckpt / "config.json", *(f[0] for f in found.values())}
+        )
+    )
     return _digest(str(ckpt), layer, shape.name, stamp)
 
 
@@ -162,7 +181,9 @@ def _read_tensor(path: Path, key: str, info: dict, data0: int) -> np.ndarray:
     dims = [int(d) for d in info.get("shape", [])]
     a, z = (int(x) for x in info.get("data_offsets", (0, -1)))
     if z - a != size * int(np.prod(dims)):
-        raise LayerError(f"{path}: {key}: {z - a} bytes for {dtype} {dims}; the header is inconsistent")
+        raise LayerError(
+            f"{path}: {key}: {z - a} bytes for {dtype} {dims}; the header is inconsistent"
+        )
     raw = np.fromfile(path, dtype=np_dtype, count=(z - a) // size, offset=data0 + a)
     if raw.size * size != z - a:
         raise LayerError(f"{path}: {key}: file ends early; expected {z - a} bytes of data")

@@ -61,7 +61,9 @@ class Dump:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.is_dir():
-            raise LayerError(f"{path}: no such dump directory; expected a directory with {MANIFEST}")
+            raise LayerError(
+                f"{path}: no such dump directory; expected a directory with {MANIFEST}"
+            )
         self.entries = read_manifest(self.path)
         meta_file = self.path / META
         try:
@@ -88,7 +90,9 @@ class Dump:
         try:
             size = file.stat().st_size
         except FileNotFoundError:
-            raise LayerError(f"{file}: missing; the manifest lists {name} {dtype} {list(dims)}") from None
+            raise LayerError(
+                f"{file}: missing; the manifest lists {name} {dtype} {list(dims)}"
+            ) from None
         if size != want:
             raise LayerError(
                 f"{file}: {size} bytes, expected {want} ({dtype} {list(dims)}); truncated or wrong shape"
@@ -116,7 +120,9 @@ def read_manifest(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     try:
         text = file.read_text()
     except FileNotFoundError:
-        raise LayerError(f"{file}: missing; expected one `name dtype d0 d1 ...` line per tensor") from None
+        raise LayerError(
+            f"{file}: missing; expected one `name dtype d0 d1 ...` line per tensor"
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise LayerError(f"{file}: can't read ({exc})") from None
     entries: dict[str, tuple[str, tuple[int, ...]]] = {}
@@ -142,7 +148,9 @@ def read_manifest(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return entries
 
 
-def expected_tensors(meta: dict[str, Any], boundaries: Iterable[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+def expected_tensors(
+    meta: dict[str, Any], boundaries: Iterable[str]
+) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Every tensor a dump of this meta must hold: name -> (dtype, shape)."""
     h, nh, kvh, hd = meta["hidden"], meta["heads"], meta["kv_heads"], meta["head_dim"]
     inter, ple, cl = meta["inter"], meta["ple"], meta["cache_len"]
@@ -192,10 +200,32 @@ def expected_tensors(meta: dict[str, Any], boundaries: Iterable[str]) -> dict[st
     if cl:  # a zero-row cache has no file: the manifest can't list a 0 dimension
         want["kcache"] = ("bf16", (kvh, cl, hd))
         want["vcache"] = ("bf16", (kvh, cl, hd))
-    sizes = {"xn": h, "q": q, "qn": q, "k": kv, "v": kv, "kn": kv, "vn": kv, "attn": q, "o": h,
-             "h1": h, "xn2": h, "gate": inter, "up": inter, "act": inter, "down": h, "h2": h,
-             "pg": ple, "pact": ple, "pp": h, "out": h, "rs": ne, "rw": k, "xn3": h,
-             "moe": h}  # fmt: skip
+    sizes = {
+        "xn": h,
+        "q": q,
+        "qn": q,
+        "k": kv,
+        "v": kv,
+        "kn": kv,
+        "vn": kv,
+        "attn": q,
+        "o": h,
+        "h1": h,
+        "xn2": h,
+        "gate": inter,
+        "up": inter,
+        "act": inter,
+        "down": h,
+        "h2": h,
+        "pg": ple,
+        "pact": ple,
+        "pp": h,
+        "out": h,
+        "rs": ne,
+        "rw": k,
+        "xn3": h,
+        "moe": h,
+    }
     for b in boundaries:
         want[f"ref.{b}"] = ("f32", (sizes[b],))
     return want
@@ -221,8 +251,11 @@ def validate(dump: Dump, boundaries: Iterable[str]) -> None:
         if not isinstance(bar, dict) or not isinstance(bar.get("rel_rms"), int | float):
             raise LayerError(f"{meta_file}: bf16_ref_err.{b}.rel_rms: expected a number")
     if "bf16_ref_spread" in dump.meta:  # optional: dumps of ref_layer.py and older ours lack it
-        worst = dump.meta["bf16_ref_spread"].get("rel_rms_max") if isinstance(
-            dump.meta["bf16_ref_spread"], dict) else None
+        worst = (
+            dump.meta["bf16_ref_spread"].get("rel_rms_max")
+            if isinstance(dump.meta["bf16_ref_spread"], dict)
+            else None
+        )
         for b in boundaries:
             v = worst.get(b) if isinstance(worst, dict) else None
             if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
@@ -232,7 +265,9 @@ def validate(dump: Dump, boundaries: Iterable[str]) -> None:
     manifest = dump.path / MANIFEST
     for name, (dtype, dims) in expected_tensors(dump.meta, boundaries).items():
         if name not in dump.entries:
-            raise LayerError(f"{manifest}: {name}: missing; expected {name} {dtype} {' '.join(map(str, dims))}")
+            raise LayerError(
+                f"{manifest}: {name}: missing; expected {name} {dtype} {' '.join(map(str, dims))}"
+            )
         got_dtype, got_dims = dump.entries[name]
         if (got_dtype, got_dims) != (dtype, dims):
             raise LayerError(

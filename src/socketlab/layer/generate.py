@@ -139,9 +139,13 @@ def build_layer(
         o_rest, down_rest = rests(shape, w, f32, sl)
         shape, w = slice_shape(shape, sl), slice_weights(shape, w, sl)
         kv = slice(sl.k0, sl.k1)
-        rows = dataclasses.replace(rows, kcache=[k[kv] for k in rows.kcache],
-                                   vcache=[v[kv] for v in rows.vcache], o_rest=o_rest,
-                                   down_rest=down_rest)
+        rows = dataclasses.replace(
+            rows,
+            kcache=[k[kv] for k in rows.kcache],
+            vcache=[v[kv] for v in rows.vcache],
+            o_rest=o_rest,
+            down_rest=down_rest,
+        )
         f32 = layer_ref(shape, w, rows, bf16=False)
     return Layer(
         shape=shape,
@@ -166,8 +170,11 @@ def routing_meta(layer: Layer, row: int) -> dict[str, Any]:
     rs32, rs16 = layer.f32["rs"][row : row + 1], layer.bf16["rs"][row : row + 1]
     own = top_k(rs16, s.top_k)[0]
     pinned = layer.rows.router_idx[row]
-    return {"top_k": [int(e) for e in pinned], "kl_bf16": float(routing_kl(rs32, rs16)[0]),
-            "flips_bf16": int(len(set(pinned.tolist()) - set(own.tolist())))}
+    return {
+        "top_k": [int(e) for e in pinned],
+        "kl_bf16": float(routing_kl(rs32, rs16)[0]),
+        "flips_bf16": int(len(set(pinned.tolist()) - set(own.tolist()))),
+    }
 
 
 def meta_for(layer: Layer, row: int) -> dict[str, Any]:
@@ -212,8 +219,16 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
         },
         "weights": "checkpoint" if layer.checkpoint else "random",
         "variant": layer.variant,
-        **({"experts": s.experts, "top_k": s.top_k, "moe_inter": s.moe_inter,
-            "routing": routing_meta(layer, row)} if s.moe else {}),
+        **(
+            {
+                "experts": s.experts,
+                "top_k": s.top_k,
+                "moe_inter": s.moe_inter,
+                "routing": routing_meta(layer, row),
+            }
+            if s.moe
+            else {}
+        ),
         "bf16_ref_err": layer.bar(row),
         # after bf16_ref_err (l2r_layer.c reads that one; this key is ours): see spread.py
         "bf16_ref_spread": {"realizations": REALIZATIONS, "rel_rms_max": layer.spread[row]},
@@ -233,7 +248,9 @@ def write_layer(layer: Layer, out: str | Path) -> list[Path]:
         link = out if i else None
         # state-dict order of Gemma4TextDecoderLayer (the manifest order is cosmetic)
         order = [n for n, *_ in s.matrices()[:2]] + [n for n, *_ in s.norms()[1:3]]
-        names = order + [n for n, *_ in s.matrices()[2:]] + [n for n, _ in s.norms() if n not in order]
+        names = (
+            order + [n for n, *_ in s.matrices()[2:]] + [n for n, _ in s.norms() if n not in order]
+        )
         names += [n for n, _ in s.expert_tensors()]
         for name in names:
             wr.tensor("w." + name, layer.weights[name], "bf16", link_to=link)

@@ -41,7 +41,9 @@ def kv_rows(
     v = k if shape.kv_eq else (xn @ w["self_attn.v_proj.weight"].T).astype(np.float32)
     t = xh.shape[0]
     cos, sin = cos_sin(shape, positions)
-    kn = rotate(rms(k.reshape(t, kvh, hd), w["self_attn.k_norm.weight"], eps), cos[:, None], sin[:, None])
+    kn = rotate(
+        rms(k.reshape(t, kvh, hd), w["self_attn.k_norm.weight"], eps), cos[:, None], sin[:, None]
+    )
     vn = rms(v.reshape(t, kvh, hd), None, eps)
     return np.ascontiguousarray(kn.transpose(1, 0, 2)), np.ascontiguousarray(vn.transpose(1, 0, 2))
 

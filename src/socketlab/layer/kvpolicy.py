@@ -24,6 +24,8 @@ def cold_mib(facts: Mapping[str, Any]) -> int:
     l3 = (caches.get("L3") or {}) if isinstance(caches, Mapping) else {}
     size = int(l3.get("size_bytes") or 0) * int(l3.get("instances") or 1)
     if not size:
-        raise ValueError("the host's facts report no L3 size (caches.L3.size_bytes), which "
-                         "the cold-KV target (3.2 x L3) needs")
+        raise ValueError(
+            "the host's facts report no L3 size (caches.L3.size_bytes), which "
+            "the cold-KV target (3.2 x L3) needs"
+        )
     return max(1, round(COLD_L3_FACTOR * size / 2**20))

@@ -25,9 +25,27 @@ from socketlab.layer.rope import rotate
 from socketlab.layer.shapes import Shape
 
 BOUNDARIES = (
-    "xn", "q", "qn", "k", "v", "kn", "vn", "attn", "o", "h1", "xn2",
-    "gate", "up", "act", "down", "h2", "pg", "pact", "pp", "out",
-)  # fmt: skip
+    "xn",
+    "q",
+    "qn",
+    "k",
+    "v",
+    "kn",
+    "vn",
+    "attn",
+    "o",
+    "h1",
+    "xn2",
+    "gate",
+    "up",
+    "act",
+    "down",
+    "h2",
+    "pg",
+    "pact",
+    "pp",
+    "out",
+)
 #: the MoE block's boundaries, after down (ref_layer.py's order)
 MOE_BOUNDARIES = ("rs", "rw", "xn3", "moe")
 _PLE_BOUNDARIES = ("pg", "pact", "pp")
@@ -72,6 +90,7 @@ def top_k(rs: np.ndarray, k: int) -> np.ndarray:
 def routing_kl(rs_ref: np.ndarray, rs: np.ndarray) -> np.ndarray:
     """[B] KL(softmax(rs_ref) || softmax(rs)) in nats: how far a computation's routing
     distribution lies from the reference's (float64)."""
+
     def logp(x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, np.float64)
         m = x.max(axis=-1, keepdims=True)
@@ -127,8 +146,9 @@ def _dot(a: np.ndarray, bt: np.ndarray, order: np.random.Generator | None) -> np
     return acc
 
 
-def _attend(qg: np.ndarray, k: np.ndarray, v: np.ndarray, split: bool,
-            order: np.random.Generator | None) -> np.ndarray:
+def _attend(
+    qg: np.ndarray, k: np.ndarray, v: np.ndarray, split: bool, order: np.random.Generator | None
+) -> np.ndarray:
     """softmax(qg k^T) v for one KV head's q heads. split: the packed kernels' form (q and the
     unnormalised probabilities as bf16 hi + lo pairs, the sum of exps divided at the end);
     order: the positions summed in chunks (split-K over positions)."""
@@ -180,12 +200,16 @@ def layer_ref(
     nb = x.shape[0]
     b["xn"] = rms(x, w["input_layernorm.weight"], eps)
     b["q"] = lin(b["xn"], "self_attn.q_proj.weight")
-    q = rotate(rms(b["q"].reshape(nb, nh, hd), w["self_attn.q_norm.weight"], eps), rows.cos, rows.sin)
+    q = rotate(
+        rms(b["q"].reshape(nb, nh, hd), w["self_attn.q_norm.weight"], eps), rows.cos, rows.sin
+    )
     b["qn"] = q.reshape(nb, -1)
     b["k"] = lin(b["xn"], "self_attn.k_proj.weight")
     # attention_k_eq_v: V is the raw K projection (normed without scale like any V)
     b["v"] = b["k"] if shape.kv_eq else lin(b["xn"], "self_attn.v_proj.weight")
-    kn = rotate(rms(b["k"].reshape(nb, kvh, hd), w["self_attn.k_norm.weight"], eps), rows.cos, rows.sin)
+    kn = rotate(
+        rms(b["k"].reshape(nb, kvh, hd), w["self_attn.k_norm.weight"], eps), rows.cos, rows.sin
+    )
     vn = rms(b["v"].reshape(nb, kvh, hd), None, eps)
     b["kn"], b["vn"] = kn.reshape(nb, -1), vn.reshape(nb, -1)
     g = nh // kvh
@@ -211,7 +235,8 @@ def layer_ref(
     if shape.moe:
         moe = _moe_block(shape, w, rows, h1, b, r, order)
         ffn = rms(ffn, w["post_feedforward_layernorm_1.weight"], eps) + rms(
-            moe, w["post_feedforward_layernorm_2.weight"], eps)
+            moe, w["post_feedforward_layernorm_2.weight"], eps
+        )
     h2 = h1 + rms(ffn, w["post_feedforward_layernorm.weight"], eps)
     b["h2"] = h2
     scalar = w["layer_scalar"].astype(np.float32)
@@ -227,8 +252,15 @@ def layer_ref(
     return b
 
 
-def _moe_block(shape: Shape, w: dict[str, np.ndarray], rows: Rows, h1: np.ndarray,
-               b: dict[str, np.ndarray], r, order: np.random.Generator | None) -> np.ndarray:
+def _moe_block(
+    shape: Shape,
+    w: dict[str, np.ndarray],
+    rows: Rows,
+    h1: np.ndarray,
+    b: dict[str, np.ndarray],
+    r,
+    order: np.random.Generator | None,
+) -> np.ndarray:
     """26B-A4B's experts beside the dense MLP, on h1 (ref_layer.py; HF Gemma4TextRouter /
     Gemma4TextExperts): the router's logits rs on rms(h1) x scale / sqrt(hidden), softmax
     (FP32), the top-k experts (pinned: rows.router_idx) renormalised and times their
@@ -236,13 +268,16 @@ def _moe_block(shape: Shape, w: dict[str, np.ndarray], rows: Rows, h1: np.ndarra
     its down rows, weighted and summed (moe). BF16 mode rounds every GEMV input (the router's
     input, xn3, each expert's activation). Fills b's rs rw xn3 moe; returns moe."""
     eps, nb, ei = shape.eps, h1.shape[0], shape.moe_inter
-    rn = rms(h1, None, eps) * w["router.scale"] * np.float32(shape.hidden ** -0.5)
+    rn = rms(h1, None, eps) * w["router.scale"] * np.float32(shape.hidden**-0.5)
     b["rs"] = _dot(r(rn), w["router.proj.weight"], order).astype(np.float32, copy=False)
     p = softmax(b["rs"])
     idx = top_k(b["rs"], shape.top_k) if rows.router_idx is None else rows.router_idx
     picked = np.take_along_axis(p, idx, axis=-1)
-    b["rw"] = (picked / picked.sum(axis=-1, keepdims=True, dtype=np.float32)
-               * w["router.per_expert_scale"][idx]).astype(np.float32)
+    b["rw"] = (
+        picked
+        / picked.sum(axis=-1, keepdims=True, dtype=np.float32)
+        * w["router.per_expert_scale"][idx]
+    ).astype(np.float32)
     b["xn3"] = rms(h1, w["pre_feedforward_layernorm_2.weight"], eps)
     gu_w, dn_w = w["experts.gate_up_proj"], w["experts.down_proj"]
     moe = np.zeros_like(h1)

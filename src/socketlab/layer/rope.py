@@ -21,7 +21,7 @@ def inv_freq(shape: Shape) -> np.ndarray:
     else:
         pairs = hd // 2
     exps = np.arange(0, 2 * pairs, 2, dtype=np.float64) / hd  # k/hd: exact in float32 too
-    p = (shape.rope_theta ** exps).astype(np.float32)  # float32 pow
+    p = (shape.rope_theta**exps).astype(np.float32)  # float32 pow
     inv = (1.0 / p.astype(np.float64)).astype(np.float32)  # float32 divide
     return np.concatenate([inv, np.zeros(hd // 2 - pairs, np.float32)])
 

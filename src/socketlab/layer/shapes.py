@@ -136,8 +136,10 @@ class Shape:
         """The `gemv --layer` list (ROWSxCOLS,...) of this layer's matrices, or of one expert's
         (part 'expert')."""
         if part == "expert" and not self.moe:
-            raise SpecError(f"{self.source or self.name}: experts: the layer is dense; "
-                            "expected a MoE shape for its expert matrices")
+            raise SpecError(
+                f"{self.source or self.name}: experts: the layer is dense; "
+                "expected a MoE shape for its expert matrices"
+            )
         if part not in ("layer", "expert"):
             raise SpecError(f"part {part!r}: expected layer or expert")
         mats = self.expert_matrices() if part == "expert" else self.matrices()
@@ -160,9 +162,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool, Any, str]] = {
     "ple": ((int,), True, lambda v: v >= 0, "an integer >= 0 (0: no per-layer input)"),
     "rope_theta": ((int, float), True, lambda v: v > 0, "a positive number"),
     "rope_type": ((str,), False, lambda v: v in ROPE_TYPES, "default or proportional"),
-    "partial_rotary_factor": (
-        (int, float), False, lambda v: 0 < v <= 1, "a number in (0, 1]"
-    ),
+    "partial_rotary_factor": ((int, float), False, lambda v: 0 < v <= 1, "a number in (0, 1]"),
     "eps": ((int, float), False, lambda v: 0 < v < 1, "a number in (0, 1)"),
     "kv_eq": ((bool,), False, lambda v: True, "true or false"),
     "layer": ((int,), False, lambda v: v >= 0, "an integer >= 0"),
@@ -219,8 +219,10 @@ def shape_from_mapping(doc: Any, where: str, name: str) -> Shape:
         raise SpecError(f"{where}: partial_rotary_factor: expected >= 2/head_dim, got {factor}")
     experts = doc.get("experts", 0)
     if experts and not 1 <= doc.get("top_k", 0) <= experts:
-        raise SpecError(f"{where}: top_k: expected 1..experts ({experts}) for a MoE layer, "
-                        f"got {doc.get('top_k')!r}")
+        raise SpecError(
+            f"{where}: top_k: expected 1..experts ({experts}) for a MoE layer, "
+            f"got {doc.get('top_k')!r}"
+        )
     if experts and "moe_inter" not in doc:
         raise SpecError(f"{where}: moe_inter: missing; expected a positive integer for a MoE layer")
     if not experts and ("top_k" in doc or "moe_inter" in doc):
@@ -281,6 +283,7 @@ def shape_files() -> list[Path]:
 def from_hf_text_config(tc: dict[str, Any], layer: int, where: str) -> Shape:
     """The Shape of layer `layer` of a Gemma-4 text config (config.json's `text_config`, or a
     bare Gemma4TextConfig dict), with HF's defaults where a key is absent."""
+
     def get(key: str, default: Any = None) -> Any:
         return tc.get(key, default)
 
@@ -299,8 +302,10 @@ def from_hf_text_config(tc: dict[str, Any], layer: int, where: str) -> Shape:
     kind = layer_types[layer]
     attention = {v: k for k, v in HF_LAYER_TYPE.items()}.get(kind)
     if attention is None:
-        raise SpecError(f"{where}: layer_types[{layer}]: expected sliding_attention or "
-                        f"full_attention, got {kind!r}")
+        raise SpecError(
+            f"{where}: layer_types[{layer}]: expected sliding_attention or "
+            f"full_attention, got {kind!r}"
+        )
     full = attention == "full"
     rope = (get("rope_parameters") or {}).get(kind) or {}
     kv_eq = bool(get("attention_k_eq_v", False)) and full
@@ -335,8 +340,11 @@ def from_hf_text_config(tc: dict[str, Any], layer: int, where: str) -> Shape:
         "layer": layer,
     }
     if get("enable_moe_block"):  # 26B-A4B: the experts beside the dense MLP, every layer
-        doc |= {"experts": get("num_experts"), "top_k": get("top_k_experts"),
-                "moe_inter": get("moe_intermediate_size")}
+        doc |= {
+            "experts": get("num_experts"),
+            "top_k": get("top_k_experts"),
+            "moe_inter": get("moe_intermediate_size"),
+        }
     return shape_from_mapping(doc, where, f"{Path(where).parent.name}-l{layer}")
 
 

@@ -53,8 +53,11 @@ def random_weights(shape: Shape, seed: int) -> dict[str, np.ndarray]:
         m = rng.standard_normal(dims, dtype=np.float32) * np.float32(1.0 / np.sqrt(dims[-1]))
         w[name] = round_f32(m).reshape(dims)
     qk_centre = (LOGIT_STD / np.sqrt(shape.head_dim)) ** 0.5
-    centres = {"self_attn.q_norm.weight": qk_centre, "self_attn.k_norm.weight": qk_centre,
-               "router.scale": np.sqrt(shape.hidden) * ROUTER_STD}
+    centres = {
+        "self_attn.q_norm.weight": qk_centre,
+        "self_attn.k_norm.weight": qk_centre,
+        "router.scale": np.sqrt(shape.hidden) * ROUTER_STD,
+    }
     for name, n in shape.norms():
         centre = centres.get(name, 1.0)
         v = centre * (1.0 + NORM_SPREAD * rng.standard_normal(n))
@@ -74,6 +77,4 @@ def check_weights(shape: Shape, w: dict[str, np.ndarray], where: str) -> None:
         if name not in w:
             raise LayerError(f"{where}: {name}: missing; expected a tensor of shape {list(dims)}")
         if tuple(w[name].shape) != dims:
-            raise LayerError(
-                f"{where}: {name}: shape {list(w[name].shape)}, expected {list(dims)}"
-            )
+            raise LayerError(f"{where}: {name}: shape {list(w[name].shape)}, expected {list(dims)}")

@@ -43,5 +43,7 @@ def parse_regex(
             if not math.isfinite(value):
                 continue
             dims = {k: v for k, v in match.groupdict().items() if k != group and v is not None}
-            metrics.append({"name": name, "value": value, "unit": rule.get("unit", ""), "dims": dims})
+            metrics.append(
+                {"name": name, "value": value, "unit": rule.get("unit", ""), "dims": dims}
+            )
     return metrics, [], errors

@@ -154,16 +154,26 @@ KNOB_FILES = {
     "workqueue cpumask": ("sys", "devices/virtual/workqueue/cpumask", "cpumask"),
     "transparent hugepages": ("sys", "kernel/mm/transparent_hugepage/enabled", "choice"),
     "kernel.numa_balancing": ("proc", "sys/kernel/numa_balancing", "int"),
-    "node{} 2 MiB huge pages": ("sys", "devices/system/node/node{}/hugepages/"
-                                "hugepages-2048kB/nr_hugepages", "int"),
+    "node{} 2 MiB huge pages": (
+        "sys",
+        "devices/system/node/node{}/hugepages/hugepages-2048kB/nr_hugepages",
+        "int",
+    ),
     "cpu{} cpufreq governor": ("sys", "devices/system/cpu/cpu{}/cpufreq/scaling_governor", "text"),
 }
 THP_MODES = ("always", "madvise", "never")
 
 
-def isolation_targets(plan: dict[str, Any], snapshot: dict[str, Any], *, roots: dict[str, str],
-                      thp_mode: str, numa_balancing: int, hugepages_per_node: int,
-                      governor: str) -> dict[str, list]:
+def isolation_targets(
+    plan: dict[str, Any],
+    snapshot: dict[str, Any],
+    *,
+    roots: dict[str, str],
+    thp_mode: str,
+    numa_balancing: int,
+    hugepages_per_node: int,
+    governor: str,
+) -> dict[str, list]:
     """Each knob role's list of {name, path, value, kind}, from the plan's facts and the
     host_facts.py snapshot, and ``knobs``: all of them, what the state file records and verify
     reads back, and ``summary``, a line per value. Huge pages go on every node with CPUs when
@@ -173,20 +183,36 @@ def isolation_targets(plan: dict[str, Any], snapshot: dict[str, Any], *, roots: 
 
     def knob(name: str, value: Any, at: Any = "") -> dict[str, str]:
         root, rel, kind = KNOB_FILES[name]
-        return {"name": name.format(at), "path": f"{roots[root]}/{rel.format(at)}",
-                "value": str(value), "kind": kind}
+        return {
+            "name": name.format(at),
+            "path": f"{roots[root]}/{rel.format(at)}",
+            "value": str(value),
+            "kind": kind,
+        }
 
-    cpus = sorted(int(c) for c, f in snapshot["cpus"].items()
-                  if f.get("scaling_governor") is not None)
+    cpus = sorted(
+        int(c) for c, f in snapshot["cpus"].items() if f.get("scaling_governor") is not None
+    )
     out = {
         "workqueue_mask": [knob("workqueue cpumask", plan["workqueue_mask"])],
-        "vm_tuning": [knob("transparent hugepages", thp_mode),
-                      knob("kernel.numa_balancing", numa_balancing)],
-        "hugepages": [knob("node{} 2 MiB huge pages", hugepages_per_node, n)
-                      for n in plan["housekeeping_by_node"] if hugepages_per_node > 0],
+        "vm_tuning": [
+            knob("transparent hugepages", thp_mode),
+            knob("kernel.numa_balancing", numa_balancing),
+        ],
+        "hugepages": [
+            knob("node{} 2 MiB huge pages", hugepages_per_node, n)
+            for n in plan["housekeeping_by_node"]
+            if hugepages_per_node > 0
+        ],
         "cpufreq_governor": [knob("cpu{} cpufreq governor", governor, c) for c in cpus],
     }
-    shown = [f"{k['name']} = {k['value']}" for r in ("workqueue_mask", "vm_tuning", "hugepages")
-             for k in out[r]]
-    return {**out, "knobs": [k for role in out.values() for k in role],
-            "summary": [*shown, f"cpufreq governor = {governor} on {len(cpus)} CPU(s)"]}
+    shown = [
+        f"{k['name']} = {k['value']}"
+        for r in ("workqueue_mask", "vm_tuning", "hugepages")
+        for k in out[r]
+    ]
+    return {
+        **out,
+        "knobs": [k for role in out.values() for k in role],
+        "summary": [*shown, f"cpufreq governor = {governor} on {len(cpus)} CPU(s)"],
+    }

@@ -56,11 +56,19 @@ class EstimatorConfig:
             ("headroom", self.headroom, self.headroom >= 0, ">= 0"),
             ("tolerance", self.tolerance, 0 <= self.tolerance < 1, "in [0, 1)"),
             ("idle_below", self.idle_below, self.idle_below >= 0, ">= 0"),
-            ("shrink_after", self.shrink_after,
-             isinstance(self.shrink_after, int) and self.shrink_after >= 1, "a whole number >= 1"),
-            ("spill", self.spill, isinstance(self.spill, int) and self.spill >= 0,
-             "a whole number >= 0"),
-        ]  # fmt: skip
+            (
+                "shrink_after",
+                self.shrink_after,
+                isinstance(self.shrink_after, int) and self.shrink_after >= 1,
+                "a whole number >= 1",
+            ),
+            (
+                "spill",
+                self.spill,
+                isinstance(self.spill, int) and self.spill >= 0,
+                "a whole number >= 0",
+            ),
+        ]
         for name, value, ok, expected in checks:
             if isinstance(value, bool) or not ok:
                 raise PlanError(f"tailor: {name}: expected {expected}, got {value!r}")
@@ -222,9 +230,10 @@ class Tailor:
         core_of = {c: core for core in self.topology.cores for c in core.cpus}
         in_u = set(self.universe)
         self.whole_cores = [
-            core for core in self.topology.cores
+            core
+            for core in self.topology.cores
             if len(core.cpus) == self.tpc and set(core.cpus) <= in_u
-        ]  # fmt: skip
+        ]
         if not self.whole_cores:
             raise PlanError(
                 f"{self.topology.source}: tailor: no whole core among the managed CPUs "

@@ -259,10 +259,14 @@ def _cfs(trace: Trace, dom: _Domains) -> list[Tick]:
                 placed[n].append(idle_in[llc].pop(0))
                 left[n] -= 1
         used = sum(served.values())
-        ticks.append(Tick(
-            own={n: tuple(sorted(c)) for n, c in placed.items()}, served=served,
-            idle=capacity - used, unmet=max(0.0, total - used),
-        ))  # fmt: skip
+        ticks.append(
+            Tick(
+                own={n: tuple(sorted(c)) for n, c in placed.items()},
+                served=served,
+                idle=capacity - used,
+                unmet=max(0.0, total - used),
+            )
+        )
     return ticks
 
 
@@ -284,8 +288,11 @@ def _hard(trace: Trace, dom: _Domains, sets_at, pools) -> list[Tick]:
             for n, e in excess.items():
                 served[n] += e * give
         total, used = sum(demand.values()), sum(served.values())
-        ticks.append(Tick(own=own, served=served, idle=max(0.0, capacity - used),
-                          unmet=max(0.0, total - used)))  # fmt: skip
+        ticks.append(
+            Tick(
+                own=own, served=served, idle=max(0.0, capacity - used), unmet=max(0.0, total - used)
+            )
+        )
     return ticks
 
 
@@ -318,11 +325,21 @@ def simulate(
     elif policy == "static":
         sets = _static_sets(trace, topology, isolation, distances)
         unheld = len(universe) - sum(len(s) for s in sets.values())
-        ticks = _hard(trace, dom, lambda i: sets, lambda i: (unheld, [
-            n for n in trace.workloads if n not in sets]))  # fmt: skip
+        ticks = _hard(
+            trace,
+            dom,
+            lambda i: sets,
+            lambda i: (unheld, [n for n in trace.workloads if n not in sets]),
+        )
     else:
-        tailor = Tailor(topology, isolation, list(trace.workloads), config or EstimatorConfig(),
-                        "isolate", distances)  # fmt: skip
+        tailor = Tailor(
+            topology,
+            isolation,
+            list(trace.workloads),
+            config or EstimatorConfig(),
+            "isolate",
+            distances,
+        )
         history = [tailor.start()]
         for demand in trace.demand[:-1]:
             history.append(tailor.step(demand))
@@ -353,8 +370,11 @@ def summarize(trace: Trace, dom: _Domains, ticks: list[Tick], changes: int) -> d
     llcs, nodes, shared, busy = 0, 0, 0, 0
     per: dict[str, list[int]] = {n: [] for n in trace.workloads}
     for tick, demand in zip(ticks, trace.demand, strict=True):
-        mine = {n: {dom.llc[c] for c in tick.own.get(n, ())} for n in trace.workloads
-                if demand[n] > 0.05 and tick.own.get(n)}  # fmt: skip
+        mine = {
+            n: {dom.llc[c] for c in tick.own.get(n, ())}
+            for n in trace.workloads
+            if demand[n] > 0.05 and tick.own.get(n)
+        }
         for n, ls in mine.items():
             busy += 1
             llcs += len(ls)

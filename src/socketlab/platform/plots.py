@@ -21,8 +21,9 @@ def write_plots(data: Data, folder: Path) -> list[Path]:
         fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
         for machine in sorted({m for m, _ in p95}):
             xs = sorted(float(k[0]) for m, k in p95 if m == machine)
-            left.plot(xs, [p95[(machine, (_key(x, p95, machine),))] for x in xs], "o-",
-                      label=machine)  # fmt: skip
+            left.plot(
+                xs, [p95[(machine, (_key(x, p95, machine),))] for x in xs], "o-", label=machine
+            )
             ys = [tput.get((machine, (_key(x, p95, machine),))) for x in xs]
             right.plot(xs, ys, "o-", label=machine)
         left.set(xlabel="workers per instance", ylabel="p95 latency (ms)", title="p95 vs workers")
@@ -35,8 +36,12 @@ def write_plots(data: Data, folder: Path) -> list[Path]:
         fig, ax = plt.subplots(figsize=(5, 4))
         for machine in sorted({m for m, _ in net}):
             points = sorted((float(k[0]), v) for (m, k), v in net.items() if m == machine)
-            ax.plot([p[0] for p in points], [p[1] for p in points], "o-",
-                    label=f"{machine} ({data.tiers.get(machine, 'host')})")  # fmt: skip
+            ax.plot(
+                [p[0] for p in points],
+                [p[1] for p in points],
+                "o-",
+                label=f"{machine} ({data.tiers.get(machine, 'host')})",
+            )
         ax.set(xlabel="streams", ylabel="Gbit/s", title="iperf3 vs streams", xscale="log")
         ax.legend(fontsize=7)
         out.append(_save(fig, folder / "platform-network.png"))

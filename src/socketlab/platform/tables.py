@@ -25,7 +25,8 @@ class Data:
     host_of: dict[str, str]  #: guest -> its host
     #: (experiment, metric) -> [(machine, params, dims, repetition, value, run_key)]
     values: dict[tuple[str, str], list[tuple[str, dict, dict, int, float, str]]] = field(
-        default_factory=lambda: defaultdict(list))
+        default_factory=lambda: defaultdict(list)
+    )
     #: adaptive sweeps: (machine, experiment) -> the stop the runner recorded
     stops: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     #: stored runs that are not ok: (machine, experiment, params, status, reason), e.g. a host
@@ -49,15 +50,19 @@ def load(store, campaign: str, results_dir: Path) -> Data:
         data.stops[(machine, experiment)] = json.loads(value)
     stored = store.runs(campaign)
     runs = {r.run_key: r for r in stored if r.status == RunStatus.OK}
-    data.not_ok = [(r.host, r.experiment, dict(r.params), r.status, r.reason or "")
-                   for r in stored if r.status != RunStatus.OK]  # fmt: skip
+    data.not_ok = [
+        (r.host, r.experiment, dict(r.params), r.status, r.reason or "")
+        for r in stored
+        if r.status != RunStatus.OK
+    ]
     for row in store.metric_rows(campaign):
         run = runs.get(row["run_key"])
         if run is None:
             continue
         dims = json.loads(row["dims"] or "{}")
         data.values[(run.experiment, row["name"])].append(
-            (run.host, dict(run.params), dims, run.repetition, float(row["value"]), run.run_key))
+            (run.host, dict(run.params), dims, run.repetition, float(row["value"]), run.run_key)
+        )
     return data
 
 
@@ -120,9 +125,12 @@ def s3_aggregates(data: Data) -> dict[tuple[str, str], list[float]]:
     for metric in ("bytes", "t_start", "t_end"):
         for machine, params, dims, rep, value, _ in data.values.get(("s3", metric), []):
             tier = str(dims.get("group") or data.tiers.get(machine, "host"))
-            ident = (tier, params.get("direction"), rep,
-                     json.dumps({k: v for k, v in params.items() if k != "direction"},
-                                sort_keys=True))  # fmt: skip
+            ident = (
+                tier,
+                params.get("direction"),
+                rep,
+                json.dumps({k: v for k, v in params.items() if k != "direction"}, sort_keys=True),
+            )
             parts[ident][machine][metric] = value
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
     for (tier, direction, _, _), clients in parts.items():
@@ -145,8 +153,15 @@ def s3_rows(data: Data) -> list[list[str]]:
         h, g = _median(agg.get(("host", direction), [])), _median(agg.get(("guest", direction), []))
         if h is None and g is None:
             continue
-        rows.append([direction, _fmt(h), _fmt(g), _ratio(g, h),
-                     f"{len(clients['host'])} / {len(clients['guest'])}"])  # fmt: skip
+        rows.append(
+            [
+                direction,
+                _fmt(h),
+                _fmt(g),
+                _ratio(g, h),
+                f"{len(clients['host'])} / {len(clients['guest'])}",
+            ]
+        )
     return rows
 
 
@@ -158,17 +173,33 @@ def facts_rows(data: Data) -> list[list[str]]:
             cell[metric] = ("yes" if value else "no") if metric == "virtio" else f"{value:g}"
             if metric == "queues_combined":
                 cell["source"] = str(dims.get("source", ""))
-    return [[m, data.tiers.get(m, "host"), iface, c.get("mtu", "-"), c.get("virtio", "-"),
-             c.get("queues_combined", "-") + (f" ({c['source']})" if c.get("source") else "")]
-            for (m, iface), c in sorted(got.items())]  # fmt: skip
+    return [
+        [
+            m,
+            data.tiers.get(m, "host"),
+            iface,
+            c.get("mtu", "-"),
+            c.get("virtio", "-"),
+            c.get("queues_combined", "-") + (f" ({c['source']})" if c.get("source") else ""),
+        ]
+        for (m, iface), c in sorted(got.items())
+    ]
 
 
 def amx_rows(data: Data) -> list[list[str]]:
     rows = []
     for machine, _, dims, _, _, _ in data.values.get(("amx", "amx_executing"), []):
-        rows.append([machine, str(dims.get("run")), str(dims.get("precision")),
-                     str(dims.get("verdict")), str(dims.get("implementation")),
-                     str(dims.get("isa")), str(dims.get("reason"))])  # fmt: skip
+        rows.append(
+            [
+                machine,
+                str(dims.get("run")),
+                str(dims.get("precision")),
+                str(dims.get("verdict")),
+                str(dims.get("implementation")),
+                str(dims.get("isa")),
+                str(dims.get("reason")),
+            ]
+        )
     return sorted(rows)
 
 
@@ -177,13 +208,20 @@ def sweep_rows(data: Data, experiment: str = "concurrency") -> list[list[str]]:
     p95 = per_machine(data, experiment, "latency_p95", ("workers",))
     tput = per_machine(data, experiment, "throughput", ("workers",))
     rows = []
-    for (machine, (workers,)) in sorted(p95, key=lambda k: (k[0], float(k[1][0]))):
+    for machine, (workers,) in sorted(p95, key=lambda k: (k[0], float(k[1][0]))):
         stop = data.stops.get((machine, experiment))
         note = ""
         if stop and float(stop["value"]) == float(workers):
             note = f"{stop['kind']}: {stop['reason']}"
-        rows.append([machine, str(workers), _fmt(p95[(machine, (workers,))]),
-                     _fmt(tput.get((machine, (workers,)))), note])  # fmt: skip
+        rows.append(
+            [
+                machine,
+                str(workers),
+                _fmt(p95[(machine, (workers,))]),
+                _fmt(tput.get((machine, (workers,)))),
+                note,
+            ]
+        )
     return rows
 
 
@@ -192,8 +230,9 @@ def not_ok_rows(data: Data) -> list[list[str]]:
     rows = []
     for machine, experiment, params, status, reason in data.not_ok:
         cond = ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
-        rows.append([machine, experiment, cond, status,
-                     " ".join(reason.split()).replace("|", "/") or "-"])  # fmt: skip
+        rows.append(
+            [machine, experiment, cond, status, " ".join(reason.split()).replace("|", "/") or "-"]
+        )
     return sorted(rows)
 
 
@@ -206,25 +245,42 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render(campaign: str, data: Data, extra: list[str] | None = None) -> str:
-    lines = [f"# Platform report: {campaign}", "",
-             "Ratios are guest / host (below 1: the guest is slower); medians over repetitions.",
-             "", "## Host vs guest (each guest against its own host)", ""]  # fmt: skip
-    lines += _table(["measurement", "condition", "guest", "host", "guest value", "host value",
-                     "guest/host"], host_vs_guest(data))  # fmt: skip
+    lines = [
+        f"# Platform report: {campaign}",
+        "",
+        "Ratios are guest / host (below 1: the guest is slower); medians over repetitions.",
+        "",
+        "## Host vs guest (each guest against its own host)",
+        "",
+    ]
+    lines += _table(
+        ["measurement", "condition", "guest", "host", "guest value", "host value", "guest/host"],
+        host_vs_guest(data),
+    )
     lines += ["", "## Network: iperf3 Gbit/s by streams (host pair vs guest pair)", ""]
     lines += _table(["streams", "hosts", "guests", "guest/host"], network(data))
     lines += ["", "## S3 aggregate MiB/s (clients started together, bytes / span)", ""]
-    lines += _table(["direction", "host aggregate", "guest aggregate", "guest/host",
-                     "clients (hosts / guests)"], s3_rows(data))  # fmt: skip
+    lines += _table(
+        [
+            "direction",
+            "host aggregate",
+            "guest aggregate",
+            "guest/host",
+            "clients (hosts / guests)",
+        ],
+        s3_rows(data),
+    )
     lines += ["", "## Concurrency sweep (stops at the first breach or at its cap)", ""]
-    lines += _table(["machine", "workers", "p95 ms", "throughput 1/s", "stopped"],
-                    sweep_rows(data))  # fmt: skip
+    lines += _table(["machine", "workers", "p95 ms", "throughput 1/s", "stopped"], sweep_rows(data))
     lines += ["", "## Network facts", ""]
-    lines += _table(["machine", "tier", "iface", "MTU", "virtio", "combined queues"],
-                    facts_rows(data))  # fmt: skip
+    lines += _table(
+        ["machine", "tier", "iface", "MTU", "virtio", "combined queues"], facts_rows(data)
+    )
     lines += ["", "## AMX: oneDNN kernel-selection verdicts", ""]
-    lines += _table(["machine", "run", "precision", "verdict", "implementation", "oneDNN ISA",
-                     "reason"], amx_rows(data))  # fmt: skip
+    lines += _table(
+        ["machine", "run", "precision", "verdict", "implementation", "oneDNN ISA", "reason"],
+        amx_rows(data),
+    )
     missing = not_ok_rows(data)
     if missing:  # e.g. "exit code 3 ...: not available on this host: <reason>" (host tools)
         lines += ["", "## Points that did not run ok", ""]

@@ -72,8 +72,9 @@ def host_facts(campaign_dir: Path, runs: list[Any]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _skips(spec_path: Path | None, hosts: dict[str, dict[str, Any]],
-           profile: str | None) -> list[tuple[str, str, str]]:
+def _skips(
+    spec_path: Path | None, hosts: dict[str, dict[str, Any]], profile: str | None
+) -> list[tuple[str, str, str]]:
     """(host, experiment, reason) the planner gives for the campaign file, or [] if unknown."""
     if spec_path is None or not spec_path.is_file() or not hosts:
         return []
@@ -112,8 +113,9 @@ def run_meta(campaign_dir: Path, raw_dir: str) -> dict[str, Any]:
         return {}
     raw = Path(raw_dir)
     try:
-        data = json.loads(((raw if raw.is_absolute() else campaign_dir / raw) / "meta.json")
-                          .read_text())
+        data = json.loads(
+            ((raw if raw.is_absolute() else campaign_dir / raw) / "meta.json").read_text()
+        )
     except (OSError, ValueError):
         return {}
     out: dict[str, Any] = {}
@@ -127,16 +129,25 @@ def run_meta(campaign_dir: Path, raw_dir: str) -> dict[str, Any]:
 def run_dicts(campaign_dir: Path, runs: list[Any]) -> list[dict[str, Any]]:
     """Stored runs as ``compare`` takes them: status and reason, collector notes, meta record,
     the interference probe's readings around the run (socketlab.report.interference)."""
-    return [{"run_key": r.run_key, "experiment": r.experiment, "host": r.host,
-             "params": r.params, "status": r.status, "reason": r.reason,
-             "collectors": collector_notes(campaign_dir, r.raw_dir),
-             "meta": run_meta(campaign_dir, r.raw_dir),
-             "probe": (r.extra or {}).get("probe") if isinstance(r.extra, dict) else None}
-            for r in runs]
+    return [
+        {
+            "run_key": r.run_key,
+            "experiment": r.experiment,
+            "host": r.host,
+            "params": r.params,
+            "status": r.status,
+            "reason": r.reason,
+            "collectors": collector_notes(campaign_dir, r.raw_dir),
+            "meta": run_meta(campaign_dir, r.raw_dir),
+            "probe": (r.extra or {}).get("probe") if isinstance(r.extra, dict) else None,
+        }
+        for r in runs
+    ]
 
 
-def explainer(spec_path: Path | None, profile: str | None
-              ) -> Callable[[Cell, str], str | None] | None:
+def explainer(
+    spec_path: Path | None, profile: str | None
+) -> Callable[[Cell, str], str | None] | None:
     """Why the campaign has no point for a cell: no such experiment or parameter value in the
     campaign file, or left out by the profile it ran with. Pure over the file's sweeps."""
     if spec_path is None or not spec_path.is_file():
@@ -208,15 +219,24 @@ def build_report(
     skips = _skips(spec_path, hosts, profile)
     stored = run_dicts(campaign_dir, runs)
     explain = explainer(spec_path, profile)
-    rows = [row for pub in published
-            for row in compare(pub, frame, hosts, skips, stored, explain, profile)]
+    rows = [
+        row
+        for pub in published
+        for row in compare(pub, frame, hosts, skips, stored, explain, profile)
+    ]
     builds: dict[str, dict[str, Any]] = {}
     for r in runs:
         if isinstance(r.build, dict):
             key = str(r.build.get("binary_sha256") or r.build.get("source_hash") or r.build)
-            builds.setdefault(key, {k: r.build.get(k) for k in (
-                "name", "source_hash", "compiler", "flags", "binary_sha256") if k in r.build}
-                or dict(r.build))
+            builds.setdefault(
+                key,
+                {
+                    k: r.build.get(k)
+                    for k in ("name", "source_hash", "compiler", "flags", "binary_sha256")
+                    if k in r.build
+                }
+                or dict(r.build),
+            )
     # applied or not, the plan's CPU sets, and verify.yml's result (socketlab.report.isolation)
     isolation = {host: isolation_text(entry) for host, entry in hosts.items() if entry}
     provenance = {
@@ -233,18 +253,24 @@ def build_report(
     # the planner's predictions of the stages each host measured (socketlab.report.planner)
     from socketlab.report.planner import planner_markdown
 
-    planned = planner_markdown(campaign_dir.parent, campaign,
-                               sorted(set(hosts) | {r.host for r in runs}))
+    planned = planner_markdown(
+        campaign_dir.parent, campaign, sorted(set(hosts) | {r.host for r in runs})
+    )
     return Report(
-        campaign=campaign, published=published, rows=rows, hosts=hosts, provenance=provenance,
+        campaign=campaign,
+        published=published,
+        rows=rows,
+        hosts=hosts,
+        provenance=provenance,
         generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         extra_markdown="\n".join(x for x in (extra_markdown.strip(), planned) if x),
         measured_markdown=measured_markdown,
     )
 
 
-def write_report(report: Report, out_dir: Path, formats: tuple[str, ...] = ("md", "html")
-                 ) -> dict[str, Path]:
+def write_report(
+    report: Report, out_dir: Path, formats: tuple[str, ...] = ("md", "html")
+) -> dict[str, Path]:
     """Write report.md / report.html into ``out_dir``, and the plain measured tables, when the
     report has them, as measured.md beside (report.md names it); return format -> path."""
     from socketlab.report.render import MEASURED_FILE, render

@@ -81,10 +81,21 @@ DISPUTED = "published figure disputed"
 NOT_RUN = "not run"
 NOT_COMPARABLE = "not comparable"
 #: every verdict kind, in the order the report's summary line counts them
-KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE, RECOMPUTED,
-         RECOMPUTED_DIFFERS, DISPUTED, NOT_COMPARABLE, NOT_RUN)
+KINDS = (
+    REPRODUCED,
+    DEVIATES,
+    REPRODUCED_PER_CORE,
+    DEVIATES_PER_CORE,
+    INCONCLUSIVE,
+    RECOMPUTED,
+    RECOMPUTED_DIFFERS,
+    DISPUTED,
+    NOT_COMPARABLE,
+    NOT_RUN,
+)
 #: the kinds that judge a measurement of the host (the summary counts them per host)
 MEASURED_KINDS = (REPRODUCED, DEVIATES, REPRODUCED_PER_CORE, DEVIATES_PER_CORE, INCONCLUSIVE)
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -97,11 +108,17 @@ class Measured:
     dims: dict[str, Any] = field(default_factory=dict)
 
     def text(self, digits: int = 3) -> str:
-        scale = [f"{k}={self.dims[k]:g}" if isinstance(self.dims[k], float) else
-                 f"{k}={self.dims[k]}" for k in SCALE_DIMS if k in self.dims]
-        return f"{fmt(self.median, digits)} ({fmt(self.minimum, digits)}–" \
-               f"{fmt(self.maximum, digits)}, n={self.n}" + \
-               (f"; {', '.join(scale)}" if scale else "") + ")"
+        scale = [
+            f"{k}={self.dims[k]:g}" if isinstance(self.dims[k], float) else f"{k}={self.dims[k]}"
+            for k in SCALE_DIMS
+            if k in self.dims
+        ]
+        return (
+            f"{fmt(self.median, digits)} ({fmt(self.minimum, digits)}–"
+            f"{fmt(self.maximum, digits)}, n={self.n}"
+            + (f"; {', '.join(scale)}" if scale else "")
+            + ")"
+        )
 
 
 @dataclass(frozen=True)
@@ -124,8 +141,9 @@ class Row:
     @property
     def per_core_text(self) -> str:
         c = self.cell
-        published = self.per_core_published if self.per_core_published is not None \
-            else c.per_core_reference
+        published = (
+            self.per_core_published if self.per_core_published is not None else c.per_core_reference
+        )
         if published is None:
             return "—"
         pub = fmt(published)
@@ -170,8 +188,10 @@ def host_difference(published_host: Mapping[str, Any], topology: Mapping[str, An
     same_cores = cores == published_host["cores"]
     if same_model and same_cores:
         return None
-    return (f"host is {short_model(model)} ({cores} cores), published host is "
-            f"{short_model(str(published_host['model']))} ({published_host['cores']} cores)")
+    return (
+        f"host is {short_model(model)} ({cores} cores), published host is "
+        f"{short_model(str(published_host['model']))} ({published_host['cores']} cores)"
+    )
 
 
 #: Published condition -> where a run records it, first found wins: ("dim", name) a dimension of
@@ -236,8 +256,9 @@ def _recorded(key: str, record: Mapping[str, Any], meta: Mapping[str, Any]) -> A
     return None
 
 
-def condition_differences(cell: Cell, counted: list[Mapping[str, Any]],
-                          meta: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+def condition_differences(
+    cell: Cell, counted: list[Mapping[str, Any]], meta: Mapping[str, Mapping[str, Any]]
+) -> list[tuple[str, str, str]]:
     """(condition, measured, published) for each published condition the counted values'
     records show differently. ``meta``: run key -> that run's binary meta record."""
     out: list[tuple[str, str, str]] = []
@@ -268,9 +289,14 @@ def _differences_text(diffs: list[tuple[str, str, str]], profile: str | None) ->
     rest = [d for d in diffs if d not in by_profile and d not in kernel]
     parts = [f"kernel differs: {m} ran, {p} published" for _, m, p in kernel]
     if by_profile:
-        items = [f"{m} s per rep vs {p} s" if k == "duration_s" else
-                 f"{m} steps vs {p}" if k == "steps" else
-                 f"{m} rep{'' if m == '1' else 's'} vs {p}" for k, m, p in by_profile]
+        items = [
+            f"{m} s per rep vs {p} s"
+            if k == "duration_s"
+            else f"{m} steps vs {p}"
+            if k == "steps"
+            else f"{m} rep{'' if m == '1' else 's'} vs {p}"
+            for k, m, p in by_profile
+        ]
         parts.append(f"profile {profile}: " + ", ".join(items) + " published")
     if rest:
         parts.append("conditions differ: " + ", ".join(f"{k} {m} vs {p}" for k, m, p in rest))
@@ -298,8 +324,9 @@ def _param(record: Mapping[str, Any], key: str) -> Any:
     return None
 
 
-def _values_for(records: list[dict[str, Any]], cell: Cell, host: str
-                ) -> tuple[list[float], str, dict[str, Any], list[dict[str, Any]]]:
+def _values_for(
+    records: list[dict[str, Any]], cell: Cell, host: str
+) -> tuple[list[float], str, dict[str, Any], list[dict[str, Any]]]:
     """Values of the cell's metric from good runs on ``host`` whose parameters match the join,
     their unit, the metric dimensions they all share, and the records they came from."""
     out: list[float] = []
@@ -328,10 +355,16 @@ def _values_for(records: list[dict[str, Any]], cell: Cell, host: str
         out.append(float(value) / divisor)
         counted.append(r)
         unit = str(r.get("unit") or unit)
-        dims = {k[4:]: v for k, v in r.items()
-                if k.startswith("dim.") and v is not None and v == v and k not in ("dim.rep",)}
-        shared = dims if shared is None else {k: v for k, v in shared.items()
-                                              if k in dims and dims[k] == v}
+        dims = {
+            k[4:]: v
+            for k, v in r.items()
+            if k.startswith("dim.") and v is not None and v == v and k not in ("dim.rep",)
+        }
+        shared = (
+            dims
+            if shared is None
+            else {k: v for k, v in shared.items() if k in dims and dims[k] == v}
+        )
     if cell.statistic in CHAIN_STATISTICS:  # the chain's order: its runs' repetitions
         order = sorted(range(len(out)), key=lambda i: _rep(counted[i]))
         out, counted = [out[i] for i in order], [counted[i] for i in order]
@@ -345,12 +378,16 @@ def _rep(record: Mapping[str, Any]) -> float:
 
 def _describe_join(cell: Cell) -> str:
     params = ", ".join(f"{k}={v}" for k, v in cell.join_params().items())
-    return f"no {cell.experiment} run" + (f" with {params}" if params else "") + \
-        f" reported {cell.metric}"
+    return (
+        f"no {cell.experiment} run"
+        + (f" with {params}" if params else "")
+        + f" reported {cell.metric}"
+    )
 
 
-def _assess(ref: float, rng: tuple[float, float] | None, cell: Cell, median: float
-            ) -> tuple[bool, float | None, str]:
+def _assess(
+    ref: float, rng: tuple[float, float] | None, cell: Cell, median: float
+) -> tuple[bool, float | None, str]:
     """(within tolerance, ratio, 'how it deviates') of ``median`` against a published figure."""
     # a ratio to a published 0 (idle device IRQs) is undefined: say the two numbers instead
     ratio = median / ref if ref else None
@@ -364,8 +401,11 @@ def _assess(ref: float, rng: tuple[float, float] | None, cell: Cell, median: flo
     if cell.better != "none":
         better = (median > ref) == (cell.better == "higher")
         direction = ", better" if better else ", worse"
-    how = f"{ratio:.2f}x of published" if ratio is not None else \
-        f"{fmt(median)} against a published 0"
+    how = (
+        f"{ratio:.2f}x of published"
+        if ratio is not None
+        else f"{fmt(median)} against a published 0"
+    )
     return ok, ratio, f"{how} ({tol.text()}{direction})"
 
 
@@ -395,8 +435,15 @@ def _ratio_text(ref: float, x: float) -> str:
     return f"{x / ref:.2f}" if ref else fmt(x)
 
 
-def _decide(cell: Cell, ref: float, rng: tuple[float, float] | None, values: list[float],
-            keys: list[str], states: Mapping[str, RunState], guest: bool) -> Decision:
+def _decide(
+    cell: Cell,
+    ref: float,
+    rng: tuple[float, float] | None,
+    values: list[float],
+    keys: list[str],
+    states: Mapping[str, RunState],
+    guest: bool,
+) -> Decision:
     """The verdict of values against a published figure: disturbed runs do not count (the
     rest decide when there are enough of them, else inconclusive), then the repetitions, the
     interval of the median against the tolerance band, and on a guest the probe records."""
@@ -407,21 +454,34 @@ def _decide(cell: Cell, ref: float, rng: tuple[float, float] | None, values: lis
     quiet = [(v, k) for v, k in zip(values, keys, strict=True) if k not in disturbed]
     first = states[disturbed[0]].why
     if len(quiet) >= _needed(cell):
-        d = _decide_quiet(cell, ref, rng, [v for v, _ in quiet], [k for _, k in quiet],
-                          states, guest)
-        on = (f"on the {len({k for _, k in quiet})} undisturbed of {len(runs)} runs "
-              f"({len(disturbed)} disturbed: {first})")
-        return Decision(d.outcome, d.ratio, d.how, on + (f"; {d.why}" if d.why else ""),
-                        d.interval)
+        d = _decide_quiet(
+            cell, ref, rng, [v for v, _ in quiet], [k for _, k in quiet], states, guest
+        )
+        on = (
+            f"on the {len({k for _, k in quiet})} undisturbed of {len(runs)} runs "
+            f"({len(disturbed)} disturbed: {first})"
+        )
+        return Decision(d.outcome, d.ratio, d.how, on + (f"; {d.why}" if d.why else ""), d.interval)
     center = _center(cell, values)
     _, ratio, how = _assess(ref, rng, cell, center)
-    return Decision(INCONCLUSIVE, ratio, how, f"disturbed: {len(disturbed)} of {len(runs)} "
-                    f"runs ({first})", median_interval(values))
+    return Decision(
+        INCONCLUSIVE,
+        ratio,
+        how,
+        f"disturbed: {len(disturbed)} of {len(runs)} runs ({first})",
+        median_interval(values),
+    )
 
 
-def _decide_quiet(cell: Cell, ref: float, rng: tuple[float, float] | None,
-                  values: list[float], keys: list[str], states: Mapping[str, RunState],
-                  guest: bool) -> Decision:
+def _decide_quiet(
+    cell: Cell,
+    ref: float,
+    rng: tuple[float, float] | None,
+    values: list[float],
+    keys: list[str],
+    states: Mapping[str, RunState],
+    guest: bool,
+) -> Decision:
     center = _center(cell, values)
     _, ratio, how = _assess(ref, rng, cell, center)
     by_median = cell.statistic == "median"
@@ -429,9 +489,14 @@ def _decide_quiet(cell: Cell, ref: float, rng: tuple[float, float] | None,
     iv = median_interval(values) if by_median else None
     n = len(values)
     if n < needed:
-        return Decision(INCONCLUSIVE, ratio, how,
-                        f"too few reps: {n} (a verdict needs {needed}: the median's interval "
-                        f"from {n} covers it with {iv.level if iv else 0:.0%})", iv)
+        return Decision(
+            INCONCLUSIVE,
+            ratio,
+            how,
+            f"too few reps: {n} (a verdict needs {needed}: the median's interval "
+            f"from {n} covers it with {iv.level if iv else 0:.0%})",
+            iv,
+        )
     if iv is None:  # a mean, min or max of the runs (a chain's published means): that value
         where = INSIDE if _within(ref, rng, cell, center) else OUTSIDE
     else:
@@ -440,16 +505,27 @@ def _decide_quiet(cell: Cell, ref: float, rng: tuple[float, float] | None,
         return Decision(REPRODUCED, ratio, how, "", iv)
     if where != OUTSIDE:
         rel = "x of published" if ref else ""
-        return Decision(INCONCLUSIVE, ratio, how, "spread: the median's interval "
-                        f"{iv.text(lambda x: _ratio_text(ref, x), rel)} crosses the edge of the "
-                        f"band ({cell.tolerance.text()})", iv)
+        return Decision(
+            INCONCLUSIVE,
+            ratio,
+            how,
+            "spread: the median's interval "
+            f"{iv.text(lambda x: _ratio_text(ref, x), rel)} crosses the edge of the "
+            f"band ({cell.tolerance.text()})",
+            iv,
+        )
     runs = list(dict.fromkeys(keys))
     unprobed = [k for k in runs if guest and not states.get(k, RunState()).probed]
     if unprobed:
-        return Decision(INCONCLUSIVE, ratio, how,
-                        f"not probed for interference: {len(unprobed)} of {len(runs)} runs on "
-                        "this guest carry no probe record, so a neighbour's load on the shared "
-                        "core cannot be ruled out", iv)
+        return Decision(
+            INCONCLUSIVE,
+            ratio,
+            how,
+            f"not probed for interference: {len(unprobed)} of {len(runs)} runs on "
+            "this guest carry no probe record, so a neighbour's load on the shared "
+            "core cannot be ruled out",
+            iv,
+        )
     return Decision(DEVIATES, ratio, how, "", iv)
 
 
@@ -461,13 +537,26 @@ def _drift(vals: list[float]) -> float:
 
 def _center(cell: Cell, vals: list[float]) -> float:
     """The cell's statistic of its values (in repetition order for a chain's)."""
-    return {"min": min, "max": max, "mean": statistics.fmean, "first": lambda v: v[0],
-            "last": lambda v: v[-1], "drift": _drift}.get(cell.statistic,
-                                                           statistics.median)(vals)
+    return {
+        "min": min,
+        "max": max,
+        "mean": statistics.fmean,
+        "first": lambda v: v[0],
+        "last": lambda v: v[-1],
+        "drift": _drift,
+    }.get(cell.statistic, statistics.median)(vals)
 
 
-def _judge(cell: Cell, host: str, m: Measured, values: list[float], keys: list[str],
-           states: Mapping[str, RunState], guest: bool, **pc: Any) -> Row:
+def _judge(
+    cell: Cell,
+    host: str,
+    m: Measured,
+    values: list[float],
+    keys: list[str],
+    states: Mapping[str, RunState],
+    guest: bool,
+    **pc: Any,
+) -> Row:
     d = _decide(cell, cell.reference, cell.range, values, keys, states, guest)
     on = f"; {d.why}" if d.why else ""
     if d.outcome == REPRODUCED:
@@ -483,10 +572,25 @@ def _recomputed(cell: Cell, host: str, m: Measured, **pc: Any) -> Row:
     """Arithmetic on published constants (the stage planner): no interval, nothing measured."""
     ok, ratio, how = _assess(cell.reference, cell.range, cell, m.median)
     if ok:
-        return Row(cell, host, m, ratio, RECOMPUTED, "recomputed from published constants: "
-                   f"matches within tolerance ({cell.tolerance.text()})", **pc)
-    return Row(cell, host, m, ratio, RECOMPUTED_DIFFERS,
-               f"recomputed from published constants: {how}", **pc)
+        return Row(
+            cell,
+            host,
+            m,
+            ratio,
+            RECOMPUTED,
+            "recomputed from published constants: "
+            f"matches within tolerance ({cell.tolerance.text()})",
+            **pc,
+        )
+    return Row(
+        cell,
+        host,
+        m,
+        ratio,
+        RECOMPUTED_DIFFERS,
+        f"recomputed from published constants: {how}",
+        **pc,
+    )
 
 
 def compare(
@@ -525,8 +629,21 @@ def compare(
             rows.append(Row(cell, None, None, None, NOT_RUN, f"not run: {reason}"))
             continue
         for host in host_names:
-            rows.append(_row(published, cell, host, hosts.get(host, {}), records, skip_reason,
-                             all_runs, explain, meta, profile, states))
+            rows.append(
+                _row(
+                    published,
+                    cell,
+                    host,
+                    hosts.get(host, {}),
+                    records,
+                    skip_reason,
+                    all_runs,
+                    explain,
+                    meta,
+                    profile,
+                    states,
+                )
+            )
     return rows
 
 
@@ -540,8 +657,7 @@ def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None
         if run.get("host") != host or run.get("experiment") != cell.experiment:
             continue
         params = run.get("params") or {}
-        if not all(_equal(params.get(k), v) for k, v in cell.join_params().items()
-                   if k in params):
+        if not all(_equal(params.get(k), v) for k, v in cell.join_params().items() if k in params):
             continue
         if str(run.get("status", "")).lower() not in GOOD_STATUSES:
             reason = str(run.get("reason") or "").strip()
@@ -554,23 +670,48 @@ def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None
     return None
 
 
-def _row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
-         records: list[dict[str, Any]], skip_reason: Mapping[tuple[str, str], str],
-         runs: list[Mapping[str, Any]] = (),
-         explain: Callable[[Cell, str], str | None] | None = None,
-         meta: Mapping[str, Mapping[str, Any]] | None = None, profile: str | None = None,
-         states: Mapping[str, RunState] | None = None) -> Row:
-    row = _plain_row(published, cell, host, facts, records, skip_reason, runs, explain, meta,
-                     profile, states or {})
+def _row(
+    published: Published,
+    cell: Cell,
+    host: str,
+    facts: Mapping[str, Any],
+    records: list[dict[str, Any]],
+    skip_reason: Mapping[tuple[str, str], str],
+    runs: list[Mapping[str, Any]] = (),
+    explain: Callable[[Cell, str], str | None] | None = None,
+    meta: Mapping[str, Mapping[str, Any]] | None = None,
+    profile: str | None = None,
+    states: Mapping[str, RunState] | None = None,
+) -> Row:
+    row = _plain_row(
+        published,
+        cell,
+        host,
+        facts,
+        records,
+        skip_reason,
+        runs,
+        explain,
+        meta,
+        profile,
+        states or {},
+    )
     return _disputed(row) if cell.disputed else row
 
 
-def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, Any],
-               records: list[dict[str, Any]], skip_reason: Mapping[tuple[str, str], str],
-               runs: list[Mapping[str, Any]] = (),
-               explain: Callable[[Cell, str], str | None] | None = None,
-               meta: Mapping[str, Mapping[str, Any]] | None = None,
-               profile: str | None = None, states: Mapping[str, RunState] | None = None) -> Row:
+def _plain_row(
+    published: Published,
+    cell: Cell,
+    host: str,
+    facts: Mapping[str, Any],
+    records: list[dict[str, Any]],
+    skip_reason: Mapping[tuple[str, str], str],
+    runs: list[Mapping[str, Any]] = (),
+    explain: Callable[[Cell, str], str | None] | None = None,
+    meta: Mapping[str, Mapping[str, Any]] | None = None,
+    profile: str | None = None,
+    states: Mapping[str, RunState] | None = None,
+) -> Row:
     states = states or {}
     topo = facts.get("topology", facts) if isinstance(facts, Mapping) else {}
     if cell.unmeasured or not cell.experiment:
@@ -581,17 +722,28 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
         return Row(cell, host, None, None, NOT_RUN, f"not run: host lacks {', '.join(missing)}")
     values, unit, dims, counted = _values_for(records, cell, host)
     if not values:
-        reason = (skip_reason.get((host, cell.experiment)) or _failure(cell, host, runs)
-                  or (explain(cell, host) if explain else None) or _describe_join(cell))
+        reason = (
+            skip_reason.get((host, cell.experiment))
+            or _failure(cell, host, runs)
+            or (explain(cell, host) if explain else None)
+            or _describe_join(cell)
+        )
         return Row(cell, host, None, None, NOT_RUN, f"not run: {reason}")
     unit = unit or cell.unit
     # a drift is a ratio of the values themselves: whatever their unit, it has none
-    converted = list(values) if cell.statistic == "drift" else [
-        convert(v, unit, cell.unit) for v in values]
+    converted = (
+        list(values) if cell.statistic == "drift" else [convert(v, unit, cell.unit) for v in values]
+    )
     if any(v is None for v in converted):
         m = Measured(statistics.median(values), min(values), max(values), len(values), unit)
-        return Row(cell, host, m, None, NOT_COMPARABLE,
-                   f"not comparable: measured in {unit}, published in {cell.unit}")
+        return Row(
+            cell,
+            host,
+            m,
+            None,
+            NOT_COMPARABLE,
+            f"not comparable: measured in {unit}, published in {cell.unit}",
+        )
     vals = [float(v) for v in converted if v is not None]
     keys = [str(r.get("run_key")) for r in counted]
     m = _measured(cell, vals, dims)
@@ -605,21 +757,44 @@ def _plain_row(published: Published, cell: Cell, host: str, facts: Mapping[str, 
     conditions = condition_differences(cell, counted, meta or {})
     if diff and topo:
         match = core_class(published.host, topo)
-        if cell.per_core is not None and match.matches and not unmet_needs(cell, published.host,
-                                                                           topo):
-            return _per_core_row(cell, host, m, per_core, match, conditions, profile, topo,
-                                 per_values, keys, states, guest)
+        if (
+            cell.per_core is not None
+            and match.matches
+            and not unmet_needs(cell, published.host, topo)
+        ):
+            return _per_core_row(
+                cell,
+                host,
+                m,
+                per_core,
+                match,
+                conditions,
+                profile,
+                topo,
+                per_values,
+                keys,
+                states,
+                guest,
+            )
         if cell.per_core is not None and not match.matches:  # nothing else matters then
-            return Row(cell, host, m, None, NOT_COMPARABLE,
-                       f"not comparable: core class differs ({match.differs})", **pc)
+            return Row(
+                cell,
+                host,
+                m,
+                None,
+                NOT_COMPARABLE,
+                f"not comparable: core class differs ({match.differs})",
+                **pc,
+            )
         elif match.matches and unmet_needs(cell, published.host, topo):
             diff = "needs " + ", ".join(unmet_needs(cell, published.host, topo))
     if diff:  # conditions the core count decides are part of the host difference
         conditions = [c for c in conditions if c[0] not in HOST_CONDITIONS]
     reasons = ([diff] if diff else []) + _differences_text(conditions, profile)
     if reasons:  # a ratio against another machine's number, or other conditions, would mislead
-        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
-                   **pc)
+        return Row(
+            cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons), **pc
+        )
     if cell.host_independent:
         return _recomputed(cell, host, m, **pc)
     return _judge(cell, host, m, vals, keys, states, guest, **pc)
@@ -632,8 +807,12 @@ def _measured(cell: Cell, vals: list[float], dims: dict[str, Any]) -> Measured:
     return Measured(center, min(vals), max(vals), len(vals), cell.unit, dims)
 
 
-def _per_core_values(cell: Cell, vals: list[float], counted: list[Mapping[str, Any]],
-                     meta: Mapping[str, Mapping[str, Any]]) -> list[float] | None:
+def _per_core_values(
+    cell: Cell,
+    vals: list[float],
+    counted: list[Mapping[str, Any]],
+    meta: Mapping[str, Mapping[str, Any]],
+) -> list[float] | None:
     """The measured per-core figures, one per counted value: the value of a per-core metric,
     or each run's total over the workers that run recorded (None when a run did not record
     them)."""
@@ -655,8 +834,9 @@ def _per_core_values(cell: Cell, vals: list[float], counted: list[Mapping[str, A
     return per
 
 
-def unmet_needs(cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str, Any]
-                ) -> list[str]:
+def unmet_needs(
+    cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str, Any]
+) -> list[str]:
     """What of the published socket the cell needs and the host lacks, as text ('32
     participants (host has 2 cores)'). Explicit ``needs`` first; else participants from the
     conditions, NUMA nodes from the scope, and the socket's cores for a cell not per core."""
@@ -667,63 +847,126 @@ def unmet_needs(cell: Cell, published_host: Mapping[str, Any], topo: Mapping[str
     cond = cell.conditions
     if "participants" in cond:
         needs.setdefault("participants", int(cond["participants"]))
-    scope_nodes = {"two-nodes": 2, "adjacent-node": 2, "all-nodes": pub_nodes,
-                   "far-node": pub_nodes}.get(str(cond.get("scope")))
+    scope_nodes = {
+        "two-nodes": 2,
+        "adjacent-node": 2,
+        "all-nodes": pub_nodes,
+        "far-node": pub_nodes,
+    }.get(str(cond.get("scope")))
     if scope_nodes and scope_nodes > 1:
         needs.setdefault("nodes", scope_nodes)
     if cell.per_core is None and not needs:
         needs["cores"] = int(published_host["cores"])
     have = {"cores": cores, "nodes": nodes, "node_cores": per_node, "participants": cores}
-    text = {"cores": "{n} cores (host has {h})", "nodes": "{n} NUMA nodes (host has {h})",
-            "node_cores": "{n} cores in one NUMA node (host has {h})",
-            "participants": "{n} participants (host has {h} cores)"}
+    text = {
+        "cores": "{n} cores (host has {h})",
+        "nodes": "{n} NUMA nodes (host has {h})",
+        "node_cores": "{n} cores in one NUMA node (host has {h})",
+        "participants": "{n} participants (host has {h} cores)",
+    }
     return [text[k].format(n=n, h=have[k]) for k, n in sorted(needs.items()) if have[k] < n]
 
 
-def _per_core_row(cell: Cell, host: str, m: Measured, per_core: Measured | None,
-                  match: CoreMatch, conditions: list[tuple[str, str, str]],
-                  profile: str | None, topo: Mapping[str, Any],
-                  per_values: list[float] | None = None, keys: list[str] | None = None,
-                  states: Mapping[str, RunState] | None = None, guest: bool = False) -> Row:
+def _per_core_row(
+    cell: Cell,
+    host: str,
+    m: Measured,
+    per_core: Measured | None,
+    match: CoreMatch,
+    conditions: list[tuple[str, str, str]],
+    profile: str | None,
+    topo: Mapping[str, Any],
+    per_values: list[float] | None = None,
+    keys: list[str] | None = None,
+    states: Mapping[str, RunState] | None = None,
+    guest: bool = False,
+) -> Row:
     """A per-core cell on a host with the published core: judged on the per-core figures."""
     pc_ref = cell.per_core_reference
     pc = {"per_core_published": pc_ref, "per_core_measured": per_core}
     lacks = missing_flags(cell.per_core.flags, topo)
     if lacks:
-        return Row(cell, host, m, None, NOT_COMPARABLE,
-                   f"not comparable: core lacks {', '.join(lacks)}", **pc)
+        return Row(
+            cell,
+            host,
+            m,
+            None,
+            NOT_COMPARABLE,
+            f"not comparable: core lacks {', '.join(lacks)}",
+            **pc,
+        )
     if per_core is None or pc_ref is None:
-        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: the runs did not "
-                   f"record their {cell.per_core.divide_by or 'workers'}", **pc)
+        return Row(
+            cell,
+            host,
+            m,
+            None,
+            NOT_COMPARABLE,
+            f"not comparable: the runs did not record their {cell.per_core.divide_by or 'workers'}",
+            **pc,
+        )
     floor = cell.per_core.min_duration_s
     kept = []
     for c in conditions:
         if c[0] in HOST_CONDITIONS:  # per core, the worker count is what is divided out
             continue
-        if c[0] == "duration_s" and floor is not None and all(
-                _float(x) is not None and _float(x) >= floor for x in c[1].split("/")):
+        if (
+            c[0] == "duration_s"
+            and floor is not None
+            and all(_float(x) is not None and _float(x) >= floor for x in c[1].split("/"))
+        ):
             continue  # a steady one-core rate: runs this long are the published measurement
         kept.append(c)
     reasons = _differences_text(kept, profile)
     if reasons:
-        return Row(cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons),
-                   **pc)
-    d = _decide(cell, pc_ref, cell.per_core_range, per_values or [per_core.median],
-                keys or [""], states or {}, guest)
+        return Row(
+            cell, host, m, None, NOT_COMPARABLE, "not comparable: " + "; ".join(reasons), **pc
+        )
+    d = _decide(
+        cell,
+        pc_ref,
+        cell.per_core_range,
+        per_values or [per_core.median],
+        keys or [""],
+        states or {},
+        guest,
+    )
     flags = [*cell.requires, *cell.per_core.flags]
     basis = match.basis + (f", flags {' '.join(flags)}" if flags else "")
     on = f"; {d.why}" if d.why else ""
     if d.outcome == REPRODUCED:
-        return Row(cell, host, m, d.ratio, REPRODUCED_PER_CORE, "reproduced per core within "
-                   f"tolerance ({cell.tolerance.text()}; core class: {basis}){on}",
-                   interval=d.interval, **pc)
+        return Row(
+            cell,
+            host,
+            m,
+            d.ratio,
+            REPRODUCED_PER_CORE,
+            "reproduced per core within "
+            f"tolerance ({cell.tolerance.text()}; core class: {basis}){on}",
+            interval=d.interval,
+            **pc,
+        )
     if d.outcome == DEVIATES:
-        return Row(cell, host, m, d.ratio, DEVIATES_PER_CORE,
-                   f"deviates per core: {d.how}{on}; core class: {basis}", interval=d.interval,
-                   **pc)
-    return Row(cell, host, m, d.ratio, INCONCLUSIVE,
-               f"inconclusive: per core {d.how}{on}; core class: {basis}", interval=d.interval,
-               **pc)
+        return Row(
+            cell,
+            host,
+            m,
+            d.ratio,
+            DEVIATES_PER_CORE,
+            f"deviates per core: {d.how}{on}; core class: {basis}",
+            interval=d.interval,
+            **pc,
+        )
+    return Row(
+        cell,
+        host,
+        m,
+        d.ratio,
+        INCONCLUSIVE,
+        f"inconclusive: per core {d.how}{on}; core class: {basis}",
+        interval=d.interval,
+        **pc,
+    )
 
 
 def _float(text: str) -> float | None:
@@ -745,16 +988,27 @@ def _disputed(row: Row) -> Row:
     parts = [f"published figure disputed: {d.reason}"]
     if meas is not None:
         ratio = meas.median / pub if pub else None
-        parts.append(f"published {fmt(pub)} vs measured {fmt(meas.median)} {unit}{what}"
-                     + (f" ({ratio:.2f}x)" if ratio is not None else ""))
+        parts.append(
+            f"published {fmt(pub)} vs measured {fmt(meas.median)} {unit}{what}"
+            + (f" ({ratio:.2f}x)" if ratio is not None else "")
+        )
     else:
         parts.append(f"published {fmt(pub)} {unit}{what}")
     if row.kind in (NOT_RUN, NOT_COMPARABLE):
         parts.append(f"here: {row.verdict}")
     parts.append(f"a correct figure: {d.correct}")
     ratio = meas.median / pub if meas is not None and pub else None
-    return Row(row.cell, row.host, row.measured, ratio, DISPUTED, "; ".join(parts),
-               row.per_core_published, row.per_core_measured, row.interval)
+    return Row(
+        row.cell,
+        row.host,
+        row.measured,
+        ratio,
+        DISPUTED,
+        "; ".join(parts),
+        row.per_core_published,
+        row.per_core_measured,
+        row.interval,
+    )
 
 
 def summary(rows: Iterable[Row]) -> dict[str, int]:

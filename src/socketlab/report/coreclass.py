@@ -69,8 +69,13 @@ def core_class(published_host: Mapping[str, Any], topology: Mapping[str, Any]) -
         return CoreMatch(True, basis, "", f"core class of {pub_model}: matched on {basis}")
     core = published_host.get("core")
     if not core:
-        return CoreMatch(False, "", differs, f"core class: {differs} (the published file names "
-                         "no core class, so only the model name could match)")
+        return CoreMatch(
+            False,
+            "",
+            differs,
+            f"core class: {differs} (the published file names "
+            "no core class, so only the model name could match)",
+        )
     caches = topology.get("caches") or {}
     seen = {
         "vendor": (topology.get("vendor"), core["vendor"]),
@@ -78,19 +83,30 @@ def core_class(published_host: Mapping[str, Any], topology: Mapping[str, Any]) -
         "L1d": (_kib((caches.get("L1d") or {}).get("size_bytes")), core["l1d_kib"]),
         "L2": (_kib((caches.get("L2") or {}).get("size_bytes")), core["l2_kib"]),
     }
-    wrong = [f"{k} {_show(k, got)} vs {_show(k, want)}" for k, (got, want) in seen.items()
-             if got != want]
+    wrong = [
+        f"{k} {_show(k, got)} vs {_show(k, want)}" for k, (got, want) in seen.items() if got != want
+    ]
     if wrong:
-        return CoreMatch(False, "", differs, f"core class differs from {pub_model}: "
-                         + ", ".join(wrong))
-    basis = (f"vendor {core['vendor']}, family {core['family']}, L1d {_size(core['l1d_kib'])}, "
-             f"L2 {_size(core['l2_kib'])}")
+        return CoreMatch(
+            False, "", differs, f"core class differs from {pub_model}: " + ", ".join(wrong)
+        )
+    basis = (
+        f"vendor {core['vendor']}, family {core['family']}, L1d {_size(core['l1d_kib'])}, "
+        f"L2 {_size(core['l2_kib'])}"
+    )
     masked = f"model name '{model}'"
-    if topology.get("model") is not None and "model" in core \
-            and str(topology.get("model")) != str(core["model"]):
+    if (
+        topology.get("model") is not None
+        and "model" in core
+        and str(topology.get("model")) != str(core["model"])
+    ):
         masked += f", model {topology.get('model')} (published {core['model']})"
-    return CoreMatch(True, basis, "", f"core class of {pub_model}: matched on {basis}; "
-                     f"{masked} not part of the match")
+    return CoreMatch(
+        True,
+        basis,
+        "",
+        f"core class of {pub_model}: matched on {basis}; {masked} not part of the match",
+    )
 
 
 def _show(key: str, value: Any) -> str:

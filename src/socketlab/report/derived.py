@@ -25,6 +25,7 @@ def _sum(metric: str, phases: tuple[str, ...] = ()) -> Callable[[Phases, Mapping
         values = by.get(metric) or {}
         picked = [v for p, v in values.items() if not phases or p in phases]
         return sum(picked) if picked and (not phases or len(picked) == len(phases)) else None
+
     return f
 
 
@@ -32,6 +33,7 @@ def _mean(metric: str) -> Callable[[Phases, Mapping], float | None]:
     def f(by: Phases, _: Mapping[str, float]) -> float | None:
         values = list((by.get(metric) or {}).values())
         return sum(values) / len(values) if values else None
+
     return f
 
 
@@ -42,13 +44,17 @@ def _sync(by: Phases, plain: Mapping[str, float]) -> float | None:
 
 
 DERIVED: dict[str, tuple[str, Callable[[Phases, Mapping[str, float]], float | None]]] = {
-    "compute_total": ("sum over the 8 phases of the slowest worker's compute",
-                      _sum("phase_compute")),
+    "compute_total": (
+        "sum over the 8 phases of the slowest worker's compute",
+        _sum("phase_compute"),
+    ),
     "gemv_total": ("sum over the phases of the slowest worker's GEMV time", _sum("phase_gemv")),
     "barrier_total": ("sum over the phases of the mean barrier wait", _sum("phase_barrier")),
     "barrier_each": ("mean barrier wait of one phase", _mean("phase_barrier")),
-    "attention_us": ("split-K attention and its combine (slowest worker)",
-                     _sum("phase_compute", ("attention", "combine"))),
+    "attention_us": (
+        "split-K attention and its combine (slowest worker)",
+        _sum("phase_compute", ("attention", "combine")),
+    ),
     "gateup_us": ("gate, up and act (slowest worker)", _sum("phase_compute", ("gateup",))),
     "down_us": ("down projection (slowest worker)", _sum("phase_compute", ("down",))),
     "sync_bcast": ("step p50 - compute_total: what synchronisation and broadcast add", _sync),
@@ -89,7 +95,8 @@ def derive(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             if value is None:
                 continue
             rec = {k: v for k, v in base.items() if k not in ("dim.phase", "dim.mean")}
-            rec.update(metric=name, value=value, unit="us",
-                       parser=f"{base.get('parser', '')}+derived")
+            rec.update(
+                metric=name, value=value, unit="us", parser=f"{base.get('parser', '')}+derived"
+            )
             out.append(rec)
     return out

@@ -20,8 +20,14 @@ from socketlab.spec.hosts import isolation_applied
 from socketlab.topology import topology_from_snapshot
 
 
-def host_entries(inventory: str | Path | None, limit: str | None, *, timeout: float,
-                 housekeeping: int, prefer_irq: bool) -> list[dict[str, Any]]:  # fmt: skip
+def host_entries(
+    inventory: str | Path | None,
+    limit: str | None,
+    *,
+    timeout: float,
+    housekeeping: int,
+    prefer_irq: bool,
+) -> list[dict[str, Any]]:
     """Every selected inventory host's entry (``describe``), facts gathered in parallel; a
     host that does not answer is an entry with its error."""
     if housekeeping < 1:
@@ -44,15 +50,20 @@ def isolation_now(name: str, facts: dict, plan: dict | None) -> dict[str, Any]:
         entry = {"isolation_verify": record, "isolation_applied": applied, "isolation": checked}
         verified = record.get("passed") is True and applied
         if applied:
-            text = (f"isolated: isolate.yml's plan (housekeeping {checked['housekeeping_list']}, "
-                    f"workers {checked['workers_list']}); {verify_text(entry)}")
+            text = (
+                f"isolated: isolate.yml's plan (housekeeping {checked['housekeeping_list']}, "
+                f"workers {checked['workers_list']}); {verify_text(entry)}"
+            )
         else:
             text = f"not isolated (the workqueue mask is not the plan's); {verify_text(entry)}"
         return {"isolated": applied, "verified": verified, "text": text}
     if isolation_applied(facts["topology"], plan):
-        return {"isolated": True, "verified": False,
-                "text": "isolated: the workqueue mask is the plan's; not verified (run "
-                        "playbooks/verify.yml)"}  # fmt: skip
+        return {
+            "isolated": True,
+            "verified": False,
+            "text": "isolated: the workqueue mask is the plan's; not verified (run "
+            "playbooks/verify.yml)",
+        }
     return {"isolated": False, "verified": False, "text": "not isolated"}
 
 

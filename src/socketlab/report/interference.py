@@ -74,7 +74,7 @@ def _steal_share(probe: Mapping[str, Any]) -> tuple[float, str] | None:
         return None
     worst = None
     for cpu, ticks in (after.get("steal_ticks") or {}).items():
-        lost = (float(ticks) - float((before.get("steal_ticks") or {}).get(cpu, ticks)))
+        lost = float(ticks) - float((before.get("steal_ticks") or {}).get(cpu, ticks))
         share = lost / TICKS_PER_S / elapsed
         if worst is None or share > worst[0]:
             worst = (share, str(cpu))
@@ -96,15 +96,21 @@ def run_state(run: Mapping[str, Any], reference: Mapping[str, float]) -> RunStat
                 continue
             ratio = value / ref
             if ratio < below and (worst is None or ratio < worst[0]):
-                worst = (ratio, f"probe {unit} {value:.4g} vs quiet {ref:.4g} "
-                                f"{units.get(unit, '')} ({ratio:.2f}x, below {below:g}x) "
-                                f"{when} the run on cpu {cpu}".replace("  ", " "))
+                worst = (
+                    ratio,
+                    f"probe {unit} {value:.4g} vs quiet {ref:.4g} "
+                    f"{units.get(unit, '')} ({ratio:.2f}x, below {below:g}x) "
+                    f"{when} the run on cpu {cpu}".replace("  ", " "),
+                )
     if worst is not None:
         return RunState(True, True, worst[1])
     steal = _steal_share(probe)
     if steal is not None and steal[0] > STEAL_SHARE:
-        return RunState(True, True, f"steal {steal[0]:.1%} of the run on cpu {steal[1]} "
-                                    f"(above {STEAL_SHARE:.0%})")
+        return RunState(
+            True,
+            True,
+            f"steal {steal[0]:.1%} of the run on cpu {steal[1]} (above {STEAL_SHARE:.0%})",
+        )
     return RunState(True, False, "")
 
 
@@ -112,8 +118,11 @@ def run_states(runs: Iterable[Mapping[str, Any]]) -> dict[str, RunState]:
     """run key -> its state, each host's runs against that host's reference."""
     runs = list(runs)
     refs = references(runs)
-    return {str(r["run_key"]): run_state(r, refs.get(str(r.get("host")), {}))
-            for r in runs if r.get("run_key")}
+    return {
+        str(r["run_key"]): run_state(r, refs.get(str(r.get("host")), {}))
+        for r in runs
+        if r.get("run_key")
+    }
 
 
 def is_guest(topology: Mapping[str, Any]) -> bool:
@@ -137,7 +146,9 @@ def summary_text(runs: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         bad = [r for r in probed if states[str(r["run_key"])].disturbed]
         below = {float((r.get("probe") or {}).get("below") or DEFAULT_BELOW) for r in probed}
         ref = ", ".join(f"{unit} {value:.4g}" for unit, value in sorted(refs[host].items()))
-        out[host] = (f"quiet reference (the campaign's best) {ref} GB/s; {len(probed)} of "
-                     f"{len(mine)} runs probed, {len(bad)} disturbed (below "
-                     f"{'/'.join(f'{b:g}' for b in sorted(below))}x or steal)")
+        out[host] = (
+            f"quiet reference (the campaign's best) {ref} GB/s; {len(probed)} of "
+            f"{len(mine)} runs probed, {len(bad)} disturbed (below "
+            f"{'/'.join(f'{b:g}' for b in sorted(below))}x or steal)"
+        )
     return out

@@ -32,8 +32,10 @@ class MedianInterval:
 
     def text(self, show: Callable[[float], str] = "{:g}".format, unit: str = "") -> str:
         """'168–175 GB/s (75%, 3 reps)'."""
-        return f"{show(self.low)}–{show(self.high)}{unit} ({self.level:.0%}, {self.n} " \
-               f"rep{'s' if self.n != 1 else ''})"
+        return (
+            f"{show(self.low)}–{show(self.high)}{unit} ({self.level:.0%}, {self.n} "
+            f"rep{'s' if self.n != 1 else ''})"
+        )
 
 
 def coverage(n: int, k: int) -> float:

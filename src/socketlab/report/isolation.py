@@ -14,8 +14,11 @@ from collections.abc import Mapping
 from typing import Any
 
 #: proc_noise.py's per-group metrics, as the report names them
-NOISE = (("device_irqs_per_s", "device IRQs"), ("local_timer_irqs_per_s", "timer"),
-         ("ctx_switches_per_s", "ctx"))  # fmt: skip
+NOISE = (
+    ("device_irqs_per_s", "device IRQs"),
+    ("local_timer_irqs_per_s", "timer"),
+    ("ctx_switches_per_s", "ctx"),
+)
 
 
 def _noise(record: Mapping[str, Any]) -> str:
@@ -48,7 +51,8 @@ def verify_text(entry: Mapping[str, Any]) -> str:
     when = record.get("time") or "at an unknown time"
     if record.get("passed") is not True:
         what = "; ".join(str(d) for d in record.get("drifted") or ()) or str(
-            record.get("error") or "no reason recorded")
+            record.get("error") or "no reason recorded"
+        )
         return f"verify failed: {what} ({when})"
     drifted = record.get("drifted") or []
     text = f"verified {when}: {len(drifted)} drifted knobs; {_noise(record)}"
@@ -69,6 +73,8 @@ def isolation_text(entry: Mapping[str, Any]) -> str:
         state += f" ({entry['isolation_error']})"
     plan = entry.get("isolation") or {}
     if plan.get("workers_list") is not None:  # the CPU sets the runs were placed on
-        state += (f"; plan: housekeeping {plan.get('housekeeping_list') or '-'}, "
-                  f"workers {plan.get('workers_list') or '-'}")
+        state += (
+            f"; plan: housekeeping {plan.get('housekeeping_list') or '-'}, "
+            f"workers {plan.get('workers_list') or '-'}"
+        )
     return f"{state}; {verify_text(entry)}"

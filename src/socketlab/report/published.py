@@ -253,8 +253,10 @@ def _schema_message(err: jsonschema.ValidationError) -> tuple[list[Any], str]:
         return path, f"missing required field '{missing[0] if missing else '?'}'"
     if "tolerance" in path:
         cut = path[: path.index("tolerance") + 1]
-        return cut, ("tolerance must be a positive number (relative: 0.05 = 5%) or a mapping "
-                     "{rel: x, abs: y} of positive numbers")
+        return cut, (
+            "tolerance must be a positive number (relative: 0.05 = 5%) or a mapping "
+            "{rel: x, abs: y} of positive numbers"
+        )
     if err.validator in ("oneOf", "anyOf") and isinstance(err.instance, dict):
         return path, "a value needs one of 'value', 'range' or 'samples' (numbers)"
     if err.validator in ("oneOf", "anyOf"):
@@ -289,9 +291,12 @@ def _tolerance(raw: Any, default: Tolerance) -> Tolerance:
 def _per_core(raw: Any) -> PerCore | None:
     if not raw:
         return None
-    return PerCore(basis=raw["basis"], divide_by=raw.get("divide_by") or (
-        "workers" if raw["basis"] == "derived" else None),
-        min_duration_s=raw.get("min_duration_s"), flags=tuple(raw.get("flags", ())))
+    return PerCore(
+        basis=raw["basis"],
+        divide_by=raw.get("divide_by") or ("workers" if raw["basis"] == "derived" else None),
+        min_duration_s=raw.get("min_duration_s"),
+        flags=tuple(raw.get("flags", ())),
+    )
 
 
 def _first(key: str, *levels: dict[str, Any]) -> Any:
@@ -317,11 +322,20 @@ def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
             for k, c in t["columns"].items()
         )
         if not t.get("experiment") and not t.get("unmeasured"):
-            unmeasured_cols = [k for k, c in t["columns"].items()
-                               if not c.get("experiment") and not c.get("unmeasured")]
+            unmeasured_cols = [
+                k
+                for k, c in t["columns"].items()
+                if not c.get("experiment") and not c.get("unmeasured")
+            ]
             if unmeasured_cols:
-                raise _fail(path, lines, doc, tw, "needs 'experiment' (the campaign experiment "
-                            "that measures it) or 'unmeasured' (why nothing does)")
+                raise _fail(
+                    path,
+                    lines,
+                    doc,
+                    tw,
+                    "needs 'experiment' (the campaign experiment "
+                    "that measures it) or 'unmeasured' (why nothing does)",
+                )
         seen_rows: set[str] = set()
         rows: list[tuple[str, str, dict[str, Any]]] = []
         cells: list[Cell] = []
@@ -333,21 +347,37 @@ def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
             cond = {**t.get("conditions", {}), **r.get("conditions", {})}
             for key in join:
                 if key not in cond:
-                    raise _fail(path, lines, doc, rw + ["conditions"],
-                                f"join key '{key}' has no value (set it in the row's or the "
-                                "table's conditions)")
+                    raise _fail(
+                        path,
+                        lines,
+                        doc,
+                        rw + ["conditions"],
+                        f"join key '{key}' has no value (set it in the row's or the "
+                        "table's conditions)",
+                    )
             rows.append((r["id"], r.get("label", r["id"]), cond))
             for col, raw in r["values"].items():
                 cw = rw + ["values", col]
                 if col not in t["columns"]:
-                    raise _fail(path, lines, doc, cw, f"unknown column '{col}' (declared: "
-                                f"{', '.join(t['columns'])})")
+                    raise _fail(
+                        path,
+                        lines,
+                        doc,
+                        cw,
+                        f"unknown column '{col}' (declared: {', '.join(t['columns'])})",
+                    )
                 cdef = t["columns"][col]
                 obj = raw if isinstance(raw, dict) else {"value": raw}
                 source = obj.get("source") or r.get("source") or t.get("source")
                 if not source:
-                    raise _fail(path, lines, doc, cw, "missing source (give 'source' on the "
-                                "cell, the row or the table: seed section or phase report)")
+                    raise _fail(
+                        path,
+                        lines,
+                        doc,
+                        cw,
+                        "missing source (give 'source' on the "
+                        "cell, the row or the table: seed section or phase report)",
+                    )
                 rng = obj.get("range")
                 if rng is not None and rng[0] > rng[1]:
                     raise _fail(path, lines, doc, cw + ["range"], "range must be [low, high]")
@@ -356,60 +386,113 @@ def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
                     per_core = None  # a shared tier's figure depends on the whole socket
                 if per_core is not None and per_core.basis == "derived":
                     divisor = cond.get(per_core.divide_by)
-                    if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
-                            or divisor <= 0:
-                        raise _fail(path, lines, doc, rw + ["conditions"],
-                                    f"per_core is derived (value / '{per_core.divide_by}'), so "
-                                    f"'{per_core.divide_by}' must be a positive number here, "
-                                    f"got {divisor!r}")
+                    if (
+                        isinstance(divisor, bool)
+                        or not isinstance(divisor, int | float)
+                        or divisor <= 0
+                    ):
+                        raise _fail(
+                            path,
+                            lines,
+                            doc,
+                            rw + ["conditions"],
+                            f"per_core is derived (value / '{per_core.divide_by}'), so "
+                            f"'{per_core.divide_by}' must be a positive number here, "
+                            f"got {divisor!r}",
+                        )
                 disputed = obj.get("disputed") or r.get("disputed")
-                cells.append(Cell(
-                    table=t["id"], row=r["id"], column=col, label=r.get("label", r["id"]),
-                    value=obj.get("value"), range=tuple(rng) if rng else None,
-                    samples=tuple(obj.get("samples", ())),
-                    unit=cdef["unit"], better=cdef["better"],
-                    tolerance=_tolerance(obj.get("tolerance"),
-                                         _tolerance(cdef.get("tolerance"), table_tol)),
-                    conditions=cond, join=join,
-                    experiment=r.get("experiment") or cdef.get("experiment")
-                    or t.get("experiment"),
-                    metric=cdef.get("metric", col),
-                    unmeasured=r.get("unmeasured") or cdef.get("unmeasured")
-                    or t.get("unmeasured"),
-                    requires=tuple(r.get("requires", t.get("requires", ()))),
-                    source=source, note=obj.get("note", r.get("note", "")),
-                    divide_by=cdef.get("divide_by"), statistic=cdef.get("statistic", "median"),
-                    per_core=per_core,
-                    needs=tuple(sorted((_first("needs", r, t) or {}).items())),
-                    disputed=Disputed(**disputed) if disputed else None,
-                    host_independent=t.get("host_independent"),
-                ))
+                cells.append(
+                    Cell(
+                        table=t["id"],
+                        row=r["id"],
+                        column=col,
+                        label=r.get("label", r["id"]),
+                        value=obj.get("value"),
+                        range=tuple(rng) if rng else None,
+                        samples=tuple(obj.get("samples", ())),
+                        unit=cdef["unit"],
+                        better=cdef["better"],
+                        tolerance=_tolerance(
+                            obj.get("tolerance"), _tolerance(cdef.get("tolerance"), table_tol)
+                        ),
+                        conditions=cond,
+                        join=join,
+                        experiment=r.get("experiment")
+                        or cdef.get("experiment")
+                        or t.get("experiment"),
+                        metric=cdef.get("metric", col),
+                        unmeasured=r.get("unmeasured")
+                        or cdef.get("unmeasured")
+                        or t.get("unmeasured"),
+                        requires=tuple(r.get("requires", t.get("requires", ()))),
+                        source=source,
+                        note=obj.get("note", r.get("note", "")),
+                        divide_by=cdef.get("divide_by"),
+                        statistic=cdef.get("statistic", "median"),
+                        per_core=per_core,
+                        needs=tuple(sorted((_first("needs", r, t) or {}).items())),
+                        disputed=Disputed(**disputed) if disputed else None,
+                        host_independent=t.get("host_independent"),
+                    )
+                )
                 if cdef.get("divide_by") and cdef["divide_by"] not in cond:
-                    raise _fail(path, lines, doc, cw, f"column divides by '{cdef['divide_by']}', "
-                                "which is not a condition of this row")
+                    raise _fail(
+                        path,
+                        lines,
+                        doc,
+                        cw,
+                        f"column divides by '{cdef['divide_by']}', "
+                        "which is not a condition of this row",
+                    )
                 if cdef.get("divide_by"):
                     divisor = cond[cdef["divide_by"]]
-                    if isinstance(divisor, bool) or not isinstance(divisor, int | float) \
-                            or divisor <= 0:
-                        raise _fail(path, lines, doc, rw + ["conditions"],
-                                    f"column divides by '{cdef['divide_by']}', so it must be a "
-                                    f"positive number here, got {divisor!r}")
+                    if (
+                        isinstance(divisor, bool)
+                        or not isinstance(divisor, int | float)
+                        or divisor <= 0
+                    ):
+                        raise _fail(
+                            path,
+                            lines,
+                            doc,
+                            rw + ["conditions"],
+                            f"column divides by '{cdef['divide_by']}', so it must be a "
+                            f"positive number here, got {divisor!r}",
+                        )
         plot = t.get("plot")
         if plot:
             if plot["column"] not in t["columns"]:
-                raise _fail(path, lines, doc, tw + ["plot", "column"],
-                            f"unknown column '{plot['column']}'")
+                raise _fail(
+                    path, lines, doc, tw + ["plot", "column"], f"unknown column '{plot['column']}'"
+                )
             for key in [plot["x"], *plot.get("series", [])]:
                 if not all(key in cond for _, _, cond in rows):
-                    raise _fail(path, lines, doc, tw + ["plot"],
-                                f"'{key}' is not a condition of every row")
-        tables.append(Table(
-            id=t["id"], title=t["title"], section=t.get("section", ""), note=t.get("note", ""),
-            experiment=t.get("experiment"), unmeasured=t.get("unmeasured"), join=join,
-            columns=columns, rows=tuple(rows), cells=tuple(cells), plot=plot,
-        ))
-    return Published(path=path, id=doc["id"], title=doc["title"], campaign=doc.get("campaign"),
-                     host=doc["host"], tables=tuple(tables))
+                    raise _fail(
+                        path, lines, doc, tw + ["plot"], f"'{key}' is not a condition of every row"
+                    )
+        tables.append(
+            Table(
+                id=t["id"],
+                title=t["title"],
+                section=t.get("section", ""),
+                note=t.get("note", ""),
+                experiment=t.get("experiment"),
+                unmeasured=t.get("unmeasured"),
+                join=join,
+                columns=columns,
+                rows=tuple(rows),
+                cells=tuple(cells),
+                plot=plot,
+            )
+        )
+    return Published(
+        path=path,
+        id=doc["id"],
+        title=doc["title"],
+        campaign=doc.get("campaign"),
+        host=doc["host"],
+        tables=tuple(tables),
+    )
 
 
 def published_for_campaign(campaign: str, directory: Path = PUBLISHED_DIR) -> list[Published]:

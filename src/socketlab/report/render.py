@@ -55,9 +55,13 @@ class Report:
 
 
 #: how the summary names each measured kind (the host's own measurements)
-_MEASURED_WORDS = ((REPRODUCED, "reproduced"), (DEVIATES, "deviate"),
-                   (REPRODUCED_PER_CORE, "reproduced per core"),
-                   (DEVIATES_PER_CORE, "deviate per core"), (INCONCLUSIVE, "inconclusive"))
+_MEASURED_WORDS = (
+    (REPRODUCED, "reproduced"),
+    (DEVIATES, "deviate"),
+    (REPRODUCED_PER_CORE, "reproduced per core"),
+    (DEVIATES_PER_CORE, "deviate per core"),
+    (INCONCLUSIVE, "inconclusive"),
+)
 
 
 def _host_name(report: Report, host: str) -> str:
@@ -81,9 +85,11 @@ def _headline(report: Report) -> list[str]:
         parts = [f"{by[k]} {word}" for k, word in _MEASURED_WORDS if by[k]]
         lines.append(f"Measured on {_host_name(report, host)}: {', '.join(parts)}.")
     if counts[RECOMPUTED] or counts[RECOMPUTED_DIFFERS]:
-        lines.append("Recomputed from published constants (the stage planner's arithmetic, no "
-                     f"measurement): {counts[RECOMPUTED]} match, {counts[RECOMPUTED_DIFFERS]} "
-                     "differ.")
+        lines.append(
+            "Recomputed from published constants (the stage planner's arithmetic, no "
+            f"measurement): {counts[RECOMPUTED]} match, {counts[RECOMPUTED_DIFFERS]} "
+            "differ."
+        )
     rest = [f"{counts[DISPUTED]} disputed"] if counts[DISPUTED] else []
     rest += [f"{counts[NOT_COMPARABLE]} not comparable", f"{counts[NOT_RUN]} not run"]
     lines.append(", ".join(rest).capitalize() + ".")
@@ -107,16 +113,27 @@ def _host_lines(report: Report) -> list[tuple[str, str]]:
     for name, entry in sorted(report.hosts.items()):
         topo = entry.get("topology", entry) or {}
         flags = set(topo.get("flags", ()))
-        feats = ", ".join(f for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "waitpkg",
-                                      "cldemote") if f in flags) or "none of the AMX/AVX-512 flags"
+        feats = (
+            ", ".join(
+                f
+                for f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "waitpkg", "cldemote")
+                if f in flags
+            )
+            or "none of the AMX/AVX-512 flags"
+        )
         iso = entry.get("isolation_applied")
-        out.append((name, (
-            f"{topo.get('cpu_model', '?')}; {topo.get('sockets', '?')} socket(s), "
-            f"{topo.get('nodes', '?')} NUMA node(s), {topo.get('cores', '?')} cores, "
-            f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel {topo.get('kernel', '?')}; "
-            f"THP {topo.get('thp', '?')}; numa_balancing {topo.get('numa_balancing', '?')}; "
-            f"features: {feats}; isolation applied: {'yes' if iso else 'no'}"
-        )))
+        out.append(
+            (
+                name,
+                (
+                    f"{topo.get('cpu_model', '?')}; {topo.get('sockets', '?')} socket(s), "
+                    f"{topo.get('nodes', '?')} NUMA node(s), {topo.get('cores', '?')} cores, "
+                    f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel {topo.get('kernel', '?')}; "
+                    f"THP {topo.get('thp', '?')}; numa_balancing {topo.get('numa_balancing', '?')}; "
+                    f"features: {feats}; isolation applied: {'yes' if iso else 'no'}"
+                ),
+            )
+        )
     return out
 
 
@@ -143,8 +160,9 @@ def _provenance_items(report: Report) -> list[tuple[str, str]]:
     for host, text in sorted((p.get("interference") or {}).items()):
         items.append((f"interference probe on {host}", text))
     for build in p.get("builds") or []:
-        items.append(("build", ", ".join(f"{k} {v}" for k, v in build.items()
-                                         if v not in (None, ""))))
+        items.append(
+            ("build", ", ".join(f"{k} {v}" for k, v in build.items() if v not in (None, "")))
+        )
     if report.generated:
         items.append(("generated", report.generated))
     return list(dict.fromkeys(items))  # two published files of one host class: said once
@@ -160,10 +178,15 @@ def _series_key(cond: dict[str, Any], series: Iterable[str]) -> str:
 def _scale(rows: list[Row], xkey: str) -> str:
     """The run size every measured row of a series shares (threads=1), for its legend: a
     measured line from 1 worker beside a published 90-worker line must say so."""
-    texts = {", ".join(f"{k}={fmt(float(r.measured.dims[k]))}" for k in SCALE_DIMS
-                       if k != xkey and k in r.measured.dims
-                       and isinstance(r.measured.dims[k], int | float))
-             for r in rows if r.measured is not None}
+    texts = {
+        ", ".join(
+            f"{k}={fmt(float(r.measured.dims[k]))}"
+            for k in SCALE_DIMS
+            if k != xkey and k in r.measured.dims and isinstance(r.measured.dims[k], int | float)
+        )
+        for r in rows
+        if r.measured is not None
+    }
     return texts.pop() if len(texts) == 1 else ""
 
 
@@ -176,8 +199,9 @@ def _x(value: Any, default: float) -> float:
 
 def _per_core_view(rows: list[Row]) -> list[Row]:
     """The rows a per-core plot draws: per-core cells with a measured per-core figure."""
-    return [r for r in rows if r.cell.per_core_reference is not None
-            and r.per_core_measured is not None]
+    return [
+        r for r in rows if r.cell.per_core_reference is not None and r.per_core_measured is not None
+    ]
 
 
 def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes | None:
@@ -216,13 +240,22 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
             lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
             hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
         suffix = "" if name == "published" else f": {name}"
-        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o-", color=color,
-                    label=f"published{' per core' if per_core else ''}{suffix}",
-                    capsize=3, markersize=5)
+        ax.errorbar(
+            xs,
+            ys,
+            yerr=[lo, hi],
+            fmt="o-",
+            color=color,
+            label=f"published{' per core' if per_core else ''}{suffix}",
+            capsize=3,
+            markersize=5,
+        )
         # measured at the x it really ran at when the run reports it (participants=2 on a
         # 2-core host), else at the published x
-        meas = sorted(((_x(r.measured.dims.get(xkey), x), r) for x, r in pub
-                       if r.measured is not None), key=lambda t: t[0])
+        meas = sorted(
+            ((_x(r.measured.dims.get(xkey), x), r) for x, r in pub if r.measured is not None),
+            key=lambda t: t[0],
+        )
         if meas:
             mx = [x for x, _ in meas]
             ms = [r.per_core_measured if per_core else r.measured for _, r in meas]
@@ -232,8 +265,17 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
             hosts = sorted({r.host or "" for _, r in meas})
             scale = _scale([r for _, r in meas], xkey)
             where = ", ".join(hosts) + (f", {scale}" if scale else "")
-            ax.errorbar(mx, my, yerr=[ylo, yhi], fmt="s--", color=color, mfc="white",
-                        label=f"measured ({where}){suffix}", capsize=3, markersize=6)
+            ax.errorbar(
+                mx,
+                my,
+                yerr=[ylo, yhi],
+                fmt="s--",
+                color=color,
+                mfc="white",
+                label=f"measured ({where}){suffix}",
+                capsize=3,
+                markersize=6,
+            )
     if spec.get("xscale") == "log":
         ax.set_xscale("log")
     if spec.get("yscale") == "log":
@@ -242,8 +284,9 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
     ax.set_xlabel(spec.get("xlabel", xkey))
     if per_core:
         ax.set_ylabel(f"{unit} per core")
-        ax.set_title(spec.get("title", table.title) + ", per core (the per-core cells)",
-                     fontsize=10)
+        ax.set_title(
+            spec.get("title", table.title) + ", per core (the per-core cells)", fontsize=10
+        )
     else:
         ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
         ax.set_title(spec.get("title", table.title), fontsize=10)
@@ -252,8 +295,9 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
     if entries > 6:  # a legend this long would hide the lines: put it under the axes
         rows_below = -(-entries // 2)
         fig.set_size_inches(7.5, 4.2 + 0.17 * rows_below)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2,
-                  frameon=False)
+        ax.legend(
+            fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False
+        )
     else:
         ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
@@ -294,19 +338,25 @@ def _env(html: bool):
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("socketlab.report", "templates"),
-        autoescape=html, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        autoescape=html,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
         undefined=jinja2.StrictUndefined,
-    )  # fmt: skip
+    )
     env.filters["md"] = lambda text: str(text).replace("|", "\\|")
     return env
 
 
 def _context(report: Report) -> dict[str, Any]:
-    return {"campaign": report.campaign, "headline": _headline(report),
-            "provenance": _provenance_items(report),
-            "files": file_views(report.published, report.rows),
-            "extra": report.extra_markdown.strip(),
-            "measured_file": MEASURED_FILE if report.measured_markdown else ""}
+    return {
+        "campaign": report.campaign,
+        "headline": _headline(report),
+        "provenance": _provenance_items(report),
+        "files": file_views(report.published, report.rows),
+        "extra": report.extra_markdown.strip(),
+        "measured_file": MEASURED_FILE if report.measured_markdown else "",
+    }
 
 
 def render_markdown(report: Report) -> str:
@@ -318,8 +368,10 @@ def _per_core_hosts(report: Report) -> set[str]:
     out = set()
     for name, entry in report.hosts.items():
         topo = (entry or {}).get("topology") or {}
-        if topo and any(core_class(p.host, topo).matches and topo.get("cores") != p.host["cores"]
-                        for p in report.published):
+        if topo and any(
+            core_class(p.host, topo).matches and topo.get("cores") != p.host["cores"]
+            for p in report.published
+        ):
             out.add(name)
     return out
 
@@ -332,10 +384,14 @@ def render_html(report: Report) -> str:
             rows = report.rows_of(table)
             png = plot_table(table, rows, per_core=any(r.host in small for r in rows))
             if png:
-                plots.append((table.id, table.plot.get("title", table.title),
-                              base64.b64encode(png).decode()))
-    return _env(html=True).get_template("report.html.j2").render(
-        {**_context(report), "plots": plots, "css": _CSS})
+                plots.append(
+                    (table.id, table.plot.get("title", table.title), base64.b64encode(png).decode())
+                )
+    return (
+        _env(html=True)
+        .get_template("report.html.j2")
+        .render({**_context(report), "plots": plots, "css": _CSS})
+    )
 
 
 def render(report: Report, fmt_name: str = "md") -> str:
@@ -344,5 +400,12 @@ def render(report: Report, fmt_name: str = "md") -> str:
     return render_markdown(report)
 
 
-__all__ = ["MEASURED_FILE", "Report", "fmt", "plot_table", "render", "render_html",
-           "render_markdown"]
+__all__ = [
+    "MEASURED_FILE",
+    "Report",
+    "fmt",
+    "plot_table",
+    "render",
+    "render_html",
+    "render_markdown",
+]

@@ -14,9 +14,17 @@ from typing import Any
 from socketlab.store.status import RunStatus
 
 BASE_COLUMNS = {
-    "run_key", "campaign", "experiment", "host", "repetition", "status", "metric", "value",
-    "unit", "parser",
-}  # fmt: skip
+    "run_key",
+    "campaign",
+    "experiment",
+    "host",
+    "repetition",
+    "status",
+    "metric",
+    "value",
+    "unit",
+    "parser",
+}
 
 
 def _fmt(value: float) -> str:

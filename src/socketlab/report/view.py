@@ -32,10 +32,18 @@ from socketlab.report.published import Published, Table
 #: the per-core column's title: published per-core figure (how it was derived) -> measured
 PER_CORE_TITLE = "per core: published → measured"
 #: how counts name each kind, in KINDS order
-WORDS = {REPRODUCED: "reproduced", DEVIATES: "deviate", REPRODUCED_PER_CORE: "reproduced per core",
-         DEVIATES_PER_CORE: "deviate per core", INCONCLUSIVE: "inconclusive",
-         RECOMPUTED: "recomputed and matching", RECOMPUTED_DIFFERS: "recomputed and differing",
-         DISPUTED: "disputed", NOT_COMPARABLE: "not comparable", NOT_RUN: "not run"}
+WORDS = {
+    REPRODUCED: "reproduced",
+    DEVIATES: "deviate",
+    REPRODUCED_PER_CORE: "reproduced per core",
+    DEVIATES_PER_CORE: "deviate per core",
+    INCONCLUSIVE: "inconclusive",
+    RECOMPUTED: "recomputed and matching",
+    RECOMPUTED_DIFFERS: "recomputed and differing",
+    DISPUTED: "disputed",
+    NOT_COMPARABLE: "not comparable",
+    NOT_RUN: "not run",
+}
 #: kinds listed by reason instead of row by row
 GROUPED = (NOT_COMPARABLE, NOT_RUN)
 #: a table with more rows than this is collapsed in the HTML (its counts stay visible)
@@ -137,8 +145,12 @@ def disputed_lines(rows: list[Row]) -> list[tuple[str, str, str, str]]:
     for r in rows:
         d = r.cell.disputed
         if d is not None and r.cell.id not in seen:
-            seen[r.cell.id] = (f"{r.cell.label} ({r.published_text} {r.cell.unit})", d.reason,
-                               d.evidence, d.correct)
+            seen[r.cell.id] = (
+                f"{r.cell.label} ({r.published_text} {r.cell.unit})",
+                d.reason,
+                d.evidence,
+                d.correct,
+            )
     return list(seen.values())
 
 

@@ -49,8 +49,10 @@ class Results:
         self.requests: pd.DataFrame = frames.requests_frame(request_rows)
 
     def __repr__(self) -> str:
-        return (f"<Results {self.campaign}: {len(self.runs)} runs, {len(self.metrics)} metric "
-                f"values, {len(self.requests)} requests from {self.store_path}>")
+        return (
+            f"<Results {self.campaign}: {len(self.runs)} runs, {len(self.metrics)} metric "
+            f"values, {len(self.requests)} requests from {self.store_path}>"
+        )
 
     def metrics_with_runs(self, ok_only: bool = False) -> pd.DataFrame:
         """Each metric value with its run's columns (what `orchestrate export` writes)."""
@@ -64,8 +66,9 @@ class Results:
         from socketlab.report.build import build_report
         from socketlab.results.verdicts import verdict_frame
 
-        return verdict_frame(build_report(self.campaign, results=self._results_root()),
-                             self.campaign)
+        return verdict_frame(
+            build_report(self.campaign, results=self._results_root()), self.campaign
+        )
 
     def _results_root(self) -> Path:
         """A folder holding <campaign>/store.sqlite, as the report reads it: the store's own
@@ -84,8 +87,9 @@ class Results:
         return linked.parent
 
 
-def load(source: str | Path, *, campaign: str | None = None,
-         results: str | Path | None = None, **s3: Any) -> Results:
+def load(
+    source: str | Path, *, campaign: str | None = None, results: str | Path | None = None, **s3: Any
+) -> Results:
     """A campaign's results from ``source``: a campaign name (looked up in ``results``, default
     results/ or SOCKETLAB_RESULTS), a results folder (``campaign`` picks one of several), a
     campaign folder, a store file, or ``s3://bucket/prefix/<campaign>`` as `orchestrate push`

@@ -24,8 +24,14 @@ from socketlab.results.plots import figure, png_base64, template_env
 from socketlab.results.schema import DIM
 
 #: a verdict's colour in the plot and the HTML (red: worse, green: better, grey: no change)
-COLOURS = {SLOWER: "#c0392b", FASTER: "#27ae60", LOWER: "#8e6c3a", HIGHER: "#3a6c8e",
-           SAME: "#7f8c8d", INCONCLUSIVE: "#e5a50a"}
+COLOURS = {
+    SLOWER: "#c0392b",
+    FASTER: "#27ae60",
+    LOWER: "#8e6c3a",
+    HIGHER: "#3a6c8e",
+    SAME: "#7f8c8d",
+    INCONCLUSIVE: "#e5a50a",
+}
 #: verdicts in the order the tables list them: what a reader must see first
 ORDER = {v: i for i, v in enumerate((SLOWER, FASTER, INCONCLUSIVE, LOWER, HIGHER, SAME))}
 
@@ -34,10 +40,16 @@ def point_text(row: Any, point: list[str], skip: tuple[str, ...] = ()) -> str:
     """'kernel=avx2-read size=16K; stat=rep' (parameters; dimensions after ';', those that
     repeat a parameter left out)."""
     fixed = ("experiment", "metric", "unit", "parser", *skip)
-    params = {c: row[c] for c in point
-              if c not in fixed and not c.startswith(DIM) and not pd.isna(row[c])}
-    dims = [f"{c[len(DIM):]}={row[c]}" for c in point if c.startswith(DIM)
-            and not pd.isna(row[c]) and str(params.get(c[len(DIM):], "\0")) != str(row[c])]
+    params = {
+        c: row[c] for c in point if c not in fixed and not c.startswith(DIM) and not pd.isna(row[c])
+    }
+    dims = [
+        f"{c[len(DIM) :]}={row[c]}"
+        for c in point
+        if c.startswith(DIM)
+        and not pd.isna(row[c])
+        and str(params.get(c[len(DIM) :], "\0")) != str(row[c])
+    ]
     params = [f"{c}={v}" for c, v in params.items()]
     return " ".join(params) + ("; " + " ".join(dims) if dims else "")
 
@@ -52,41 +64,64 @@ def num(x: Any) -> str:
 def _rows(c: Comparison) -> list[dict[str, Any]]:
     out = []
     for _, r in c.rows.iterrows():
-        interval = ("—" if math.isnan(r["ci_low"])
-                    else f"{r['ci_low']:.3g}–{r['ci_high']:.3g}")
-        out.append({"experiment": r["experiment"], "point": point_text(r, c.point),
-                    "metric": r["metric"], "unit": r["unit"], "a": num(r["median_a"]),
-                    "b": num(r["median_b"]), "n": f"{r['n_a']} / {r['n_b']}",
-                    "ratio": "—" if math.isnan(r["ratio"]) else f"{r['ratio']:.3g}",
-                    "interval": interval, "verdict": r["verdict"], "why": r["why"],
-                    "collector": str(r["parser"]).startswith("collector:")})
+        interval = "—" if math.isnan(r["ci_low"]) else f"{r['ci_low']:.3g}–{r['ci_high']:.3g}"
+        out.append(
+            {
+                "experiment": r["experiment"],
+                "point": point_text(r, c.point),
+                "metric": r["metric"],
+                "unit": r["unit"],
+                "a": num(r["median_a"]),
+                "b": num(r["median_b"]),
+                "n": f"{r['n_a']} / {r['n_b']}",
+                "ratio": "—" if math.isnan(r["ratio"]) else f"{r['ratio']:.3g}",
+                "interval": interval,
+                "verdict": r["verdict"],
+                "why": r["why"],
+                "collector": str(r["parser"]).startswith("collector:"),
+            }
+        )
     return sorted(out, key=lambda x: (x["experiment"], x["collector"], ORDER[x["verdict"]]))
 
 
 def _only(frame: pd.DataFrame, c: Comparison) -> list[str]:
-    return sorted(f"{r['experiment']} {point_text(r, c.point)} {r['metric']} [{r['unit']}]"
-                  for _, r in frame.iterrows())
+    return sorted(
+        f"{r['experiment']} {point_text(r, c.point)} {r['metric']} [{r['unit']}]"
+        for _, r in frame.iterrows()
+    )
 
 
 def context(c: Comparison) -> dict[str, Any]:
     s = c.settings
     counts = c.counts()
-    return {"a": c.a, "b": c.b, "rows": _rows(c), "only_a": _only(c.only_a, c),
-            "only_b": _only(c.only_b, c), "notes": c.notes,
-            "counts": ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing matched",
-            "settings": f"ratio = B / A of the medians; {s.confidence:.0%} interval by "
-                        f"bootstrap over repetitions ({s.resamples} resamples, seed {s.seed}); "
-                        f"same within ±{s.tolerance:.0%}"}
+    return {
+        "a": c.a,
+        "b": c.b,
+        "rows": _rows(c),
+        "only_a": _only(c.only_a, c),
+        "only_b": _only(c.only_b, c),
+        "notes": c.notes,
+        "counts": ", ".join(f"{n} {v}" for v, n in counts.items()) or "nothing matched",
+        "settings": f"ratio = B / A of the medians; {s.confidence:.0%} interval by "
+        f"bootstrap over repetitions ({s.resamples} resamples, seed {s.seed}); "
+        f"same within ±{s.tolerance:.0%}",
+    }
 
 
 def render_markdown(c: Comparison) -> str:
-    return template_env("socketlab.results", html=False).get_template(
-        "compare.md.j2").render(context(c))
+    return (
+        template_env("socketlab.results", html=False)
+        .get_template("compare.md.j2")
+        .render(context(c))
+    )
 
 
 def render_html(c: Comparison) -> str:
-    return template_env("socketlab.results", html=True).get_template(
-        "compare.html.j2").render({**context(c), "plot": plot(c), "colours": COLOURS})
+    return (
+        template_env("socketlab.results", html=True)
+        .get_template("compare.html.j2")
+        .render({**context(c), "plot": plot(c), "colours": COLOURS})
+    )
 
 
 def plot(c: Comparison) -> str | None:
@@ -95,8 +130,11 @@ def plot(c: Comparison) -> str | None:
     rows = c.rows[(c.rows["better"] != "none") & c.rows["ci_low"].notna()]
     if rows.empty:
         return None
-    rows = rows.assign(label=[f"{r['experiment']} {point_text(r, c.point)} {r['metric']}"
-                              for _, r in rows.iterrows()]).sort_values("label")
+    rows = rows.assign(
+        label=[
+            f"{r['experiment']} {point_text(r, c.point)} {r['metric']}" for _, r in rows.iterrows()
+        ]
+    ).sort_values("label")
     fig, ax = figure(8.5, 1.2 + 0.24 * len(rows))
     y = range(len(rows))
     t = c.settings.tolerance
@@ -118,13 +156,25 @@ def plot(c: Comparison) -> str | None:
 def json_lines(c: Comparison) -> list[str]:
     """One JSON object per point: its columns, the medians, ratio, interval and verdict; the
     points of one side only with verdict ONLY_A / ONLY_B."""
-    def clean(d: dict[str, Any]) -> dict[str, Any]:
-        return {k: (None if v is None or (not isinstance(v, str) and pd.isna(v)) else
-                    v.item() if hasattr(v, "item") else v) for k, v in d.items()}
 
-    lines = [json.dumps(clean({"a": c.a, "b": c.b, **r}), default=str)
-             for r in c.rows.to_dict("records")]
+    def clean(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: (
+                None
+                if v is None or (not isinstance(v, str) and pd.isna(v))
+                else v.item()
+                if hasattr(v, "item")
+                else v
+            )
+            for k, v in d.items()
+        }
+
+    lines = [
+        json.dumps(clean({"a": c.a, "b": c.b, **r}), default=str) for r in c.rows.to_dict("records")
+    ]
     for frame, verdict in ((c.only_a, ONLY_A), (c.only_b, ONLY_B)):
-        lines += [json.dumps(clean({"a": c.a, "b": c.b, **r, "verdict": verdict}), default=str)
-                  for r in frame.to_dict("records")]
+        lines += [
+            json.dumps(clean({"a": c.a, "b": c.b, **r, "verdict": verdict}), default=str)
+            for r in frame.to_dict("records")
+        ]
     return lines

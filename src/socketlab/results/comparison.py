@@ -31,13 +31,23 @@ from socketlab.store.status import RunStatus
 from socketlab.units import UNITS
 
 FASTER, SLOWER, HIGHER, LOWER, SAME, INCONCLUSIVE = (
-    "faster", "slower", "higher", "lower", "same", "inconclusive")
+    "faster",
+    "slower",
+    "higher",
+    "lower",
+    "same",
+    "inconclusive",
+)
 VERDICTS = (SLOWER, FASTER, LOWER, HIGHER, INCONCLUSIVE, SAME)
 #: a point on one side only (its verdict in the JSON lines)
 ONLY_A, ONLY_B = "only in A", "only in B"
 #: unit dimension (socketlab.units) -> which way is better: rates up, times down
-UNIT_DIRECTION = {**dict.fromkeys(("bw", "flops", "1/s", "tok/s", "req/s", "B/cycle", "MiB/s",
-                                   "Gbit/s"), "higher"), "time": "lower"}
+UNIT_DIRECTION = {
+    **dict.fromkeys(
+        ("bw", "flops", "1/s", "tok/s", "req/s", "B/cycle", "MiB/s", "Gbit/s"), "higher"
+    ),
+    "time": "lower",
+}
 #: the runs a bootstrap needs on each side to say anything
 MIN_RUNS = 2
 #: run columns that are not part of a point (they vary from run to run, or are the run)
@@ -79,8 +89,13 @@ def direction(unit: str, parser: str) -> str:
 
 def point_columns(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> list[str]:
     """experiment, host, the parameters, metric, unit, the dimensions (minus ``drop``)."""
-    params = [c for c in frame.columns if c not in _NOT_POINT and c not in (
-        "experiment", "host", "metric", "value", "unit", "parser") and not c.startswith(DIM)]
+    params = [
+        c
+        for c in frame.columns
+        if c not in _NOT_POINT
+        and c not in ("experiment", "host", "metric", "value", "unit", "parser")
+        and not c.startswith(DIM)
+    ]
     dims = [c for c in frame.columns if c.startswith(DIM)]
     cols = ["experiment", "host", *params, "metric", "unit", "parser", *dims]
     return [c for c in cols if c not in drop]
@@ -101,8 +116,15 @@ def per_run(frame: pd.DataFrame, point: list[str]) -> tuple[dict[str, Any], dict
     return by_point, {k: first.loc[k].to_dict() for k in by_point}
 
 
-def compare(a: pd.DataFrame, b: pd.DataFrame, *, a_name: str, b_name: str,
-            drop: tuple[str, ...] = ("host",), settings: Settings | None = None) -> Comparison:
+def compare(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    *,
+    a_name: str,
+    b_name: str,
+    drop: tuple[str, ...] = ("host",),
+    settings: Settings | None = None,
+) -> Comparison:
     """A vs B: frames like ``Results.metrics_with_runs()``; ``drop`` names point columns the
     sides differ in by design (the host of two single-host campaigns, ``--by`` host)."""
     settings = settings or Settings()
@@ -112,11 +134,17 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, *, a_name: str, b_name: str,
     rows = []
     for key in [k for k in ga if k in gb]:
         point = pa[key]
-        rows.append({**point, **judge(ga[key], gb[key], str(point["unit"]),
-                                      str(point["parser"]), settings, rng)})
+        rows.append(
+            {
+                **point,
+                **judge(ga[key], gb[key], str(point["unit"]), str(point["parser"]), settings, rng),
+            }
+        )
     frame = _typed(pd.DataFrame(rows, columns=[*cols, *_RESULT_COLUMNS]), a, b)
-    only = [_typed(pd.DataFrame([pts[k] for k in src if k not in other], columns=cols), a, b)
-            for src, other, pts in ((ga, gb, pa), (gb, ga, pb))]
+    only = [
+        _typed(pd.DataFrame([pts[k] for k in src if k not in other], columns=cols), a, b)
+        for src, other, pts in ((ga, gb, pa), (gb, ga, pb))
+    ]
     return Comparison(a_name, b_name, frame, only[0], only[1], cols, settings)
 
 
@@ -137,23 +165,49 @@ def _aligned(frame: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     return frame.assign(**dict.fromkeys(missing, pd.NA)) if missing else frame
 
 
-_RESULT_COLUMNS = ("n_a", "n_b", "median_a", "median_b", "ratio", "ci_low", "ci_high",
-                   "better", "verdict", "why")
+_RESULT_COLUMNS = (
+    "n_a",
+    "n_b",
+    "median_a",
+    "median_b",
+    "ratio",
+    "ci_low",
+    "ci_high",
+    "better",
+    "verdict",
+    "why",
+)
 
 
-def judge(a: np.ndarray, b: np.ndarray, unit: str, parser: str, settings: Settings,
-          rng: np.random.Generator) -> dict[str, Any]:
+def judge(
+    a: np.ndarray,
+    b: np.ndarray,
+    unit: str,
+    parser: str,
+    settings: Settings,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     """The result columns of one point: medians, B/A, its interval and the verdict."""
     better = direction(unit, parser)
     med_a, med_b = float(np.median(a)), float(np.median(b))
-    out: dict[str, Any] = {"n_a": len(a), "n_b": len(b), "median_a": med_a, "median_b": med_b,
-                           "ratio": med_b / med_a if med_a else math.nan,
-                           "ci_low": math.nan, "ci_high": math.nan, "better": better}
+    out: dict[str, Any] = {
+        "n_a": len(a),
+        "n_b": len(b),
+        "median_a": med_a,
+        "median_b": med_b,
+        "ratio": med_b / med_a if med_a else math.nan,
+        "ci_low": math.nan,
+        "ci_high": math.nan,
+        "better": better,
+    }
     if not med_a:
         return {**out, "verdict": INCONCLUSIVE, "why": "A's median is 0: no ratio"}
     if min(len(a), len(b)) < MIN_RUNS:
-        return {**out, "verdict": INCONCLUSIVE,
-                "why": f"{min(len(a), len(b))} run on a side: an interval needs {MIN_RUNS}"}
+        return {
+            **out,
+            "verdict": INCONCLUSIVE,
+            "why": f"{min(len(a), len(b))} run on a side: an interval needs {MIN_RUNS}",
+        }
     low, high = ratio_interval(a, b, settings, rng)
     out.update(ci_low=low, ci_high=high)
     t = settings.tolerance
@@ -169,8 +223,9 @@ def judge(a: np.ndarray, b: np.ndarray, unit: str, parser: str, settings: Settin
     return {**out, "verdict": INCONCLUSIVE, "why": f"interval crosses the ±{t:.0%} band"}
 
 
-def ratio_interval(a: np.ndarray, b: np.ndarray, settings: Settings,
-                   rng: np.random.Generator) -> tuple[float, float]:
+def ratio_interval(
+    a: np.ndarray, b: np.ndarray, settings: Settings, rng: np.random.Generator
+) -> tuple[float, float]:
     """Percentile bootstrap interval of median(B) / median(A), resampling each side's runs
     (scipy.stats.bootstrap; BCa needs more runs than campaigns have, percentile works on 2)."""
 
@@ -179,14 +234,22 @@ def ratio_interval(a: np.ndarray, b: np.ndarray, settings: Settings,
 
     with warnings.catch_warnings():  # identical values on a side: a degenerate but valid answer
         warnings.simplefilter("ignore")
-        res = stats.bootstrap((a, b), ratio, n_resamples=settings.resamples, vectorized=True,
-                              paired=False, confidence_level=settings.confidence,
-                              method="percentile", rng=rng)
+        res = stats.bootstrap(
+            (a, b),
+            ratio,
+            n_resamples=settings.resamples,
+            vectorized=True,
+            paired=False,
+            confidence_level=settings.confidence,
+            method="percentile",
+            rng=rng,
+        )
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def split(frame: pd.DataFrame, by: str, between: tuple[str, str] | None = None
-          ) -> tuple[tuple[str, pd.DataFrame], tuple[str, pd.DataFrame], list[str]]:
+def split(
+    frame: pd.DataFrame, by: str, between: tuple[str, str] | None = None
+) -> tuple[tuple[str, pd.DataFrame], tuple[str, pd.DataFrame], list[str]]:
     """One campaign's rows as two sides by host or by build (``build_hash``); the sides in
     the order they first ran unless ``between`` names them. Returns (A, B, notes)."""
     column = {"host": "host", "build": "build_hash"}[by]
@@ -204,9 +267,11 @@ def split(frame: pd.DataFrame, by: str, between: tuple[str, str] | None = None
     else:
         from socketlab.errors import SocketlabError
 
-        raise SocketlabError(f"--by {by}: the campaign has {len(order)} "
-                             f"{by}s ({', '.join(labels[x] for x in order) or 'none'}); "
-                             "expected 2, or name two with --between")
+        raise SocketlabError(
+            f"--by {by}: the campaign has {len(order)} "
+            f"{by}s ({', '.join(labels[x] for x in order) or 'none'}); "
+            "expected 2, or name two with --between"
+        )
     sides = tuple((labels[w], have[have[column].astype(str) == w]) for w in wanted)
     return sides[0], sides[1], notes
 
@@ -226,6 +291,9 @@ def _find(order: list[str], labels: dict[str, str], name: str, by: str) -> str:
     if len(hits) != 1:
         from socketlab.errors import SocketlabError
 
-        raise SocketlabError(f"--between {name}: " + ("matches several" if hits else "no such")
-                             + f" {by}; expected one of: {', '.join(labels[x] for x in order)}")
+        raise SocketlabError(
+            f"--between {name}: "
+            + ("matches several" if hits else "no such")
+            + f" {by}; expected one of: {', '.join(labels[x] for x in order)}"
+        )
     return hits[0]

@@ -41,17 +41,29 @@ def _run_row(r: Any) -> dict[str, Any]:
     before = r.fingerprint_before if isinstance(r.fingerprint_before, dict) else {}
     after = r.fingerprint_after if isinstance(r.fingerprint_after, dict) else None
     return {
-        "run_key": r.run_key, "campaign": r.campaign, "experiment": r.experiment,
-        "host": r.host, "repetition": r.repetition, "status": r.status, "reason": r.reason,
-        "exit_code": r.exit_code, "started": r.started, "finished": r.finished,
-        "duration_s": r.duration_s, "cpus": r.cpus or None, "n_cpus": _n_cpus(r.cpus),
-        "build_name": build.get("name"), "build_hash": build.get("build_hash"),
+        "run_key": r.run_key,
+        "campaign": r.campaign,
+        "experiment": r.experiment,
+        "host": r.host,
+        "repetition": r.repetition,
+        "status": r.status,
+        "reason": r.reason,
+        "exit_code": r.exit_code,
+        "started": r.started,
+        "finished": r.finished,
+        "duration_s": r.duration_s,
+        "cpus": r.cpus or None,
+        "n_cpus": _n_cpus(r.cpus),
+        "build_name": build.get("name"),
+        "build_hash": build.get("build_hash"),
         "build_flags": build.get("cflags", build.get("flags")),
         "compiler": build.get("compiler"),
         **{f"host_{k}": before.get(k) for k in ("kernel", "smt", "thp", "governor", "isolated")},
         "drift": "; ".join(drift(before, after)) if before and after else "",
-        "spec_sha256": r.spec_sha256, "attempts": r.attempts, "raw_dir": r.raw_dir,
-    }  # fmt: skip
+        "spec_sha256": r.spec_sha256,
+        "attempts": r.attempts,
+        "raw_dir": r.raw_dir,
+    }
 
 
 def _n_cpus(cpus: str | None) -> int | None:
@@ -66,10 +78,15 @@ def _n_cpus(cpus: str | None) -> int | None:
 def metrics_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Store.metric_rows (run_key, name, value, unit, dims JSON, parser) -> the metrics frame:
     every stored value once, dimensions as ``dim.<name>`` columns."""
-    frame = pd.DataFrame({
-        "run_key": [r["run_key"] for r in rows], "metric": [r["name"] for r in rows],
-        "value": [r["value"] for r in rows], "unit": [r["unit"] for r in rows],
-        "parser": [r["parser"] for r in rows]})  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "run_key": [r["run_key"] for r in rows],
+            "metric": [r["name"] for r in rows],
+            "value": [r["value"] for r in rows],
+            "unit": [r["unit"] for r in rows],
+            "parser": [r["parser"] for r in rows],
+        }
+    )
     frame = schema.typed(frame, schema.METRICS)
     # JSON parsed once per distinct dims text, not per row (a layer campaign has thousands)
     dims = {text: json.loads(text) for text in dict.fromkeys(r["dims"] for r in rows)}
@@ -88,13 +105,34 @@ def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     for row in rows:
         rec = RequestRecord.from_json(json.loads(row["record"]))
         lat = per_request(rec)
-        out.append({
-            **{k: row[k] for k in ("run_key", "level", "idx", "phase", "status", "error",
-                                   "prompt_id", "n_in", "n_out", "t_sched_ns", "t_send_ns",
-                                   "t_first_ns", "t_end_ns", "t_done_ns")},
-            "n_events": len(rec.events),
-            **{f"{k}_ms": None if lat[k] is None else lat[k] / MS
-               for k in ("ttft", "tpot", "e2el")}})  # fmt: skip
+        out.append(
+            {
+                **{
+                    k: row[k]
+                    for k in (
+                        "run_key",
+                        "level",
+                        "idx",
+                        "phase",
+                        "status",
+                        "error",
+                        "prompt_id",
+                        "n_in",
+                        "n_out",
+                        "t_sched_ns",
+                        "t_send_ns",
+                        "t_first_ns",
+                        "t_end_ns",
+                        "t_done_ns",
+                    )
+                },
+                "n_events": len(rec.events),
+                **{
+                    f"{k}_ms": None if lat[k] is None else lat[k] / MS
+                    for k in ("ttft", "tpot", "e2el")
+                },
+            }
+        )
     frame = pd.DataFrame(out, columns=[c.name for c in schema.REQUESTS])
     return schema.typed(frame, schema.REQUESTS)
 

@@ -34,7 +34,11 @@ def template_env(package: str, html: bool) -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader(package, "templates"),
-        autoescape=html, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined)
+        autoescape=html,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["md"] = lambda text: str(text).replace("|", "\\|")
     return env

@@ -32,8 +32,13 @@ class Column:
 
 
 RUNS = (
-    Column("run_key", TEXT, "", "sha256 of the experiment, parameters, repetition, build and host"
-           " profile: one row per key however often the campaign resumed"),
+    Column(
+        "run_key",
+        TEXT,
+        "",
+        "sha256 of the experiment, parameters, repetition, build and host"
+        " profile: one row per key however often the campaign resumed",
+    ),
     Column("campaign", CATEGORY, "", "the spec's `campaign`"),
     Column("experiment", CATEGORY, "", "the experiment's name in the spec"),
     Column("host", CATEGORY, "", "inventory name of the host that ran it"),
@@ -50,15 +55,16 @@ RUNS = (
     Column("build_hash", TEXT, "", "hash of the build's sources, target, flags and compiler"),
     Column("build_flags", TEXT, "", "the CFLAGS make really used"),
     Column("compiler", TEXT, "", "first line of the compiler's --version"),
-    Column("host_kernel", TEXT, "", "the host's fingerprint before the run: kernel release and "
-           "version"),
+    Column(
+        "host_kernel", TEXT, "", "the host's fingerprint before the run: kernel release and version"
+    ),
     Column("host_smt", TEXT, "", "fingerprint: SMT control (on, off, notsupported)"),
     Column("host_thp", TEXT, "", "fingerprint: transparent huge pages mode"),
-    Column("host_governor", TEXT, "", "fingerprint: cpufreq governor ('unsupported' in a "
-           "guest)"),
+    Column("host_governor", TEXT, "", "fingerprint: cpufreq governor ('unsupported' in a guest)"),
     Column("host_isolated", TEXT, "", "fingerprint: isolated CPUs"),
-    Column("drift", TEXT, "", "knobs that changed during the run ('' when none; such a run is "
-           "invalid)"),
+    Column(
+        "drift", TEXT, "", "knobs that changed during the run ('' when none; such a run is invalid)"
+    ),
     Column("spec_sha256", TEXT, "", "sha256 of the spec file as run (results/<c>/specs/)"),
     Column("attempts", INT, "", "how many times this run key was run"),
     Column("raw_dir", TEXT, "", "the run's raw files: stdout, stderr, collectors, facts"),
@@ -68,8 +74,13 @@ METRICS = (
     Column("metric", CATEGORY, "", "metric name, without unit"),
     Column("value", FLOAT, "unit", "the value, in the row's unit"),
     Column("unit", CATEGORY, "", "unit of value (socketlab.units)"),
-    Column("parser", CATEGORY, "", "what read it, with version: jsonl/1, regex/1, "
-           "collector:<name>/1, serving/1, guidellm/1, vllm/1"),
+    Column(
+        "parser",
+        CATEGORY,
+        "",
+        "what read it, with version: jsonl/1, regex/1, "
+        "collector:<name>/1, serving/1, guidellm/1, vllm/1",
+    ),
 )
 REQUESTS = (
     Column("run_key", TEXT, "", "the serving run"),

@@ -26,15 +26,18 @@ class Located:
     keep: Any = field(default=None, repr=False)
 
 
-def locate(source: str | Path, *, campaign: str | None = None,
-           results: str | Path | None = None, **s3: Any) -> Located:
+def locate(
+    source: str | Path, *, campaign: str | None = None, results: str | Path | None = None, **s3: Any
+) -> Located:
     """The store a source names. ``campaign`` picks one where the source holds several;
     ``results`` is the folder a bare campaign name is looked up in (default results/ or
     SOCKETLAB_RESULTS); ``s3`` takes region, profile, endpoint_url for an S3 URL."""
     text = str(source)
     if not text:
-        raise StoreError("results source: empty; expected a campaign name, a results folder, "
-                         "a store file or s3://bucket/prefix/<campaign>")
+        raise StoreError(
+            "results source: empty; expected a campaign name, a results folder, "
+            "a store file or s3://bucket/prefix/<campaign>"
+        )
     if text.startswith("s3://"):
         return _from_s3(text, **s3)
     path = Path(text)
@@ -45,18 +48,23 @@ def locate(source: str | Path, *, campaign: str | None = None,
             return _from_store(path / STORE_FILE, campaign)
         stores = sorted(path.glob(f"*/{STORE_FILE}"))
         if not stores:
-            raise StoreError(f"{path}: no results store here (expected {STORE_FILE} in it, or "
-                             f"a results folder of <campaign>/{STORE_FILE})")
+            raise StoreError(
+                f"{path}: no results store here (expected {STORE_FILE} in it, or "
+                f"a results folder of <campaign>/{STORE_FILE})"
+            )
         names = [s.parent.name for s in stores]
         if campaign is None and len(names) == 1:
             campaign = names[0]
         if campaign not in names:
-            raise StoreError(f"{path}: a results folder of {len(names)} campaigns "
-                             f"({', '.join(names)}); name one")
+            raise StoreError(
+                f"{path}: a results folder of {len(names)} campaigns ({', '.join(names)}); name one"
+            )
         return _from_store(path / campaign / STORE_FILE, None)  # the store says its campaign
     if "/" in text or path.exists() or text.startswith("."):
-        raise StoreError(f"{path}: no such file or folder (expected a campaign name, a results "
-                         f"folder, a campaign folder or a {STORE_FILE})")
+        raise StoreError(
+            f"{path}: no such file or folder (expected a campaign name, a results "
+            f"folder, a campaign folder or a {STORE_FILE})"
+        )
     from socketlab.store import existing_results_folder
 
     root = existing_results_folder(results)
@@ -64,8 +72,9 @@ def locate(source: str | Path, *, campaign: str | None = None,
     store = root / text / STORE_FILE
     if not store.is_file():
         there = sorted(p.parent.name for p in root.glob(f"*/{STORE_FILE}"))
-        raise StoreError(f"{root}: no campaign '{text}' (campaigns there: "
-                         f"{', '.join(there) or 'none'})")
+        raise StoreError(
+            f"{root}: no campaign '{text}' (campaigns there: {', '.join(there) or 'none'})"
+        )
     return _from_store(store, campaign or text)
 
 
@@ -79,13 +88,21 @@ def _from_store(store: Path, campaign: str | None) -> Located:
     if campaign is None and len(names) == 1:
         campaign = names[0]
     if campaign not in names:
-        raise StoreError(f"{store}: " + (f"no campaign '{campaign}'; " if campaign else "")
-                         + f"it holds {', '.join(sorted(names))}; name one")
+        raise StoreError(
+            f"{store}: "
+            + (f"no campaign '{campaign}'; " if campaign else "")
+            + f"it holds {', '.join(sorted(names))}; name one"
+        )
     return Located(store, campaign, store.parent)
 
 
-def _from_s3(url: str, *, region: str | None = None, profile: str | None = None,
-             endpoint_url: str | None = None) -> Located:
+def _from_s3(
+    url: str,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+    endpoint_url: str | None = None,
+) -> Located:
     """Pull s3://bucket/prefix/<campaign> into a temporary folder (removed with the result)."""
     from socketlab.cloud import s3store
     from socketlab.cloud.target import resolve_target
@@ -93,8 +110,10 @@ def _from_s3(url: str, *, region: str | None = None, profile: str | None = None,
     bucket, key = s3store.parse_s3_url(url, "results source")
     prefix, _, campaign = key.rpartition("/")
     if not campaign:
-        raise CloudError(f"results source: {url!r}: expected s3://{bucket}/prefix/<campaign> "
-                         "(the URL given to push, then the campaign)")
+        raise CloudError(
+            f"results source: {url!r}: expected s3://{bucket}/prefix/<campaign> "
+            "(the URL given to push, then the campaign)"
+        )
     target = resolve_target(region, profile, endpoint_url, source="results source")
     keep = tempfile.TemporaryDirectory(prefix="socketlab-s3-")
     where = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"

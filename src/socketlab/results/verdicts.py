@@ -35,21 +35,37 @@ def _row(r: Any, campaign: str, published_file: str | None) -> dict[str, Any]:
     c, m, iv = r.cell, r.measured, r.interval
     pcm = r.per_core_measured
     return {
-        "campaign": campaign, "published_file": published_file, "table": c.table,
-        "row": c.row, "column": c.column, "cell": c.id, "label": c.label,
-        "experiment": c.experiment, "metric": c.metric, "host": r.host, "unit": c.unit,
-        "better": c.better, "published": c.reference,
+        "campaign": campaign,
+        "published_file": published_file,
+        "table": c.table,
+        "row": c.row,
+        "column": c.column,
+        "cell": c.id,
+        "label": c.label,
+        "experiment": c.experiment,
+        "metric": c.metric,
+        "host": r.host,
+        "unit": c.unit,
+        "better": c.better,
+        "published": c.reference,
         "published_low": c.range[0] if c.range else None,
         "published_high": c.range[1] if c.range else None,
-        "measured": m.median if m else None, "measured_min": m.minimum if m else None,
-        "measured_max": m.maximum if m else None, "n": m.n if m else None,
-        "interval_low": iv.low if iv else None, "interval_high": iv.high if iv else None,
+        "measured": m.median if m else None,
+        "measured_min": m.minimum if m else None,
+        "measured_max": m.maximum if m else None,
+        "n": m.n if m else None,
+        "interval_low": iv.low if iv else None,
+        "interval_high": iv.high if iv else None,
         "interval_level": iv.level if iv else None,
-        "per_core_published": r.per_core_published if r.per_core_published is not None
+        "per_core_published": r.per_core_published
+        if r.per_core_published is not None
         else c.per_core_reference,
-        "per_core_measured": pcm.median if pcm else None, "ratio": r.ratio,
-        "kind": r.kind, "verdict": r.verdict, "source": c.source,
-    }  # fmt: skip
+        "per_core_measured": pcm.median if pcm else None,
+        "ratio": r.ratio,
+        "kind": r.kind,
+        "verdict": r.verdict,
+        "source": c.source,
+    }
 
 
 def failing(frame: pd.DataFrame, words: list[str]) -> pd.DataFrame:

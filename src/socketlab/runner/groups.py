@@ -25,8 +25,16 @@ TOGETHER_WAIT_S = 3600.0
 
 
 class GroupSync:
-    def __init__(self, *, campaign: str, points: list[RunPoint], hosts: Iterable[str], store,
-                 stop: StopFlag, wait_s: float = TOGETHER_WAIT_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        campaign: str,
+        points: list[RunPoint],
+        hosts: Iterable[str],
+        store,
+        stop: StopFlag,
+        wait_s: float = TOGETHER_WAIT_S,
+    ) -> None:
         self.campaign = campaign
         self.points = points
         self.hosts = set(hosts)
@@ -65,9 +73,11 @@ class GroupSync:
         try:
             barrier.wait(timeout=self.wait_s)
         except threading.BrokenBarrierError:
-            raise HostError(f"together group {point.extra['together']!r}: not every host of "
-                            "the group reached this point (one failed, stopped or is "
-                            f"{self.wait_s:g} s late)") from None  # fmt: skip
+            raise HostError(
+                f"together group {point.extra['together']!r}: not every host of "
+                "the group reached this point (one failed, stopped or is "
+                f"{self.wait_s:g} s late)"
+            ) from None
 
     def abandon(self, point: RunPoint) -> None:
         """This host will not come to the point: its group's peers must not wait for it."""
@@ -109,8 +119,10 @@ class GroupSync:
         stop = adaptive.decide(spec, steps)
         if stop is None:
             return None
-        self.store.set_meta(adaptive.meta_key(point.host, point.experiment, ladder),
-                            json.dumps(stop.as_dict(), sort_keys=True))  # fmt: skip
+        self.store.set_meta(
+            adaptive.meta_key(point.host, point.experiment, ladder),
+            json.dumps(stop.as_dict(), sort_keys=True),
+        )
         return spec.param, stop
 
     def _ladder_group(self, point: RunPoint, param: str, ladder: str) -> list[str]:
@@ -119,24 +131,35 @@ class GroupSync:
         together = point.extra.get("together")
         if not together:
             return [point.host]
-        return sorted({p.host for p in self.points if p.host in self.hosts
-                       and p.experiment == point.experiment
-                       and p.extra.get("together") == together
-                       and adaptive.ladder_of(p.params, param) == ladder})  # fmt: skip
+        return sorted(
+            {
+                p.host
+                for p in self.points
+                if p.host in self.hosts
+                and p.experiment == point.experiment
+                and p.extra.get("together") == together
+                and adaptive.ladder_of(p.params, param) == ladder
+            }
+        )
 
-    def _host_steps(self, point: RunPoint, spec: adaptive.Adaptive, ladder: str,
-                    host: str) -> dict:  # fmt: skip
+    def _host_steps(self, point: RunPoint, spec: adaptive.Adaptive, ladder: str, host: str) -> dict:
         expected: dict[float, int] = {}
         for p in self.points:  # measured runs per step of this ladder on this host
-            if (p.host == host and p.experiment == point.experiment and not p.warmup
-                    and adaptive.ladder_of(p.params, spec.param) == ladder):  # fmt: skip
+            if (
+                p.host == host
+                and p.experiment == point.experiment
+                and not p.warmup
+                and adaptive.ladder_of(p.params, spec.param) == ladder
+            ):
                 value = float(p.params[spec.param])
                 expected[value] = expected.get(value, 0) + 1
-        return adaptive.stored_steps(self.store, self.campaign, host, point.experiment, spec,
-                                     ladder, expected)  # fmt: skip
+        return adaptive.stored_steps(
+            self.store, self.campaign, host, point.experiment, spec, ladder, expected
+        )
 
-    def _wait_for_step(self, point: RunPoint, spec: adaptive.Adaptive,
-                       group: list[str]) -> dict | None:  # fmt: skip
+    def _wait_for_step(
+        self, point: RunPoint, spec: adaptive.Adaptive, group: list[str]
+    ) -> dict | None:
         """Until every host of the group has stored its runs of the step below the point's (or
         the group's ladder stopped, or we are stopping); HostError if a host ended first.
         Returns the group's pooled steps as last read (None when nothing was read: the first
@@ -170,7 +193,8 @@ class GroupSync:
                     raise HostError(
                         f"together group {point.extra['together']!r}: {host} did not store its "
                         f"{spec.param}={below:g} runs (it failed, stopped or is "
-                        f"{self.wait_s:g} s late), so the group's ladder can't go on")
+                        f"{self.wait_s:g} s late), so the group's ladder can't go on"
+                    )
                 self._stored.wait(timeout=1.0)
         return None
 

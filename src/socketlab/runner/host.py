@@ -51,8 +51,9 @@ class Session:
 
 
 class HostLoop:
-    def __init__(self, session: Session, name: str, items: list[tuple[RunPoint, str]],
-                 scratch: Path) -> None:  # fmt: skip
+    def __init__(
+        self, session: Session, name: str, items: list[tuple[RunPoint, str]], scratch: Path
+    ) -> None:
         self.session = session
         self.name = name
         self.items = items
@@ -133,8 +134,11 @@ class HostLoop:
         interpreter (it has socketlab), in a work folder of its own per host."""
         if self.controller is None:
             workroot = self.session.workroot
-            ex = LocalExecutor(f"{self.name}.controller", python=sys.executable,
-                               **({"workroot": workroot} if workroot else {}))  # fmt: skip
+            ex = LocalExecutor(
+                f"{self.name}.controller",
+                python=sys.executable,
+                **({"workroot": workroot} if workroot else {}),
+            )
             ex.connect()
             ex.install_tools(self.scratch / "controller")
             self._lock(ex)
@@ -170,8 +174,9 @@ class HostLoop:
             return False
         if stop is not None and float(point.params[stop[0]]) > stop[1].value:
             self.groups.abandon(point)
-            self.session.reporter.message(self.name, f"{point_label(point)}: not run: "
-                                         f"{stop[1].reason}")  # fmt: skip
+            self.session.reporter.message(
+                self.name, f"{point_label(point)}: not run: {stop[1].reason}"
+            )
             return True
         new_build = point.build and point.build not in self.manifests | self.broken
         if new_build and not self._build(point.build):
@@ -180,17 +185,27 @@ class HostLoop:
             self.groups.abandon(point)  # its `together` group can't start without us
             self.recorder.fail(point, key, f"build failed: {self.broken[point.build]}")
             return True
-        ex = self._controller_executor() if point.extra.get("runs_on") == "controller" else (
-            self.executor)  # fmt: skip
+        ex = (
+            self._controller_executor()
+            if point.extra.get("runs_on") == "controller"
+            else (self.executor)
+        )
         self._ship(ex, point)
         coll_dir = inside(ex.workdir, "runs", key, "collectors", what="run key")
         job = self.session.jobs[point.build] if point.build else None
         build = Build(job.remote_dir(ex) if job else None, self.manifests.get(point.build))
-        with self.session.in_flight(self.name, ex, f"{coll_dir}/target.pid", coll_dir,
-                                   point.collectors):  # fmt: skip
+        with self.session.in_flight(
+            self.name, ex, f"{coll_dir}/target.pid", coll_dir, point.collectors
+        ):
             self.groups.meet(point)
-            run_point(ex, point, key, build=build, recorder=self.recorder,
-                      facts=self.session.host_facts.get(point.host))  # fmt: skip
+            run_point(
+                ex,
+                point,
+                key,
+                build=build,
+                recorder=self.recorder,
+                facts=self.session.host_facts.get(point.host),
+            )
         self.groups.adaptive_stop(point)  # records the stop as soon as it is known
         return True
 
@@ -201,9 +216,11 @@ class HostLoop:
         try:
             with self.session.in_flight(self.name, self.executor, job.pidfile(self.executor)):
                 self.manifests[name] = ensure_built(
-                    job, self.executor, self.scratch,
+                    job,
+                    self.executor,
+                    self.scratch,
                     log=lambda text: self.session.reporter.message(self.name, text),
-                )  # fmt: skip
+                )
         except HostUnreachable:
             raise
         except HostError as exc:
@@ -217,8 +234,12 @@ class HostLoop:
         """The point's layer dump, copied to the host once (sha256 checked, resumable)."""
         dump = point.extra.get("layer_dump")
         if dump and dump["key"] not in self.shipped:
-            how = ship_dump(ex, dump, dump_dir(ex.tools, dump["key"]),
-                            log=lambda text: self.session.reporter.message(self.name, text))
+            how = ship_dump(
+                ex,
+                dump,
+                dump_dir(ex.tools, dump["key"]),
+                log=lambda text: self.session.reporter.message(self.name, text),
+            )
             self.shipped.add(dump["key"])
             self.session.reporter.message(self.name, f"layer dump {dump['key']}: {how}")
 

@@ -29,8 +29,9 @@ class Verdict(NamedTuple):
     reason: str
 
 
-def judge(outcome: Outcome, before: dict, after: dict, collected: Collected,
-          required: Sequence[str] = ()) -> Verdict:  # fmt: skip
+def judge(
+    outcome: Outcome, before: dict, after: dict, collected: Collected, required: Sequence[str] = ()
+) -> Verdict:
     """The run's status and reason: the kind's, unless a required metric is missing (failed),
     the host's state drifted (invalid, the knobs named) or a collector broke (failed: its
     metrics are missing, so never ok)."""

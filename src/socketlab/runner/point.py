@@ -43,8 +43,15 @@ class Build:
     manifest: dict | None = None
 
 
-def run_point(ex: Executor, point: RunPoint, key: str, *, build: Build, recorder: Recorder,
-              facts: dict | None = None) -> None:  # fmt: skip
+def run_point(
+    ex: Executor,
+    point: RunPoint,
+    key: str,
+    *,
+    build: Build,
+    recorder: Recorder,
+    facts: dict | None = None,
+) -> None:
     """Run ``point`` on ``ex`` and store it (a warm-up leaves nothing); HostError or PathError
     when a step around the run fails, LostAfterStore when the host went away after storing."""
     reporter = recorder.reporter
@@ -53,8 +60,13 @@ def run_point(ex: Executor, point: RunPoint, key: str, *, build: Build, recorder
     t0 = time.monotonic()
     # a link planted at runs/<key> (or runs/) would take this run's files elsewhere and
     # rmtree would follow it: refuse it first, naming it; this point alone fails (PathError)
-    raw = inside(recorder.results_dir, ".warmup" if point.warmup else "runs", key,
-                 what="run key", links=False)  # fmt: skip
+    raw = inside(
+        recorder.results_dir,
+        ".warmup" if point.warmup else "runs",
+        key,
+        what="run key",
+        links=False,
+    )
     remote = inside(ex.workdir, "runs", key, what="run key")
     coll_dir = f"{remote}/collectors"
     ex.fresh_dir(remote, "collectors")
@@ -68,8 +80,11 @@ def run_point(ex: Executor, point: RunPoint, key: str, *, build: Build, recorder
     before_probe = _probe(ex, probe, build) if probe else None
     out = run_kind(RunContext(ex, key, raw, remote, reporter, build.remote_dir), point)
     if probe:  # stored with the run (extra and run.json): socketlab.report.interference
-        notes["probe"] = {"before": before_probe, "after": _probe(ex, probe, build),
-                          "below": probe["below"]}  # fmt: skip
+        notes["probe"] = {
+            "before": before_probe,
+            "after": _probe(ex, probe, build),
+            "below": probe["below"],
+        }
     _stop_collectors(ex, point, coll_dir, notes)
     after = ex.fingerprint()
     if point.warmup:  # nothing is kept of a warm-up, on the host either
@@ -81,14 +96,20 @@ def run_point(ex: Executor, point: RunPoint, key: str, *, build: Build, recorder
     collected = read_collected(raw / "collectors", notes.get("collector_errors", {}))
     out.metrics += collected.metrics
     out.status, out.reason = judge(out, before, after, collected, point.sanity.required_metrics)
-    _write_provenance(raw, point, key, ex, out, build, before, after, files, notes, recorder,
-                      facts)  # fmt: skip
+    _write_provenance(raw, point, key, ex, out, build, before, after, files, notes, recorder, facts)
     record = recorder.record(
-        point, key, out.status, out.reason, exit_code=out.exit_code, started=out.started,
-        duration_s=out.duration_s, build=build.manifest, fingerprint_before=before,
+        point,
+        key,
+        out.status,
+        out.reason,
+        exit_code=out.exit_code,
+        started=out.started,
+        duration_s=out.duration_s,
+        build=build.manifest,
+        fingerprint_before=before,
         fingerprint_after=after,
         extra={**out.extra, "collectors": files, "orchestrator": __version__, **notes},
-    )  # fmt: skip
+    )
     recorder.store_run(point, record, out.metrics, out.requests, time.monotonic() - t0)
     try:
         ex.remove(remote)  # cleanup only: the run is stored
@@ -108,11 +129,15 @@ def read_collected(folder: Path, errors: dict[str, str]) -> Collected:
     for path in sorted(folder.glob("*.jsonl")):
         name = path.stem
         metrics += [
-            Metric(m["name"], m["value"], m["unit"],
-                   {**{k: v for k, v in m["dims"].items() if k != "ts"}, "source": name},
-                   f"collector:{name}/{JSONL_VERSION}")
+            Metric(
+                m["name"],
+                m["value"],
+                m["unit"],
+                {**{k: v for k, v in m["dims"].items() if k != "ts"}, "source": name},
+                f"collector:{name}/{JSONL_VERSION}",
+            )
             for m in collector_metrics(name, path.parent).metrics
-        ]  # fmt: skip
+        ]
         died = [str(rec["error"])[-300:] for rec in read_records(path) if "error" in rec]
         if died:
             deaths[name] = died[-1]
@@ -156,17 +181,39 @@ def _probe(ex: Executor, probe: dict, build: Build) -> dict:
         return {"at": at, "error": str(exc)}
 
 
-def _write_provenance(raw: Path, point: RunPoint, key: str, ex: Executor, out, build: Build,
-                      before: dict, after: dict, files: list[str], notes: dict,
-                      recorder: Recorder, facts: dict | None) -> None:  # fmt: skip
+def _write_provenance(
+    raw: Path,
+    point: RunPoint,
+    key: str,
+    ex: Executor,
+    out,
+    build: Build,
+    before: dict,
+    after: dict,
+    files: list[str],
+    notes: dict,
+    recorder: Recorder,
+    facts: dict | None,
+) -> None:
     """run.json (everything the run was and produced but its metrics) and the host's facts."""
     provenance = {
-        "point": _point_dict(point), "run_key": key, "host_profile": recorder.profiles[point.host],
-        "build": build.manifest, "fingerprint_before": before, "fingerprint_after": after,
-        **out.provenance, "status": out.status, "reason": out.reason, "collectors": files,
-        "orchestrator": {"version": __version__, "controller": controller_id(),
-                         "run_as": getattr(ex, "run_as", "")}, **notes,
-    }  # fmt: skip
+        "point": _point_dict(point),
+        "run_key": key,
+        "host_profile": recorder.profiles[point.host],
+        "build": build.manifest,
+        "fingerprint_before": before,
+        "fingerprint_after": after,
+        **out.provenance,
+        "status": out.status,
+        "reason": out.reason,
+        "collectors": files,
+        "orchestrator": {
+            "version": __version__,
+            "controller": controller_id(),
+            "run_as": getattr(ex, "run_as", ""),
+        },
+        **notes,
+    }
     (raw / "run.json").write_text(json.dumps(provenance, indent=1, sort_keys=True, default=str))
     if facts is not None:
         (raw / "facts.json").write_text(json.dumps(facts, indent=1, sort_keys=True, default=str))
@@ -174,8 +221,16 @@ def _write_provenance(raw: Path, point: RunPoint, key: str, ex: Executor, out, b
 
 def _point_dict(point: RunPoint) -> dict[str, Any]:
     return {
-        "campaign": point.campaign, "experiment": point.experiment, "host": point.host,
-        "params": point.params, "repetition": point.repetition, "argv": list(point.argv),
-        "env": point.env, "cpus": point.cpus, "timeout_s": point.timeout_s, "build": point.build,
-        "collectors": list(point.collectors), "kind": point.kind,
-    }  # fmt: skip
+        "campaign": point.campaign,
+        "experiment": point.experiment,
+        "host": point.host,
+        "params": point.params,
+        "repetition": point.repetition,
+        "argv": list(point.argv),
+        "env": point.env,
+        "cpus": point.cpus,
+        "timeout_s": point.timeout_s,
+        "build": point.build,
+        "collectors": list(point.collectors),
+        "kind": point.kind,
+    }

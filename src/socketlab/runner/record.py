@@ -59,9 +59,18 @@ class Recorder:
     """Makes each run's RunRecord and stores it (one transaction with its metrics), counts it,
     wakes the hosts that wait for stored runs and tells the reporter."""
 
-    def __init__(self, *, campaign: str, profiles: dict[str, str], results_dir: Path,
-                 spec_sha256: str, store: Store, reporter: Reporter, stop: StopFlag,
-                 groups: GroupSync) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        campaign: str,
+        profiles: dict[str, str],
+        results_dir: Path,
+        spec_sha256: str,
+        store: Store,
+        reporter: Reporter,
+        stop: StopFlag,
+        groups: GroupSync,
+    ) -> None:
         self.campaign = campaign
         self.profiles = profiles
         self.results_dir = results_dir
@@ -76,29 +85,47 @@ class Recorder:
     def raw_dir(self, key: str) -> Path:
         return inside(self.results_dir, "runs", key, what="run key")
 
-    def record(self, point: RunPoint, key: str, status: RunStatus | str, reason: str,
-               **extra: Any) -> RunRecord:  # fmt: skip
+    def record(
+        self, point: RunPoint, key: str, status: RunStatus | str, reason: str, **extra: Any
+    ) -> RunRecord:
         status = RunStatus(status)
         if self.stop.stopping and status != RunStatus.OK:  # killed by our own stop
             status = RunStatus.INTERRUPTED
             reason = f"interrupted by {self.stop.name}; a resume runs it"
         return RunRecord(
-            run_key=key, campaign=self.campaign, experiment=point.experiment, host=point.host,
-            repetition=point.repetition, params=dict(point.params), status=status,
-            reason=reason, argv=list(point.argv), cpus=point.cpus,
-            host_profile=self.profiles[point.host], spec_sha256=self.spec_sha256,
-            raw_dir=str(self.raw_dir(key)), finished=time.time(), **extra,
-        )  # fmt: skip
+            run_key=key,
+            campaign=self.campaign,
+            experiment=point.experiment,
+            host=point.host,
+            repetition=point.repetition,
+            params=dict(point.params),
+            status=status,
+            reason=reason,
+            argv=list(point.argv),
+            cpus=point.cpus,
+            host_profile=self.profiles[point.host],
+            spec_sha256=self.spec_sha256,
+            raw_dir=str(self.raw_dir(key)),
+            finished=time.time(),
+            **extra,
+        )
 
-    def store_run(self, point: RunPoint, record: RunRecord, metrics: Iterable[Any] = (),
-                  requests: Iterable[tuple[str, list]] = (), seconds: float = 0.0) -> None:  # fmt: skip
+    def store_run(
+        self,
+        point: RunPoint,
+        record: RunRecord,
+        metrics: Iterable[Any] = (),
+        requests: Iterable[tuple[str, list]] = (),
+        seconds: float = 0.0,
+    ) -> None:
         self.store.add_run(record, metrics, requests=requests)
         with self._lock:
             self.summary.statuses[record.status] += 1
             self.summary.keys.append(record.run_key)
         self.groups.wake()  # a host may wait for this run (a `together` group's adaptive step)
-        self.reporter.point_done(point.host, point_label(point), record.status, record.reason,
-                                 seconds)  # fmt: skip
+        self.reporter.point_done(
+            point.host, point_label(point), record.status, record.reason, seconds
+        )
 
     def fail(self, point: RunPoint, key: str, reason: str) -> None:
         """The point failed before it ran (a build, the host, a path); warm-ups leave nothing."""

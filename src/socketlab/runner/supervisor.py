@@ -70,18 +70,26 @@ class Runner:
         self.host_facts = host_facts or {}
         #: host -> its scratch folder; built here so a host name that would leave the results
         #: folder is refused (one line) before any host thread starts
-        self.scratch = {name: inside(self.results_dir / ".scratch", name, what="host name")
-                        for name in hosts}  # fmt: skip
+        self.scratch = {
+            name: inside(self.results_dir / ".scratch", name, what="host name") for name in hosts
+        }
         self.jobs = {
             name: BuildJob.from_spec(build, native_root) for name, build in (builds or {}).items()
         }
         self.stop = StopFlag()
-        self.groups = GroupSync(campaign=campaign, points=points, hosts=hosts, store=store,
-                                stop=self.stop)  # fmt: skip
-        self.recorder = Recorder(campaign=campaign, profiles=profiles,
-                                 results_dir=self.results_dir, spec_sha256=spec_sha256,
-                                 store=store, reporter=self.reporter, stop=self.stop,
-                                 groups=self.groups)  # fmt: skip
+        self.groups = GroupSync(
+            campaign=campaign, points=points, hosts=hosts, store=store, stop=self.stop
+        )
+        self.recorder = Recorder(
+            campaign=campaign,
+            profiles=profiles,
+            results_dir=self.results_dir,
+            spec_sha256=spec_sha256,
+            store=store,
+            reporter=self.reporter,
+            stop=self.stop,
+            groups=self.groups,
+        )
         self.summary: Summary = self.recorder.summary
         self.profiles = profiles
         self.stopper: threading.Thread | None = None  #: the thread that stops in-flight work
@@ -113,7 +121,8 @@ class Runner:
 
         def wanted_again(status: str | None) -> bool:
             return status in (None, RunStatus.INTERRUPTED) or (
-                status != RunStatus.OK and self.rerun_failed)
+                status != RunStatus.OK and self.rerun_failed
+            )
 
         todo: dict[str, list[tuple[RunPoint, str]]] = {h: [] for h in self.hosts}
         keyed = [(p, self.key(p)) for p in self.points if p.host in self.hosts]
@@ -142,16 +151,26 @@ class Runner:
         self.groups.plan(todo)
         self.reporter.start(self.campaign, total, len(busy), self.summary.skipped_done)
         session = Session(
-            campaign=self.campaign, store=self.store, reporter=self.reporter,
-            recorder=self.recorder, groups=self.groups, stop=self.stop, jobs=self.jobs,
-            host_facts=self.host_facts, workroot=self.workroot, in_flight=self.in_flight,
+            campaign=self.campaign,
+            store=self.store,
+            reporter=self.reporter,
+            recorder=self.recorder,
+            groups=self.groups,
+            stop=self.stop,
+            jobs=self.jobs,
+            host_facts=self.host_facts,
+            workroot=self.workroot,
+            in_flight=self.in_flight,
             take_executor=self.take_executor,
-        )  # fmt: skip
+        )
         threads = [
-            threading.Thread(target=HostLoop(session, h, todo[h], self.scratch[h]).run,
-                             name=f"host-{h}", daemon=True)
+            threading.Thread(
+                target=HostLoop(session, h, todo[h], self.scratch[h]).run,
+                name=f"host-{h}",
+                daemon=True,
+            )
             for h in busy
-        ]  # fmt: skip
+        ]
         try:
             with _stop_signals(self._on_signal):
                 for t in threads:
@@ -207,8 +226,14 @@ class Runner:
                     ex.call(ex.tool(f"{name}.py", "stop", "--out", coll_dir), timeout=5)
 
     @contextlib.contextmanager
-    def in_flight(self, host: str, ex: Executor, pidfile: str, coll_dir: str = "",
-                  collectors: tuple[str, ...] = ()) -> Iterator[None]:  # fmt: skip
+    def in_flight(
+        self,
+        host: str,
+        ex: Executor,
+        pidfile: str,
+        coll_dir: str = "",
+        collectors: tuple[str, ...] = (),
+    ) -> Iterator[None]:
         """Listed for the stop while the body runs. The executor remembers an interrupt until
         the pidfile's run comes, so one before the run starts still stops it; and a stop
         that looked at the list just before we joined it is caught by the check after."""

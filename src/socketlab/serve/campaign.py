@@ -74,18 +74,26 @@ def health(level: Level, summary: dict[str, Any], output_tokens: int) -> str | N
         limit = max(1.0, 10.0 / level.rate)  # ms: 1% of the mean gap of 1000/rate ms
         delay = summary.get("p99_queue_client_ms")
         if delay is not None and delay > limit:
-            return (f"{level.label}: the load generator fell behind (dispatch delay p99 "
-                    f"{delay:.2f} ms > {limit:.2f} ms)")
-    short = sum(1 for n, e in zip(summary["output_lens"], summary["errors"], strict=True)
-                if not e and n < 0.9 * output_tokens)
+            return (
+                f"{level.label}: the load generator fell behind (dispatch delay p99 "
+                f"{delay:.2f} ms > {limit:.2f} ms)"
+            )
+    short = sum(
+        1
+        for n, e in zip(summary["output_lens"], summary["errors"], strict=True)
+        if not e and n < 0.9 * output_tokens
+    )
     if short:
-        return (f"{level.label}: {short} of {summary['completed']} outputs are shorter than 90% "
-                f"of output_tokens {output_tokens} (set request.ignore_eos or suppress_token_ids)")
+        return (
+            f"{level.label}: {short} of {summary['completed']} outputs are shorter than 90% "
+            f"of output_tokens {output_tokens} (set request.ignore_eos or suppress_token_ids)"
+        )
     return None
 
 
-def make_prompts(cfg: ServingConfig, level: Level, base_url: str, seed: int,
-                 rep: int) -> tuple[list[Prompt], list[Prompt]]:
+def make_prompts(
+    cfg: ServingConfig, level: Level, base_url: str, seed: int, rep: int
+) -> tuple[list[Prompt], list[Prompt]]:
     """Warm-up and measured prompts for one level; tags make every prompt unique."""
     tag = f"{level.label}-r{rep}"
     if cfg.prompts == "synthetic":
@@ -96,28 +104,58 @@ def make_prompts(cfg: ServingConfig, level: Level, base_url: str, seed: int,
         finally:
             tok.close()
         return warm, meas
-    return (corpus_prompts(cfg.warmup_requests, cfg.input_tokens, seed, f"w-{tag}"),
-            corpus_prompts(cfg.requests, cfg.input_tokens, seed, f"m-{tag}"))
+    return (
+        corpus_prompts(cfg.warmup_requests, cfg.input_tokens, seed, f"w-{tag}"),
+        corpus_prompts(cfg.requests, cfg.input_tokens, seed, f"m-{tag}"),
+    )
 
 
-def run_level(cfg: ServingConfig, level: Level, base_url: str, client_cpus: list[int],
-              out: Path, seed: int, rep: int, timeout_s: float) -> LevelResult:
+def run_level(
+    cfg: ServingConfig,
+    level: Level,
+    base_url: str,
+    client_cpus: list[int],
+    out: Path,
+    seed: int,
+    rep: int,
+    timeout_s: float,
+) -> LevelResult:
     """One load level through ``python -m socketlab.serve.loadgen`` pinned to the client CPUs."""
     out.mkdir(parents=True, exist_ok=True)
     warm, meas = make_prompts(cfg, level, base_url, seed, rep)
-    load = LoadConfig(base_url=base_url, endpoint=cfg.endpoint, model=cfg.model,
-                      concurrency=level.concurrency, rate=level.rate, burstiness=cfg.burstiness,
-                      max_concurrency=cfg.max_concurrency, seed=seed,
-                      max_tokens=cfg.output_tokens, body=cfg.request,
-                      timeout_s=cfg.request_timeout_s)
-    doc = {"load": vars(load), "warmup": [vars(p) for p in warm],
-           "measured": [vars(p) for p in meas]}
+    load = LoadConfig(
+        base_url=base_url,
+        endpoint=cfg.endpoint,
+        model=cfg.model,
+        concurrency=level.concurrency,
+        rate=level.rate,
+        burstiness=cfg.burstiness,
+        max_concurrency=cfg.max_concurrency,
+        seed=seed,
+        max_tokens=cfg.output_tokens,
+        body=cfg.request,
+        timeout_s=cfg.request_timeout_s,
+    )
+    doc = {
+        "load": vars(load),
+        "warmup": [vars(p) for p in warm],
+        "measured": [vars(p) for p in meas],
+    }
     (out / "loadgen-config.json").write_text(json.dumps(doc, indent=1))
     with open(out / "loadgen.log", "wb") as log:
         try:
-            proc = process.start([sys.executable, "-m", "socketlab.serve.loadgen",
-                                  str(out / "loadgen-config.json"), str(out)],
-                                 cpus=client_cpus, stdout=log, stderr=subprocess.STDOUT)
+            proc = process.start(
+                [
+                    sys.executable,
+                    "-m",
+                    "socketlab.serve.loadgen",
+                    str(out / "loadgen-config.json"),
+                    str(out),
+                ],
+                cpus=client_cpus,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         except OSError as exc:
             raise ServerFailure(f"load generator could not start: {exc}") from None
         rc, timed_out = process.wait(proc, timeout_s)
@@ -125,22 +163,30 @@ def run_level(cfg: ServingConfig, level: Level, base_url: str, client_cpus: list
             raise ServerFailure(f"load level {level.label} ran past {timeout_s:g} s")
     if rc != 0:
         tail = (out / "loadgen.log").read_text(errors="replace").strip().splitlines()[-1:]
-        raise ServerFailure(f"load generator failed at {level.label} with exit code {rc}: "
-                            f"{tail[0][:160] if tail else 'no output'}")
+        raise ServerFailure(
+            f"load generator failed at {level.label} with exit code {rc}: "
+            f"{tail[0][:160] if tail else 'no output'}"
+        )
     res: LoadResult = read_result(out)
     summary = metrics_mod.compute(res.records, cfg.slo, res.window)
     # vLLM's header fields with vLLM's meanings, so summary.json reads as a `vllm bench serve`
     # result (layout serve-start-times) and `orchestrate import-vllm` takes it back
-    summary.update(date=time.strftime("%Y%m%d-%H%M%S"),
-                   backend="openai-chat" if cfg.endpoint.endswith("chat/completions")
-                   else "openai", model_id=cfg.model,
-                   request_rate=level.rate or "inf", burstiness=cfg.burstiness,
-                   max_concurrency=level.concurrency or cfg.max_concurrency,
-                   generator="socketlab.serve.loadgen")
-    summary.update(load=level.label, client_cpus=res.meta["client_cpus"],
-                   client_cpu_s=res.meta["client_cpu_s"],
-                   event_loop_lag_p99_ms=res.meta["event_loop_lag_p99_ms"],
-                   short_outputs=res.meta["short_outputs"])
+    summary.update(
+        date=time.strftime("%Y%m%d-%H%M%S"),
+        backend="openai-chat" if cfg.endpoint.endswith("chat/completions") else "openai",
+        model_id=cfg.model,
+        request_rate=level.rate or "inf",
+        burstiness=cfg.burstiness,
+        max_concurrency=level.concurrency or cfg.max_concurrency,
+        generator="socketlab.serve.loadgen",
+    )
+    summary.update(
+        load=level.label,
+        client_cpus=res.meta["client_cpus"],
+        client_cpu_s=res.meta["client_cpu_s"],
+        event_loop_lag_p99_ms=res.meta["event_loop_lag_p99_ms"],
+        short_outputs=res.meta["short_outputs"],
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     return LevelResult(level, summary, res.records, res.meta)
 
@@ -152,8 +198,10 @@ def _peak_in(samples: list[dict], t0: float, t1: float) -> int | None:
 
 def free_port(ex: Any) -> int:
     """A free TCP port on the host's server address, asked of the host itself."""
-    code = ("import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
-            "print(s.getsockname()[1])")
+    code = (
+        "import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); "
+        "print(s.getsockname()[1])"
+    )
     text = ex.check([ex.python, "-c", code, ex.address], timeout=30, what="picking a free port")
     return int(text.strip().splitlines()[-1])
 
@@ -186,15 +234,31 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
     argv = [fill(a) for a in point.argv]
     base_url = fill(cfg.base_url)
     ready_url = base_url + (arm.ready_path or cfg.ready_path)
-    out = ServingOutcome(extra={"arm": arm.name, "baseline": cfg.baseline, "port": port,
-                                "argv": argv, "ready_url": ready_url, **place})
-    server = Server(ex, argv, ready_url, f"{remote}/server.log", cpus=server_cpus,
-                    env=dict(point.env), log_path=raw_dir / "server.log",
-                    ready_timeout_s=cfg.ready_timeout_s)
+    out = ServingOutcome(
+        extra={
+            "arm": arm.name,
+            "baseline": cfg.baseline,
+            "port": port,
+            "argv": argv,
+            "ready_url": ready_url,
+            **place,
+        }
+    )
+    server = Server(
+        ex,
+        argv,
+        ready_url,
+        f"{remote}/server.log",
+        cpus=server_cpus,
+        env=dict(point.env),
+        log_path=raw_dir / "server.log",
+        ready_timeout_s=cfg.ready_timeout_s,
+    )
     dram = DramCounter(raw_dir / "dram-perf.csv")
     if not ex.controller:  # the load generator runs here: its CPUs are this machine's
-        out.extra.update(client_on="controller", server_host=point.host,
-                         host_client_cpus=place["client_cpus"])
+        out.extra.update(
+            client_on="controller", server_host=point.host, host_client_cpus=place["client_cpus"]
+        )
         client_cpus = controller_cpus(client_cpus)
         out.extra["client_cpus"] = format_cpulist(client_cpus)
         # perf here would count this machine's memory traffic, not the host's
@@ -213,19 +277,37 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
             out.fail(f"server threads outside the placement: {sorted(set(stray.values()))}")
         # beside the server, on the CPUs the server does not use there
         sampler = ex.spawn(
-            [ex.python, f"{ex.tools}/procstats.py", "--root-pid", str(server.pid),
-             "--out", f"{remote}/procstats.jsonl", "--interval-ms", str(cfg.sample_interval_ms)],
-            cpus=parse_cpulist(place["client_cpus"]), log=f"{remote}/procstats.log")
+            [
+                ex.python,
+                f"{ex.tools}/procstats.py",
+                "--root-pid",
+                str(server.pid),
+                "--out",
+                f"{remote}/procstats.jsonl",
+                "--interval-ms",
+                str(cfg.sample_interval_ms),
+            ],
+            cpus=parse_cpulist(place["client_cpus"]),
+            log=f"{remote}/procstats.log",
+        )
         dram.start()
         for level in cfg.levels:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ServerFailure(f"run timed out before level {level.label} "
-                                    f"({point.timeout_s:g} s)")
+                raise ServerFailure(
+                    f"run timed out before level {level.label} ({point.timeout_s:g} s)"
+                )
             w0 = time.time()
-            lr = run_level(cfg, level, base_url, client_cpus, raw_dir / level.label,
-                           seed=int(point.extra.get("seed", 0)), rep=point.repetition,
-                           timeout_s=left)
+            lr = run_level(
+                cfg,
+                level,
+                base_url,
+                client_cpus,
+                raw_dir / level.label,
+                seed=int(point.extra.get("seed", 0)),
+                rep=point.repetition,
+                timeout_s=left,
+            )
             windows.append((lr, w0, time.time()))
             out.levels.append(lr)
             server.check_alive()  # also remembers the tree's PIDs for stop()
@@ -235,8 +317,10 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
                 out.invalid(why)
             if s["failed"]:
                 top = Counter(e for e in s["errors"] if e).most_common(1)[0]
-                out.fail(f"{lr.level.label}: {s['failed']} of {s['num_prompts']} requests failed "
-                         f"({top[0]} x{top[1]})")
+                out.fail(
+                    f"{lr.level.label}: {s['failed']} of {s['num_prompts']} requests failed "
+                    f"({top[0]} x{top[1]})"
+                )
     except ServerFailure as exc:
         out.fail(str(exc))
     except PromptError as exc:
@@ -258,16 +342,22 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
     out.extra["server_peak_rss_kib"] = server.peak_rss_kib
     _collect_metrics(out, raw_dir, windows, counts, dram.reason)
     out.requests = [(lr.level.label, lr.records) for lr in out.levels]
-    (raw_dir / "serving.json").write_text(json.dumps(
-        {"status": out.status, "reason": out.reason, "extra": out.extra}, indent=1, default=str))
+    (raw_dir / "serving.json").write_text(
+        json.dumps(
+            {"status": out.status, "reason": out.reason, "extra": out.extra}, indent=1, default=str
+        )
+    )
     out.provenance = {"serving": out.extra}
     return out
 
 
 def _collect_metrics(out: ServingOutcome, raw_dir: Path, windows, counts, dram_reason) -> None:
     samples_path = raw_dir / "procstats.jsonl"
-    samples = ([json.loads(x) for x in samples_path.read_text().splitlines() if x.strip()]
-               if samples_path.exists() else [])
+    samples = (
+        [json.loads(x) for x in samples_path.read_text().splitlines() if x.strip()]
+        if samples_path.exists()
+        else []
+    )
     summary = procstats.read_summary(samples_path)
     total_out = 0
     for lr, w0, w1 in windows:
@@ -280,17 +370,27 @@ def _collect_metrics(out: ServingOutcome, raw_dir: Path, windows, counts, dram_r
             out.metrics.append(Metric("peak_pss_bytes", float(peak), "B", dims, PARSER))
         total_out += lr.summary["total_output_tokens"]
     if summary:
-        out.metrics.append(Metric("peak_pss_bytes", float(summary["peak_pss_bytes"]), "B",
-                                  {"load": "all"}, PARSER))
+        out.metrics.append(
+            Metric("peak_pss_bytes", float(summary["peak_pss_bytes"]), "B", {"load": "all"}, PARSER)
+        )
         for group, secs in summary["cpu_s_by_group"].items():
-            out.metrics.append(Metric("server_cpu_s", float(secs), "s",
-                                      {"load": "all", "thread_group": group}, PARSER))
+            out.metrics.append(
+                Metric(
+                    "server_cpu_s", float(secs), "s", {"load": "all", "thread_group": group}, PARSER
+                )
+            )
         out.extra["threads_by_group"] = summary["threads_by_group"]
     elif samples and "unsupported" in samples[0]:
         out.extra["procstats"] = samples[0]["unsupported"]
     if counts and total_out:
-        out.metrics.append(Metric("dram_bytes_per_output_token",
-                                  (counts["read_bytes"] + counts["write_bytes"]) / total_out,
-                                  "B", {"load": "all"}, PARSER))
+        out.metrics.append(
+            Metric(
+                "dram_bytes_per_output_token",
+                (counts["read_bytes"] + counts["write_bytes"]) / total_out,
+                "B",
+                {"load": "all"},
+                PARSER,
+            )
+        )
     else:
         out.extra["dram_bytes_per_output_token"] = dram_reason or "no output tokens"

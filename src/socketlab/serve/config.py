@@ -100,29 +100,43 @@ def parse(block: dict[str, Any], where: Callable[[str], str], base: str) -> Serv
     for j, a in enumerate(block["arms"]):
         name = a["name"]
         if name in seen:
-            raise SpecError(f"{where(f'{base}.arms[{j}].name')}: duplicate arm name {name!r} "
-                            f"(also arms[{seen[name]}])")
+            raise SpecError(
+                f"{where(f'{base}.arms[{j}].name')}: duplicate arm name {name!r} "
+                f"(also arms[{seen[name]}])"
+            )
         seen[name] = j
         command = _argv(a["command"])
         if not command or not command[0]:
             raise SpecError(f"{where(f'{base}.arms[{j}].command')}: empty server command")
-        arms.append(Arm(name, command, {k: str(v) for k, v in (a.get("env") or {}).items()},
-                        a.get("placement", "all"), a.get("cpus"), a.get("client_cpus"),
-                        a.get("ready_path")))
+        arms.append(
+            Arm(
+                name,
+                command,
+                {k: str(v) for k, v in (a.get("env") or {}).items()},
+                a.get("placement", "all"),
+                a.get("cpus"),
+                a.get("client_cpus"),
+                a.get("ready_path"),
+            )
+        )
     load = block["load"]
     levels = [Level(concurrency=int(c)) for c in load.get("concurrency", ())]
     levels += [Level(rate=float(r)) for r in load.get("rates", ())]
     if not levels:
-        raise SpecError(f"{where(f'{base}.load')}: no load level; expected concurrency: [1, 8] "
-                        "and/or rates: [0.5, 2]")
+        raise SpecError(
+            f"{where(f'{base}.load')}: no load level; expected concurrency: [1, 8] "
+            "and/or rates: [0.5, 2]"
+        )
     baseline = block.get("baseline", arms[0].name)
     if baseline not in seen:
         import difflib
 
         close = difflib.get_close_matches(baseline, list(seen), n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise SpecError(f"{where(f'{base}.baseline')}: {baseline!r} is not an arm{hint}; "
-                        f"arms: {', '.join(seen)}")
+        raise SpecError(
+            f"{where(f'{base}.baseline')}: {baseline!r} is not an arm{hint}; "
+            f"arms: {', '.join(seen)}"
+        )
     _check_requests(block, where, base)
     slo = block.get("slo") or {}
     return ServingConfig(
@@ -143,9 +157,11 @@ def parse(block: dict[str, Any], where: Callable[[str], str], base: str) -> Serv
         requests=int(block.get("requests", ServingConfig.requests)),
         warmup_requests=int(block.get("warmup_requests", ServingConfig.warmup_requests)),
         slo=Slo(slo.get("ttft_ms"), slo.get("tpot_ms"), slo.get("e2el_ms")),
-        request=_with_suppressed(dict(block.get("request") or {}),
-                                 block.get("suppress_token_ids"),
-                                 lambda: where(f"{base}.suppress_token_ids")),
+        request=_with_suppressed(
+            dict(block.get("request") or {}),
+            block.get("suppress_token_ids"),
+            lambda: where(f"{base}.suppress_token_ids"),
+        ),
         sample_interval_ms=float(block.get("sample_interval_ms", 100.0)),
     )
 
@@ -158,13 +174,17 @@ def _check_requests(block: dict[str, Any], where: Callable[[str], str], base: st
     for key in ("requests", "warmup_requests"):
         value = block.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > limit("REQUESTS"):
-            shown = str(value) if len(str(value)) <= 20 else f"{str(value)[:6]}... " \
-                f"({len(str(value))} digits)"
+            shown = (
+                str(value)
+                if len(str(value)) <= 20
+                else f"{str(value)[:6]}... ({len(str(value))} digits)"
+            )
             raise SpecError(f"{where(f'{base}.{key}')}: {key} {over('REQUESTS', shown)}")
 
 
-def _with_suppressed(request: dict[str, Any], ids: str | None,
-                     where: Callable[[], str]) -> dict[str, Any]:
+def _with_suppressed(
+    request: dict[str, Any], ids: str | None, where: Callable[[], str]
+) -> dict[str, Any]:
     """Merge logit_bias -100 for each id of "2-258,300" into the request body."""
     if not ids:
         return request
@@ -174,8 +194,10 @@ def _with_suppressed(request: dict[str, Any], ids: str | None,
         digits = digits.strip().lstrip("0") or "0"
         return int(digits) if len(digits) <= 18 else 10**18
 
-    ranges = [(tid(lo), tid(hi or lo)) for lo, _, hi in
-              (part.strip().partition("-") for part in ids.split(","))]
+    ranges = [
+        (tid(lo), tid(hi or lo))
+        for lo, _, hi in (part.strip().partition("-") for part in ids.split(","))
+    ]
     count = sum(hi - lo + 1 for lo, hi in ranges if hi >= lo)
     if count > limit("TOKEN_IDS"):  # counted before a dict of 4 billion keys is made
         raise SpecError(f"{where()}: {over('TOKEN_IDS', count, 'token ids')}")

@@ -23,8 +23,11 @@ def imc_events(sysfs: Path = Path("/sys/bus/event_source/devices")) -> list[str]
     out = []
     for dev in sorted(sysfs.glob("uncore_imc*")):
         events = dev / "events"
-        names = sorted(p.name for p in events.glob("cas_count_*") if "." not in p.name) \
-            if events.is_dir() else []
+        names = (
+            sorted(p.name for p in events.glob("cas_count_*") if "." not in p.name)
+            if events.is_dir()
+            else []
+        )
         out += [f"{dev.name}/{n}/" for n in names if "read" in n or "rd" in n or "wr" in n]
     return out
 
@@ -35,8 +38,7 @@ def unavailable(sysfs: Path = Path("/sys/bus/event_source/devices")) -> str | No
         return f"not available on this host: no {sysfs}"
     if not any(sysfs.glob("uncore_imc*")):
         have = ", ".join(sorted(p.name for p in sysfs.iterdir())) or "none"
-        return ("not available on this host: no uncore_imc PMU in "
-                f"{sysfs} (event sources: {have})")
+        return f"not available on this host: no uncore_imc PMU in {sysfs} (event sources: {have})"
     if not imc_events(sysfs):
         return "not available on this host: uncore_imc PMUs have no cas_count events"
     if shutil.which("perf") is None:
@@ -70,8 +72,7 @@ def parse_perf_csv(text: str) -> dict[str, float]:
 class DramCounter:
     """``perf stat -a`` over the IMC CAS events between start() and stop()."""
 
-    def __init__(self, out: Path, cpus: list[int] | None = None,
-                 events: list[str] | None = None):
+    def __init__(self, out: Path, cpus: list[int] | None = None, events: list[str] | None = None):
         self.out = out
         self.cpus = cpus
         self.events = events  #: perf events; None: the IMC CAS counters
@@ -87,8 +88,11 @@ class DramCounter:
             # the process module: own session, parent-death signal (perf and its sleep die
             # with the orchestrator, even a SIGKILLed one: the sleep has its own signal, since
             # perf's would not reach a child it forked)
-            self.proc = process.start(argv + ["--", *process.argv_for(["sleep", "86400"])],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.proc = process.start(
+                argv + ["--", *process.argv_for(["sleep", "86400"])],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             self.reason = f"not available on this host: perf failed to start ({exc})"
 

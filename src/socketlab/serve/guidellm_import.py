@@ -51,8 +51,10 @@ MAPPED = {
     "time_per_output_token_ms": ("tpot_incl_ttft", 1.0),
     "request_latency": ("request_latency", 1000.0),
 }
-LIMITATION = ("guidellm keeps only the first and last token time of a request: vLLM's pooled "
-              "ITL (itl) and the per-token ITL are not recomputed")
+LIMITATION = (
+    "guidellm keeps only the first and last token time of a request: vLLM's pooled "
+    "ITL (itl) and the per-token ITL are not recomputed"
+)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -61,8 +63,10 @@ def _load(path: Path) -> dict[str, Any]:
     except ValueError as exc:
         raise SpecError(f"{path}: not JSON ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
-        raise SpecError(f"{path}: field benchmarks: missing; expected a guidellm benchmarks "
-                        "JSON (guidellm run --output kind=json)")
+        raise SpecError(
+            f"{path}: field benchmarks: missing; expected a guidellm benchmarks "
+            "JSON (guidellm run --output kind=json)"
+        )
     if not doc["benchmarks"]:
         raise SpecError(f"{path}: field benchmarks: empty; expected at least one benchmark")
     return doc
@@ -79,8 +83,10 @@ def load_label(bench: dict[str, Any], where: str) -> str:
         return f"r{strategy['rate']:g}"
     if kind == "throughput":
         return "rinf"
-    raise SpecError(f"{where}.config.strategy: expected a guidellm strategy (synchronous, "
-                    f"concurrent with streams, constant/poisson with rate), got {kind!r}")
+    raise SpecError(
+        f"{where}.config.strategy: expected a guidellm strategy (synchronous, "
+        f"concurrent with streams, constant/poisson with rate), got {kind!r}"
+    )
 
 
 def guidellm_percentile(a: np.ndarray, p: float) -> float:
@@ -101,8 +107,11 @@ def _times(req: dict[str, Any]) -> tuple[float | None, float | None, float | Non
     def first_of(*keys: str) -> float | None:
         return next((t[k] for k in keys if isinstance(t.get(k), int | float)), None)
 
-    return (first_of("request_start", "resolve_start"), first_of("request_end", "resolve_end"),
-            first_of("first_token_iteration"))
+    return (
+        first_of("request_start", "resolve_start"),
+        first_of("request_end", "resolve_end"),
+        first_of("first_token_iteration"),
+    )
 
 
 def _overlaps(start: float | None, end: float | None, w0: float, w1: float) -> bool:
@@ -113,8 +122,9 @@ def _overlaps(start: float | None, end: float | None, w0: float, w1: float) -> b
     return end >= w0 and (start if start is not None else end) <= w1
 
 
-def _record(i: int, req: dict[str, Any], status: str, origin: float, where: str,
-            phase: str = "measured") -> RequestRecord:
+def _record(
+    i: int, req: dict[str, Any], status: str, origin: float, where: str, phase: str = "measured"
+) -> RequestRecord:
     t = (req.get("info") or {}).get("timings")
     if not isinstance(t, dict) or not isinstance(t.get("request_start"), int | float):
         raise SpecError(f"{where}.info.timings.request_start: expected a time in s")
@@ -123,11 +133,18 @@ def _record(i: int, req: dict[str, Any], status: str, origin: float, where: str,
         return round((x - origin) * NS)
 
     n_out = req.get("output_tokens")
-    rec = RequestRecord(index=i, phase=phase, prompt_id=str(req.get("request_id", i)),
-                        n_in=req.get("prompt_tokens"), t_sched=ns(t["request_start"]),
-                        t_send=ns(t["request_start"]), n_out=n_out,
-                        n_out_source="usage" if (req.get("output_metrics") or {}).get(
-                            "text_tokens") is not None else "events")
+    rec = RequestRecord(
+        index=i,
+        phase=phase,
+        prompt_id=str(req.get("request_id", i)),
+        n_in=req.get("prompt_tokens"),
+        t_sched=ns(t["request_start"]),
+        t_send=ns(t["request_start"]),
+        n_out=n_out,
+        n_out_source="usage"
+        if (req.get("output_metrics") or {}).get("text_tokens") is not None
+        else "events",
+    )
     first, last = t.get("first_token_iteration"), t.get("last_token_iteration")
     if status != "successful" or first is None or not n_out:
         err = (req.get("info") or {}).get("error") or f"guidellm status {status}"
@@ -176,15 +193,20 @@ def import_guidellm(path: Path) -> dict[str, Any]:
         label = load_label(bench, where)
         reqs = bench.get("requests")
         if not isinstance(reqs, dict) or not isinstance(reqs.get("successful"), list):
-            raise SpecError(f"{where}.requests.successful: missing; expected the per-request "
-                            "stats guidellm writes")
-        rows = [(r, s) for s in ("successful", "incomplete", "errored")
-                for r in reqs.get(s) or []]
-        starts = [((r.get("info") or {}).get("timings") or {}).get("request_start")
-                  for r, _ in rows]
+            raise SpecError(
+                f"{where}.requests.successful: missing; expected the per-request "
+                "stats guidellm writes"
+            )
+        rows = [(r, s) for s in ("successful", "incomplete", "errored") for r in reqs.get(s) or []]
+        starts = [
+            ((r.get("info") or {}).get("timings") or {}).get("request_start") for r, _ in rows
+        ]
         origin = min((s for s in starts if isinstance(s, int | float)), default=0.0)
-        rows.sort(key=lambda x: ((x[0].get("info") or {}).get("timings") or {}).get(
-            "request_start") or 0.0)
+        rows.sort(
+            key=lambda x: (
+                ((x[0].get("info") or {}).get("timings") or {}).get("request_start") or 0.0
+            )
+        )
         w0, w1 = bench.get("start_time"), bench.get("end_time")
         windowed = isinstance(w0, int | float) and isinstance(w1, int | float)
         times = [_times(r) for r, _ in rows]
@@ -192,15 +214,26 @@ def import_guidellm(path: Path) -> dict[str, Any]:
         kept = [not windowed or _overlaps(st, end, w0, w1) for st, end, _ in times]
         ttft_kept = [not windowed or _overlaps(st, first, w0, w1) for st, _, first in times]
         itl_kept = [not windowed or _overlaps(first, end, w0, w1) for _, end, first in times]
-        records = [_record(i, r, s, origin, f"{where}.requests.{s}[{i}]",
-                           "measured" if keep else _outside(times[i], w0))
-                   for i, ((r, s), keep) in enumerate(zip(rows, kept, strict=True))]
+        records = [
+            _record(
+                i,
+                r,
+                s,
+                origin,
+                f"{where}.requests.{s}[{i}]",
+                "measured" if keep else _outside(times[i], w0),
+            )
+            for i, ((r, s), keep) in enumerate(zip(rows, kept, strict=True))
+        ]
         m = bench.get("metrics") or {}
-        window = ((round((w0 - origin) * NS), round((w1 - origin) * NS)) if windowed else None)
+        window = (round((w0 - origin) * NS), round((w1 - origin) * NS)) if windowed else None
         summary = metrics_mod.compute(records, window=window, percentile=guidellm_percentile)
         for name, which in (("ttft", ttft_kept), ("tpot", itl_kept)):
-            values = [v for rec, keep in zip(records, which, strict=True)
-                      if keep and rec.ok and (v := metrics_mod.per_request(rec)[name]) is not None]
+            values = [
+                v
+                for rec, keep in zip(records, which, strict=True)
+                if keep and rec.ok and (v := metrics_mod.per_request(rec)[name]) is not None
+            ]
             summary.update(metrics_mod.stats(values, name, guidellm_percentile))
         for k in [k for k in summary if "_itl_ms" in k or k.startswith("n_itl")]:
             summary.pop(k)  # not recomputable from first/last token times (LIMITATION)
@@ -209,20 +242,35 @@ def import_guidellm(path: Path) -> dict[str, Any]:
         sampled = _sampled(bench, rows, kept)
         if sampled:
             limits.append(sampled)
-        note = (_kept_note(bench, records, sum(ttft_kept), sum(itl_kept), exact=not sampled)
-                if windowed else "")
+        note = (
+            _kept_note(bench, records, sum(ttft_kept), sum(itl_kept), exact=not sampled)
+            if windowed
+            else ""
+        )
         dims = {"load": label}
         if label.startswith("c") and label[1:].isdigit():
             dims["concurrency"] = int(label[1:])
-        metrics = [Metric(k, v, u, dims, PARSER)
-                   for k, v, u in metrics_mod.scalar_metrics(summary)]
-        metrics += [Metric(k, v, u, {**dims, "source": "guidellm"}, GUIDELLM_PARSER)
-                    for k, v, u in metrics_mod.scalar_metrics(theirs)]
-        levels.append({"label": label, "records": records, "summary": summary,
-                       "metrics": metrics, "guidellm": theirs, "limitations": limits,
-                       "kept": note})
-    return {"levels": levels, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            "version": (doc.get("metadata") or {}).get("guidellm_version")}
+        metrics = [Metric(k, v, u, dims, PARSER) for k, v, u in metrics_mod.scalar_metrics(summary)]
+        metrics += [
+            Metric(k, v, u, {**dims, "source": "guidellm"}, GUIDELLM_PARSER)
+            for k, v, u in metrics_mod.scalar_metrics(theirs)
+        ]
+        levels.append(
+            {
+                "label": label,
+                "records": records,
+                "summary": summary,
+                "metrics": metrics,
+                "guidellm": theirs,
+                "limitations": limits,
+                "kept": note,
+            }
+        )
+    return {
+        "levels": levels,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "version": (doc.get("metadata") or {}).get("guidellm_version"),
+    }
 
 
 def _outside(times: tuple[float | None, float | None, float | None], w0: float) -> str:
@@ -231,17 +279,20 @@ def _outside(times: tuple[float | None, float | None, float | None], w0: float) 
     return "warmup" if (end if end is not None else start or 0.0) < w0 else "cooldown"
 
 
-def _kept_note(bench: dict[str, Any], records: list[RequestRecord], n_ttft: int,
-               n_itl: int, exact: bool) -> str:
+def _kept_note(
+    bench: dict[str, Any], records: list[RequestRecord], n_ttft: int, n_itl: int, exact: bool
+) -> str:
     """What the recomputation kept and why, in the words of guidellm's settings."""
     config = bench.get("config") or {}
     phases = Counter(r.phase for r in records)
-    return (f"guidellm's measurement window (warm-up {_phase(config.get('warmup'))}, cool-down "
-            f"{_phase(config.get('cooldown'))}) kept {phases['measured']} of the file's "
-            f"{len(records)} requests ({phases['warmup']} in the warm-up, {phases['cooldown']} "
-            f"in the cool-down); TTFT over the {n_ttft} whose first token came in it, TPOT over "
-            f"the {n_itl} whose later tokens did; percentiles by guidellm's rule (no "
-            "interpolation)" + (", so they are guidellm's own" if exact else ""))
+    return (
+        f"guidellm's measurement window (warm-up {_phase(config.get('warmup'))}, cool-down "
+        f"{_phase(config.get('cooldown'))}) kept {phases['measured']} of the file's "
+        f"{len(records)} requests ({phases['warmup']} in the warm-up, {phases['cooldown']} "
+        f"in the cool-down); TTFT over the {n_ttft} whose first token came in it, TPOT over "
+        f"the {n_itl} whose later tokens did; percentiles by guidellm's rule (no "
+        "interpolation)" + (", so they are guidellm's own" if exact else "")
+    )
 
 
 def _phase(setting: Any) -> str:
@@ -254,32 +305,58 @@ def _phase(setting: Any) -> str:
     return "none"
 
 
-def _sampled(bench: dict[str, Any], rows: list[tuple[dict[str, Any], str]],
-             kept: list[bool]) -> str:
+def _sampled(
+    bench: dict[str, Any], rows: list[tuple[dict[str, Any], str]], kept: list[bool]
+) -> str:
     """A limitation when the file's request lists are guidellm's sample (its sample_size):
     fewer successful requests in the window than guidellm counted."""
     size = (bench.get("config") or {}).get("sample_size")
     total = ((bench.get("metrics") or {}).get("request_totals") or {}).get("successful")
-    have = sum(1 for (_, status), keep in zip(rows, kept, strict=True)
-               if keep and status == "successful")
+    have = sum(
+        1 for (_, status), keep in zip(rows, kept, strict=True) if keep and status == "successful"
+    )
     if size is None or not isinstance(total, int) or have >= total:
         return ""
-    return (f"the file holds guidellm's sample of the requests (sample_size {size}): {have} of "
-            f"the {total} successful requests it measured, so our metrics, over the sample, "
-            "differ from guidellm's own")
+    return (
+        f"the file holds guidellm's sample of the requests (sample_size {size}): {have} of "
+        f"the {total} successful requests it measured, so our metrics, over the sample, "
+        "differ from guidellm's own"
+    )
 
 
-def store_import(store: Any, path: Path, got: dict[str, Any], *, campaign: str,
-                 experiment: str = "guidellm-import", arm: str = "guidellm",
-                 placement: str = "unknown", host: str = "imported", repetition: int = 0,
-                 baseline: str | None = None) -> list[Any]:
+def store_import(
+    store: Any,
+    path: Path,
+    got: dict[str, Any],
+    *,
+    campaign: str,
+    experiment: str = "guidellm-import",
+    arm: str = "guidellm",
+    placement: str = "unknown",
+    host: str = "imported",
+    repetition: int = 0,
+    baseline: str | None = None,
+) -> list[Any]:
     """One stored run per benchmark (load level); returns them."""
     from socketlab.serve.vllm_import import store_imported_level
 
-    return [store_imported_level(
-        store, path, lv, campaign=campaign, experiment=experiment, host=host,
-        repetition=repetition, params={"arm": arm, "placement": placement, "load": lv["label"]},
-        file_sha256=got["sha256"],
-        extra={"arm": arm, "baseline": baseline, "source_format": f"guidellm {got['version']}",
-               "kept": lv["kept"]})
-        for lv in got["levels"]]
+    return [
+        store_imported_level(
+            store,
+            path,
+            lv,
+            campaign=campaign,
+            experiment=experiment,
+            host=host,
+            repetition=repetition,
+            params={"arm": arm, "placement": placement, "load": lv["label"]},
+            file_sha256=got["sha256"],
+            extra={
+                "arm": arm,
+                "baseline": baseline,
+                "source_format": f"guidellm {got['version']}",
+                "kept": lv["kept"],
+            },
+        )
+        for lv in got["levels"]
+    ]

@@ -66,8 +66,11 @@ class LoadResult:
 
 
 def request_body(cfg: LoadConfig, prompt: Prompt) -> dict[str, Any]:
-    body: dict[str, Any] = {"stream": True, "max_tokens": cfg.max_tokens,
-                            "stream_options": {"include_usage": True}}
+    body: dict[str, Any] = {
+        "stream": True,
+        "max_tokens": cfg.max_tokens,
+        "stream_options": {"include_usage": True},
+    }
     if cfg.model:
         body["model"] = cfg.model
     if cfg.endpoint.rstrip("/").endswith("chat/completions"):
@@ -90,8 +93,12 @@ def _output_of(choice: dict[str, Any]) -> bool:
         text = choice["text"]
         return bool(text) or (text == "" and not done)
     delta = choice.get("delta") or {}
-    if (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            or delta.get("tool_calls")):
+    if (
+        delta.get("content")
+        or delta.get("reasoning_content")
+        or delta.get("reasoning")
+        or delta.get("tool_calls")
+    ):
         return True
     return delta.get("content") == "" and "role" not in delta and not done
 
@@ -109,12 +116,13 @@ class _Stream:
         if b"\r" in self.buf:
             self.buf = self.buf.replace(b"\r\n", b"\n")
         while (i := self.buf.find(b"\n\n")) >= 0:
-            raw, self.buf = self.buf[:i], self.buf[i + 2:]
+            raw, self.buf = self.buf[:i], self.buf[i + 2 :]
             self._event(raw, t)
 
     def _event(self, raw: bytes, t: int) -> None:
-        payload = b"".join(line[5:].lstrip() for line in raw.split(b"\n")
-                           if line.startswith(b"data:"))
+        payload = b"".join(
+            line[5:].lstrip() for line in raw.split(b"\n") if line.startswith(b"data:")
+        )
         if not payload:
             return
         rec = self.rec
@@ -157,16 +165,21 @@ class _Stream:
                 rec.n_in = int(usage["prompt_tokens"])
 
 
-async def one_request(client: httpx.AsyncClient, cfg: LoadConfig, prompt: Prompt,
-                      rec: RequestRecord, t0: int) -> None:
+async def one_request(
+    client: httpx.AsyncClient, cfg: LoadConfig, prompt: Prompt, rec: RequestRecord, t0: int
+) -> None:
     async def trace(event: str, info: dict) -> None:
         # httpcore calls this just before the request line and headers are written on an
         # open connection: the send time of measurement.md §D.b (pool waits excluded).
         if event == "http11.send_request_headers.started":
             rec.t_send = now() - t0
 
-    req = client.build_request("POST", cfg.base_url.rstrip("/") + cfg.endpoint,
-                               json=request_body(cfg, prompt), extensions={"trace": trace})
+    req = client.build_request(
+        "POST",
+        cfg.base_url.rstrip("/") + cfg.endpoint,
+        json=request_body(cfg, prompt),
+        extensions={"trace": trace},
+    )
     rec.prompt_id, rec.n_in = prompt.id, prompt.n_in
     parser = _Stream(rec)
     rec.t_send = now() - t0  # replaced by the trace hook once the bytes go out
@@ -260,8 +273,9 @@ async def _open(client, cfg, prompts, phase, records, t0) -> tuple[int, int]:
     return base, base + int(offsets[-1] * 1e9)
 
 
-async def run_load_async(cfg: LoadConfig, warmup: list[Prompt],
-                         measured: list[Prompt]) -> LoadResult:
+async def run_load_async(
+    cfg: LoadConfig, warmup: list[Prompt], measured: list[Prompt]
+) -> LoadResult:
     if bool(cfg.concurrency) == bool(cfg.rate):
         raise ValueError("LoadConfig needs exactly one of concurrency or rate")
     n_conn = (cfg.concurrency or cfg.max_concurrency or len(measured)) + 4
@@ -274,8 +288,13 @@ async def run_load_async(cfg: LoadConfig, warmup: list[Prompt],
     wall0 = time.time()
     async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
         if warmup:
-            wcfg = cfg if cfg.concurrency else LoadConfig(
-                **{**asdict(cfg), "rate": None, "concurrency": cfg.max_concurrency or 1})
+            wcfg = (
+                cfg
+                if cfg.concurrency
+                else LoadConfig(
+                    **{**asdict(cfg), "rate": None, "concurrency": cfg.max_concurrency or 1}
+                )
+            )
             await _closed(client, wcfg, warmup, "warmup", records, t0)
         monitor = asyncio.create_task(_lag_monitor(lag, stop))
         first = len(records)
@@ -291,8 +310,10 @@ async def run_load_async(cfg: LoadConfig, warmup: list[Prompt],
     ru1, m1 = resource.getrusage(resource.RUSAGE_THREAD), now()
     if window[1] <= window[0]:  # one request, or a degenerate schedule: whole measured run
         ms = records[first:]
-        window = (min((r.t_send for r in ms if r.t_send is not None), default=0),
-                  max((r.t_end or r.t_send or 0 for r in ms), default=0))
+        window = (
+            min((r.t_send for r in ms if r.t_send is not None), default=0),
+            max((r.t_end or r.t_send or 0 for r in ms), default=0),
+        )
     lag_sorted = sorted(lag)
     short = sum(1 for r in records[first:] if r.ok and (r.n_out or 0) < 0.9 * cfg.max_tokens)
     meta = {
@@ -306,8 +327,9 @@ async def run_load_async(cfg: LoadConfig, warmup: list[Prompt],
         "client_cpu_s": (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime),
         "client_cpu_per_s": ((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime))
         / max((m1 - m0) / 1e9, 1e-9),
-        "event_loop_lag_p99_ms": (lag_sorted[int(0.99 * (len(lag_sorted) - 1))] / 1e6
-                                  if lag_sorted else None),
+        "event_loop_lag_p99_ms": (
+            lag_sorted[int(0.99 * (len(lag_sorted) - 1))] / 1e6 if lag_sorted else None
+        ),
         "short_outputs": short,  # fixed-OSL guard (MLPerf): N_out < 90% of max_tokens
         "httpx_version": httpx.__version__,
         "config": asdict(cfg),
@@ -332,28 +354,38 @@ def write_result(result: LoadResult, out: Path) -> None:
     with open(out / "requests.jsonl", "w") as f:
         for r in result.records:
             f.write(json.dumps(r.to_json(), separators=(",", ":")) + "\n")
-    (out / "loadgen.json").write_text(json.dumps(
-        {"window": list(result.window), "meta": result.meta}, indent=1))
+    (out / "loadgen.json").write_text(
+        json.dumps({"window": list(result.window), "meta": result.meta}, indent=1)
+    )
 
 
 def read_result(out: Path) -> LoadResult:
-    recs = [RequestRecord.from_json(json.loads(line))
-            for line in (out / "requests.jsonl").read_text().splitlines() if line]
+    recs = [
+        RequestRecord.from_json(json.loads(line))
+        for line in (out / "requests.jsonl").read_text().splitlines()
+        if line
+    ]
     doc = json.loads((out / "loadgen.json").read_text())
     return LoadResult(recs, tuple(doc["window"]), doc["meta"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m socketlab.serve.loadgen",
-                                 description="Run one load point from a JSON config.")
-    ap.add_argument("config", type=Path, help='{"load": LoadConfig fields, "warmup": [Prompt], '
-                    '"measured": [Prompt]}')
+    ap = argparse.ArgumentParser(
+        prog="python -m socketlab.serve.loadgen",
+        description="Run one load point from a JSON config.",
+    )
+    ap.add_argument(
+        "config",
+        type=Path,
+        help='{"load": LoadConfig fields, "warmup": [Prompt], "measured": [Prompt]}',
+    )
     ap.add_argument("out", type=Path, help="folder for requests.jsonl and loadgen.json")
     args = ap.parse_args(argv)
     doc = json.loads(args.config.read_text())
     cfg = LoadConfig(**doc["load"])
-    result = run_load(cfg, [Prompt(**p) for p in doc["warmup"]],
-                      [Prompt(**p) for p in doc["measured"]])
+    result = run_load(
+        cfg, [Prompt(**p) for p in doc["warmup"]], [Prompt(**p) for p in doc["measured"]]
+    )
     write_result(result, args.out)
     return 0
 

@@ -46,8 +46,15 @@ class Slo:
 
 def per_request(r: RequestRecord) -> dict[str, Any]:
     """Latencies of one request in ns (None where undefined)."""
-    out: dict[str, Any] = {"ttft": None, "ttft_sched": None, "e2el": None, "tpot": None,
-                           "queue_client": None, "itl": [], "itl_token": []}
+    out: dict[str, Any] = {
+        "ttft": None,
+        "ttft_sched": None,
+        "e2el": None,
+        "tpot": None,
+        "queue_client": None,
+        "itl": [],
+        "itl_token": [],
+    }
     if r.t_send is not None and r.t_sched is not None:
         out["queue_client"] = r.t_send - r.t_sched
     if not r.events or r.t_send is None:
@@ -68,9 +75,11 @@ def per_request(r: RequestRecord) -> dict[str, Any]:
     return out
 
 
-def stats(values_ns: list[float], name: str,
-          percentile: Callable[[np.ndarray, float], float] = linear_percentile
-          ) -> dict[str, float | None]:
+def stats(
+    values_ns: list[float],
+    name: str,
+    percentile: Callable[[np.ndarray, float], float] = linear_percentile,
+) -> dict[str, float | None]:
     """mean/median/std/min/max/pXX of one metric in ms, with vLLM's field names; percentiles
     by ``percentile`` (an importer passes its tool's rule, so it recomputes the tool's own)."""
     keys = ["mean", "median", "std", "min", "max"] + [f"p{p}" for p in PERCENTILES if p != 50]
@@ -111,8 +120,11 @@ def _completion(r: RequestRecord) -> int | None:
 
 def _vllm_goodput(ok: list[RequestRecord], lats: dict[int, dict[str, Any]], slo: Slo) -> int:
     """Requests good by vLLM's rule: inclusive, and a one-token output's TPOT counts as 0."""
-    limits = {k: v * MS for k, v in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms),
-                                     ("e2el", slo.e2el_ms)) if v is not None}
+    limits = {
+        k: v * MS
+        for k, v in (("ttft", slo.ttft_ms), ("tpot", slo.tpot_ms), ("e2el", slo.e2el_ms))
+        if v is not None
+    }
     return sum(1 for r in ok if all((lats[id(r)][k] or 0) <= v for k, v in limits.items()))
 
 
@@ -138,16 +150,20 @@ def compute(
     measured = [r for r in records if r.phase == "measured"]
     ok = [r for r in measured if r.ok]
     lats = {id(r): per_request(r) for r in measured}
-    out: dict[str, Any] = {"completed": len(ok), "failed": len(measured) - len(ok),
-                           "num_prompts": len(measured)}
+    out: dict[str, Any] = {
+        "completed": len(ok),
+        "failed": len(measured) - len(ok),
+        "num_prompts": len(measured),
+    }
 
     sends = [r.t_send for r in measured if r.t_send is not None]
     ends = [c for r in measured if (c := _completion(r)) is not None]
     start = min(sends) if sends else 0
     stop = max(ends + sends) if sends else 0
     duration = max(stop - start, 1) / NS if placed else duration_s
-    n_out = {id(r): (r.n_out if r.n_out is not None else sum(n for _, n in r.events))
-             for r in measured}
+    n_out = {
+        id(r): (r.n_out if r.n_out is not None else sum(n for _, n in r.events)) for r in measured
+    }
     total_in = sum(r.n_in or 0 for r in ok)
     total_out = sum(n_out[id(r)] for r in ok)
     good = [r for r in ok if is_good(r, lats[id(r)], slo)]
@@ -184,8 +200,9 @@ def compute(
         out["dispatch_delay_p99_ms"] = out["p99_queue_client_ms"]
         # Little's law: request rate x mean latency should equal the mean concurrency.
         if out["mean_e2el_ms"] is not None:
-            out["littles_law_concurrency"] = (out["window_request_throughput"]
-                                              * out["mean_e2el_ms"] / 1e3)
+            out["littles_law_concurrency"] = (
+                out["window_request_throughput"] * out["mean_e2el_ms"] / 1e3
+            )
 
     out["error_counts"] = dict(Counter(r.error or "unknown" for r in measured if not r.ok))
     # vLLM's per-request arrays (seconds), measured requests in dispatch order, with vLLM's
@@ -199,8 +216,16 @@ def compute(
     if placed:
         out["start_times"] = [(r.t_send or 0) / NS for r in measured]
         out["queue_times"] = [(lats[id(r)]["queue_client"] or 0) / NS for r in measured]
-        out.update(vllm_defs.peaks([r.ok for r in measured], out["start_times"], out["ttfts"],
-                                   out["itls"], out["latencies"], vllm_defs.STARTS))
+        out.update(
+            vllm_defs.peaks(
+                [r.ok for r in measured],
+                out["start_times"],
+                out["ttfts"],
+                out["itls"],
+                out["latencies"],
+                vllm_defs.STARTS,
+            )
+        )
     return out
 
 
@@ -224,15 +249,18 @@ def _timeline(measured, ok, good, lats, slo, window, start, stop) -> dict[str, A
         window_request_throughput=sum(1 for r in ok if in_w(r.t_end)) / wlen,
         window_total_tok_s=(w_tokens + sum(r.n_in or 0 for r in ok if in_w(r.t_first))) / wlen,
         goodput_req_s=sum(1 for r in good if in_w(r.t_end)) / wlen if slo.as_dict() else None,
-        goodput_tok_s=(sum(n for r in good for t, n in r.events if in_w(t)) / wlen
-                       if slo.as_dict() else None),
+        goodput_tok_s=(
+            sum(n for r in good for t, n in r.events if in_w(t)) / wlen if slo.as_dict() else None
+        ),
     )
     # Concurrency: exact sweep over send/completion events of every measured request (failed
     # ones too, to their end); the mean is time-weighted in W. vLLM's max_concurrent_requests
     # (successful requests only, to the last token) is computed apart, by its definition.
-    edges = sorted([(r.t_send, 1) for r in measured if r.t_send is not None]
-                   + [(c, -1) for r in measured if r.t_send is not None
-                      and (c := _completion(r)) is not None], key=lambda e: (e[0], e[1]))
+    edges = sorted(
+        [(r.t_send, 1) for r in measured if r.t_send is not None]
+        + [(c, -1) for r in measured if r.t_send is not None and (c := _completion(r)) is not None],
+        key=lambda e: (e[0], e[1]),
+    )
     cur = peak = 0
     area = 0.0
     last = w0
@@ -253,30 +281,79 @@ def _timeline(measured, ok, good, lats, slo, window, start, stop) -> dict[str, A
     return out
 
 
-_LATENCIES = ("ttft", "tpot", "itl", "e2el", "ttft_sched", "itl_token", "queue_client",
-              "client_queue_time", "tpot_token_weighted", "tpot_incl_ttft", "request_latency")
+_LATENCIES = (
+    "ttft",
+    "tpot",
+    "itl",
+    "e2el",
+    "ttft_sched",
+    "itl_token",
+    "queue_client",
+    "client_queue_time",
+    "tpot_token_weighted",
+    "tpot_incl_ttft",
+    "request_latency",
+)
 # (vLLM's name for queue_client, then guidellm's latencies: guidellm_import.MAPPED)
 #: the scalar fields of a summary (ours, vLLM's, guidellm's) -> their units (socketlab.units);
 #: percentiles are matched by _PERCENTILE, as vLLM's are whichever --metric-percentiles named
 UNITS: dict[str, str] = {
-    **{f"{s}_{name}_ms": "ms" for s in ("mean", "median", "std", "min", "max")
-       for name in _LATENCIES},
+    **{
+        f"{s}_{name}_ms": "ms"
+        for s in ("mean", "median", "std", "min", "max")
+        for name in _LATENCIES
+    },
     **{f"n_{name}": "count" for name in _LATENCIES},
-    **dict.fromkeys(("duration", "window_start_s", "window_end_s", "window_s", "client_cpu_s"),
-                    "s"),
-    **dict.fromkeys(("output_throughput", "total_token_throughput", "max_output_tokens_per_s",
-                     "peak_output_tokens_1s", "window_output_tok_s", "window_total_tok_s",
-                     "goodput_tok_s", "output_tok_s"), "tok/s"),
-    **dict.fromkeys(("request_throughput", "request_goodput", "window_request_throughput",
-                     "goodput_req_s", "request_rate"), "req/s"),
-    **dict.fromkeys(("completed", "failed", "num_prompts", "total_input_tokens",
-                     "total_output_tokens", "peak_concurrency", "mean_concurrency",
-                     "littles_law_concurrency", "max_concurrent_requests", "max_concurrency",
-                     "requests_successful", "requests_errored", "requests_incomplete",
-                     "short_outputs"), "count"),
+    **dict.fromkeys(
+        ("duration", "window_start_s", "window_end_s", "window_s", "client_cpu_s"), "s"
+    ),
+    **dict.fromkeys(
+        (
+            "output_throughput",
+            "total_token_throughput",
+            "max_output_tokens_per_s",
+            "peak_output_tokens_1s",
+            "window_output_tok_s",
+            "window_total_tok_s",
+            "goodput_tok_s",
+            "output_tok_s",
+        ),
+        "tok/s",
+    ),
+    **dict.fromkeys(
+        (
+            "request_throughput",
+            "request_goodput",
+            "window_request_throughput",
+            "goodput_req_s",
+            "request_rate",
+        ),
+        "req/s",
+    ),
+    **dict.fromkeys(
+        (
+            "completed",
+            "failed",
+            "num_prompts",
+            "total_input_tokens",
+            "total_output_tokens",
+            "peak_concurrency",
+            "mean_concurrency",
+            "littles_law_concurrency",
+            "max_concurrent_requests",
+            "max_concurrency",
+            "requests_successful",
+            "requests_errored",
+            "requests_incomplete",
+            "short_outputs",
+        ),
+        "count",
+    ),
     **dict.fromkeys(("dispatch_delay_p99_ms", "event_loop_lag_p99_ms"), "ms"),
-    "slo_attainment": "fraction", "burstiness": "ratio", "rtfx": "ratio",
-}  # fmt: skip
+    "slo_attainment": "fraction",
+    "burstiness": "ratio",
+    "rtfx": "ratio",
+}
 _PERCENTILE = re.compile(rf"p\d+(?:\.\d+)?_(?:{'|'.join(_LATENCIES)})_ms")
 
 
@@ -284,5 +361,8 @@ def scalar_metrics(summary: dict[str, Any]) -> list[tuple[str, float, str]]:
     """(field, value, unit) of each number in ``summary`` that UNITS defines, for the store's
     metrics table; a field UNITS does not define stays in the summary only."""
     units = {k: UNITS.get(k) or ("ms" if _PERCENTILE.fullmatch(k) else None) for k in summary}
-    return [(k, float(v), units[k]) for k, v in summary.items()
-            if units[k] and isinstance(v, int | float) and not isinstance(v, bool)]
+    return [
+        (k, float(v), units[k])
+        for k, v in summary.items()
+        if units[k] and isinstance(v, int | float) and not isinstance(v, bool)
+    ]

@@ -21,8 +21,9 @@ from socketlab.serve.records import RequestRecord
 MS = 1e6
 
 
-def definition_gaps(records: list[RequestRecord],
-                    guidellm_requests: list[dict[str, Any]]) -> dict[str, float]:
+def definition_gaps(
+    records: list[RequestRecord], guidellm_requests: list[dict[str, Any]]
+) -> dict[str, float]:
     """Largest relative difference per metric between our per-request values on guidellm's
     timestamps and guidellm's own per-request fields (successful requests, same order)."""
     ok = [r for r in records if r.ok]

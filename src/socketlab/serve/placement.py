@@ -30,9 +30,13 @@ class Placement:
     source: str  #: where the lists came from ("isolation plan", "topology", "explicit")
 
     def facts(self) -> dict[str, Any]:
-        return {"placement": self.name, "server_cpus": format_cpulist(self.server),
-                "client_cpus": format_cpulist(self.client), "client_shared": self.client_shared,
-                "placement_source": self.source}
+        return {
+            "placement": self.name,
+            "server_cpus": format_cpulist(self.server),
+            "client_cpus": format_cpulist(self.client),
+            "client_shared": self.client_shared,
+            "placement_source": self.source,
+        }
 
 
 def _ints(value: Any) -> list[int]:
@@ -43,8 +47,14 @@ def _ints(value: Any) -> list[int]:
     return sorted(int(v) for v in value)
 
 
-def resolve(name: str, facts: dict[str, Any], *, explicit: str | None = None,
-            client: str | None = None, host: str = "host") -> Placement:
+def resolve(
+    name: str,
+    facts: dict[str, Any],
+    *,
+    explicit: str | None = None,
+    client: str | None = None,
+    host: str = "host",
+) -> Placement:
     """CPU lists for placement ``name`` from template facts (topology + isolation plan lists).
 
     ``explicit`` (a CPU list) overrides the named placement's server CPUs; ``client`` the
@@ -61,18 +71,23 @@ def resolve(name: str, facts: dict[str, Any], *, explicit: str | None = None,
     elif name in ("workers", "workers+siblings"):
         workers, siblings = _ints(facts.get("workers")), _ints(facts.get("siblings"))
         if not workers:
-            raise PlanError(f"host {host}: placement {name!r} needs the isolation plan's worker "
-                            f"CPUs, and the facts have none{_why(facts)}; use placement 'all' "
-                            "or give cpus")
+            raise PlanError(
+                f"host {host}: placement {name!r} needs the isolation plan's worker "
+                f"CPUs, and the facts have none{_why(facts)}; use placement 'all' "
+                "or give cpus"
+            )
         server = workers if name == "workers" else sorted(set(workers) | set(siblings))
     else:
-        raise PlanError(f"host {host}: unknown placement {name!r}; expected one of "
-                        f"{', '.join(PLACEMENTS)}")
+        raise PlanError(
+            f"host {host}: unknown placement {name!r}; expected one of {', '.join(PLACEMENTS)}"
+        )
     missing = sorted(set(server) - set(online))
     if not server or missing:
-        raise PlanError(f"host {host}: placement {name!r} gives CPUs "
-                        f"{format_cpulist(server) or '(none)'}, not all online "
-                        f"({format_cpulist(online)})")
+        raise PlanError(
+            f"host {host}: placement {name!r} gives CPUs "
+            f"{format_cpulist(server) or '(none)'}, not all online "
+            f"({format_cpulist(online)})"
+        )
     if client is not None:
         cl, shared = _ints(client), False
     else:
@@ -84,7 +99,6 @@ def resolve(name: str, facts: dict[str, Any], *, explicit: str | None = None,
         if shared:
             cl = online
     return Placement(name, server, cl, shared, source)
-
 
 
 def _why(facts: dict[str, Any]) -> str:

@@ -32,8 +32,10 @@ def corpus_words() -> list[str]:
     data = CORPUS.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != CORPUS_SHA256:
-        raise PromptError(f"{CORPUS}: sha256 {digest[:12]} is not the pinned {CORPUS_SHA256[:12]}; "
-                          "the corpus was edited, so results would not be comparable")
+        raise PromptError(
+            f"{CORPUS}: sha256 {digest[:12]} is not the pinned {CORPUS_SHA256[:12]}; "
+            "the corpus was edited, so results would not be comparable"
+        )
     return data.decode().split()
 
 
@@ -84,8 +86,10 @@ class ServerTokenizer:
                 continue
             self.route = route
             return [int(t) for t in out["tokens"]]
-        raise PromptError(f"{self.base}: no tokenizer endpoint answered ({'; '.join(errors)}); "
-                          "synthetic prompts need one, or use prompts.source 'corpus'")
+        raise PromptError(
+            f"{self.base}: no tokenizer endpoint answered ({'; '.join(errors)}); "
+            "synthetic prompts need one, or use prompts.source 'corpus'"
+        )
 
     def detokenize(self, tokens: list[int]) -> str:
         if not self.route:
@@ -111,12 +115,14 @@ def exact_prompt(tok: ServerTokenizer, prefix: str, filler: str, n_tokens: int) 
         if count == n_tokens:
             return text
         take = max(take + (n_tokens - count), 0)
-    raise PromptError(f"could not make a prompt of exactly {n_tokens} tokens with this "
-                      f"tokenizer (got {count})")
+    raise PromptError(
+        f"could not make a prompt of exactly {n_tokens} tokens with this tokenizer (got {count})"
+    )
 
 
-def synthetic_prompts(tok: ServerTokenizer, count: int, n_tokens: int, seed: int,
-                      tag: str) -> list[Prompt]:
+def synthetic_prompts(
+    tok: ServerTokenizer, count: int, n_tokens: int, seed: int, tag: str
+) -> list[Prompt]:
     filler = " ".join(corpus_words())
     out = []
     for p in corpus_prompts(count, 16, seed, tag):

@@ -27,8 +27,12 @@ COLUMNS = {  # metric -> short column name
     "completed": "completed",
     "failed": "failed",
 }
-RATIOS = {"throughput_ratio": "tok_s", "tpot_p99_ratio": "tpot_p99",
-          "ttft_p99_ratio": "ttft_p99", "peak_memory_ratio": "peak_pss"}
+RATIOS = {
+    "throughput_ratio": "tok_s",
+    "tpot_p99_ratio": "tpot_p99",
+    "ttft_p99_ratio": "ttft_p99",
+    "peak_memory_ratio": "peak_pss",
+}
 
 
 def cells(frame: pd.DataFrame) -> pd.DataFrame:
@@ -36,8 +40,11 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
     keys = ["experiment", "host", "arm", "placement", "load"]
     if frame.empty or "parser" not in frame or "dim.load" not in frame:
         return pd.DataFrame(columns=keys)
-    f = frame[(frame["parser"] == PARSER) & frame["metric"].isin(list(COLUMNS))
-              & (frame["dim.load"] != "all")].copy()
+    f = frame[
+        (frame["parser"] == PARSER)
+        & frame["metric"].isin(list(COLUMNS))
+        & (frame["dim.load"] != "all")
+    ].copy()
     f = f.rename(columns={"dim.load": "load"})
     if f.empty:
         return pd.DataFrame(columns=keys)
@@ -51,7 +58,8 @@ def cells(frame: pd.DataFrame) -> pd.DataFrame:
     first = {a: i for i, a in enumerate(dict.fromkeys(f["arm"]))}  # arms in run order
     out["_arm"] = out["arm"].map(first)
     return out.sort_values(["experiment", "host", "_order", "_arm"]).drop(
-        columns=["_order", "_arm"])
+        columns=["_order", "_arm"]
+    )
 
 
 def _load_order(label: str) -> tuple[int, float]:
@@ -67,8 +75,12 @@ def comparison(cells_df: pd.DataFrame, baselines: dict[str, str]) -> pd.DataFram
         out[ratio] = float("nan")
     for idx, row in out.iterrows():
         base_arm = baselines.get(row["experiment"])
-        base = out[(out["experiment"] == row["experiment"]) & (out["host"] == row["host"])
-                   & (out["load"] == row["load"]) & (out["arm"] == base_arm)]
+        base = out[
+            (out["experiment"] == row["experiment"])
+            & (out["host"] == row["host"])
+            & (out["load"] == row["load"])
+            & (out["arm"] == base_arm)
+        ]
         if base.empty:
             continue
         for ratio, col in RATIOS.items():
@@ -85,8 +97,10 @@ def _fmt(v: Any, digits: int = 2, spread: Any = None) -> str:
 
 
 def comparison_table(cmp: pd.DataFrame) -> str:
-    head = ("| experiment | arm | placement | load | out tok/s | TTFT p50 / p99 ms | "
-            "TPOT p50 / p99 ms | peak MiB | throughput | TPOT P99 | TTFT P99 | peak memory |")
+    head = (
+        "| experiment | arm | placement | load | out tok/s | TTFT p50 / p99 ms | "
+        "TPOT p50 / p99 ms | peak MiB | throughput | TPOT P99 | TTFT P99 | peak memory |"
+    )
     lines = [head, "|" + "---|" * 4 + "---:|" * 8]
     for _, r in cmp.iterrows():
         peak = r.get("peak_pss")
@@ -97,15 +111,20 @@ def comparison_table(cmp: pd.DataFrame) -> str:
             f"{_fmt(r.get('tpot_p50'))} / {_fmt(r.get('tpot_p99'), 2, r.get('tpot_p99_spread'))} | "
             f"{_fmt(peak / 2**20 if peak is not None and pd.notna(peak) else None, 1)} | "
             + " | ".join(f"{_fmt(r.get(k))}x" if pd.notna(r.get(k)) else "-" for k in RATIOS)
-            + " |")
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def placement_table(cells_df: pd.DataFrame, reference: str = "workers") -> str:
     """Per experiment and load: each placement's TPOT p50 and its change against the
     reference placement (the seed's 13.83 -> 10.47 ms row pair)."""
-    lines = ["| experiment | load | placement | arm | TPOT p50 ms | vs " + reference +
-             " | TTFT p50 ms | out tok/s |", "|---|---|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| experiment | load | placement | arm | TPOT p50 ms | vs "
+        + reference
+        + " | TTFT p50 ms | out tok/s |",
+        "|---|---|---|---|---:|---:|---:|---:|",
+    ]
     for (exp, load), g in cells_df.groupby(["experiment", "load"], sort=False):
         ref = g[g["placement"] == reference]
         ref_tpot = ref.iloc[0]["tpot_p50"] if not ref.empty else None
@@ -113,9 +132,11 @@ def placement_table(cells_df: pd.DataFrame, reference: str = "workers") -> str:
             delta = "-"
             if ref_tpot and pd.notna(r.get("tpot_p50")):
                 delta = f"{(r['tpot_p50'] / ref_tpot - 1) * 100:+.1f}%"
-            lines.append(f"| {exp} | {load} | {r['placement']} | {r['arm']} | "
-                         f"{_fmt(r.get('tpot_p50'), 3)} | {delta} | {_fmt(r.get('ttft_p50'))} | "
-                         f"{_fmt(r.get('tok_s'), 1)} |")
+            lines.append(
+                f"| {exp} | {load} | {r['placement']} | {r['arm']} | "
+                f"{_fmt(r.get('tpot_p50'), 3)} | {delta} | {_fmt(r.get('ttft_p50'))} | "
+                f"{_fmt(r.get('tok_s'), 1)} |"
+            )
     return "\n".join(lines)
 
 
@@ -134,25 +155,50 @@ def notes(runs: list[Any]) -> list[tuple[str, str, list[str]]]:
     """What the tables can't show, as (title, intro, items): runs whose client shared the
     server's CPUs, imports' limitations, runs not ok (markdown and HTML list them alike)."""
     out = []
-    shared = sorted({(r.experiment, r.extra["arm"], r.extra.get("placement", "?"))
-                     for r in runs if r.extra.get("client_shared")})
+    shared = sorted(
+        {
+            (r.experiment, r.extra["arm"], r.extra.get("placement", "?"))
+            for r in runs
+            if r.extra.get("client_shared")
+        }
+    )
     if shared:  # the client competed with the server for CPU: its timestamps carry that
-        out.append(("Load generator shared the server's CPUs",
-                    "No CPU was left free of the server, so the client ran on the server's "
-                    "CPUs (`client_shared`); its timestamps include that contention (tokens can "
-                    "arrive batched), so compare these rows with care:",
-                    [f"{exp} arm {arm} (placement {pl})" for exp, arm, pl in shared]))
+        out.append(
+            (
+                "Load generator shared the server's CPUs",
+                "No CPU was left free of the server, so the client ran on the server's "
+                "CPUs (`client_shared`); its timestamps include that contention (tokens can "
+                "arrive batched), so compare these rows with care:",
+                [f"{exp} arm {arm} (placement {pl})" for exp, arm, pl in shared],
+            )
+        )
     limited = [r for r in runs if r.extra.get("limitations")]
     if limited:  # imports whose source lacks something: what was not computed, and why
-        out.append(("Limitations of imported runs", "",
-                    [f"{r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
-                     f"({r.extra.get('source_format', 'import')}): {line}"
-                     for r in limited for line in r.extra["limitations"]]))
+        out.append(
+            (
+                "Limitations of imported runs",
+                "",
+                [
+                    f"{r.experiment} arm {r.extra.get('arm')} {r.extra.get('load', '')} "
+                    f"({r.extra.get('source_format', 'import')}): {line}"
+                    for r in limited
+                    for line in r.extra["limitations"]
+                ],
+            )
+        )
     failed = [r for r in runs if r.status != RunStatus.OK]
     if failed:  # their numbers are in the tables above when they have any: say which
-        out.append(("Runs not ok", "", [f"{r.experiment} arm {r.extra.get('arm')} rep "
-                                        f"{r.repetition}: {r.status}: {r.reason}"
-                                        for r in failed]))
+        out.append(
+            (
+                "Runs not ok",
+                "",
+                [
+                    f"{r.experiment} arm {r.extra.get('arm')} rep "
+                    f"{r.repetition}: {r.status}: {r.reason}"
+                    for r in failed
+                ],
+            )
+        )
     return out
 
 
@@ -165,10 +211,22 @@ def serving_report(store: Any, campaign: str) -> str:
     if c.empty:
         parts.append("No serving metrics stored.")
     else:
-        parts += ["## Comparison (ratios: arm / baseline arm at the same load; "
-                  "* = repeat spread > 10%)", "", comparison_table(comparison(c, baselines)), "",
-                  "## Placement A/B", "", placement_table(c), ""]
+        parts += [
+            "## Comparison (ratios: arm / baseline arm at the same load; * = repeat spread > 10%)",
+            "",
+            comparison_table(comparison(c, baselines)),
+            "",
+            "## Placement A/B",
+            "",
+            placement_table(c),
+            "",
+        ]
     for title, intro, items in notes(runs):
-        parts += [f"## {title}", "", *([intro, ""] if intro else []),
-                  *[f"- {x}" for x in items], ""]
+        parts += [
+            f"## {title}",
+            "",
+            *([intro, ""] if intro else []),
+            *[f"- {x}" for x in items],
+            "",
+        ]
     return "\n".join(parts).rstrip("\n") + "\n"

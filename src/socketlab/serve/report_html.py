@@ -19,9 +19,13 @@ def _series(c: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(label, its rows in load order) per experiment, host, arm and placement."""
     out = []
     for (exp, host, arm, placement), g in c.groupby(
-            ["experiment", "host", "arm", "placement"], sort=False):
-        label = f"{exp} {arm}" + (f" ({placement})" if placement != arm else "") + (
-            f" on {host}" if c["host"].nunique() > 1 else "")
+        ["experiment", "host", "arm", "placement"], sort=False
+    ):
+        label = (
+            f"{exp} {arm}"
+            + (f" ({placement})" if placement != arm else "")
+            + (f" on {host}" if c["host"].nunique() > 1 else "")
+        )
         out.append((label, g.sort_values("load", key=lambda s: s.map(_load_order))))
     return out
 
@@ -74,8 +78,9 @@ def placement_plot(c: pd.DataFrame) -> str | None:
     for i, place in enumerate(places):
         ys = [g.loc[g["placement"] == place, "tpot_p50"].median() for _, g in groups]
         ax.bar([k + i * width for k in range(len(groups))], ys, width, label=place)
-    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(groups))], [n for n, _ in groups],
-                  fontsize=8)
+    ax.set_xticks(
+        [k + 0.4 - width / 2 for k in range(len(groups))], [n for n, _ in groups], fontsize=8
+    )
     ax.set_ylabel("TPOT p50 [ms]")
     ax.set_title("Placement A/B: TPOT p50", fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
@@ -84,8 +89,9 @@ def placement_plot(c: pd.DataFrame) -> str | None:
 
 
 def _table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:,.3g}",
-                         border=0, classes="cells")
+    return frame.to_html(
+        index=False, na_rep="-", float_format=lambda v: f"{v:,.3g}", border=0, classes="cells"
+    )
 
 
 def serving_html(store: Any, campaign: str) -> str:
@@ -93,17 +99,54 @@ def serving_html(store: Any, campaign: str) -> str:
     frame = store.metrics_frame(campaign)
     runs, baselines = serving_runs(store, campaign)
     c = cells(frame)
-    plots = [] if c.empty else [p for p in (
-        latency_plot(c, "ttft", "TTFT"), latency_plot(c, "tpot", "TPOT"), throughput_plot(c),
-        placement_plot(c)) if p]
+    plots = (
+        []
+        if c.empty
+        else [
+            p
+            for p in (
+                latency_plot(c, "ttft", "TTFT"),
+                latency_plot(c, "tpot", "TPOT"),
+                throughput_plot(c),
+                placement_plot(c),
+            )
+            if p
+        ]
+    )
     table = ""
     if not c.empty:
         cmp = comparison(c, baselines)
-        shown = [k for k in ("experiment", "host", "arm", "placement", "load", "reps", "tok_s",
-                             "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "peak_pss",
-                             "completed", "failed", *RATIOS) if k in cmp]
+        shown = [
+            k
+            for k in (
+                "experiment",
+                "host",
+                "arm",
+                "placement",
+                "load",
+                "reps",
+                "tok_s",
+                "ttft_p50",
+                "ttft_p99",
+                "tpot_p50",
+                "tpot_p99",
+                "peak_pss",
+                "completed",
+                "failed",
+                *RATIOS,
+            )
+            if k in cmp
+        ]
         table = _table(cmp[shown])
-    return template_env("socketlab.serve", html=True).get_template(
-        "serving-report.html.j2").render(
-        campaign=campaign, plots=plots, table=table, runs=len(runs), notes=notes(runs),
-        generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    return (
+        template_env("socketlab.serve", html=True)
+        .get_template("serving-report.html.j2")
+        .render(
+            campaign=campaign,
+            plots=plots,
+            table=table,
+            runs=len(runs),
+            notes=notes(runs),
+            generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        )
+    )

@@ -23,8 +23,9 @@ def save_requests(path: Path, run_key: str, level: str, records: list[RequestRec
         store.add_requests(run_key, level, records)
 
 
-def load_requests(path: Path,
-                  run_key: str | None = None) -> dict[tuple[str, str], list[RequestRecord]]:
+def load_requests(
+    path: Path, run_key: str | None = None
+) -> dict[tuple[str, str], list[RequestRecord]]:
     """(run key, level) -> records in dispatch order."""
     from socketlab.store import Store
 
@@ -34,5 +35,6 @@ def load_requests(path: Path,
     out: dict[tuple[str, str], list[RequestRecord]] = {}
     for row in rows:
         out.setdefault((row["run_key"], row["level"]), []).append(
-            RequestRecord.from_json(json.loads(row["record"])))
+            RequestRecord.from_json(json.loads(row["record"]))
+        )
     return out

@@ -63,8 +63,10 @@ class Server:
         try:
             self.root = self.ex.spawn(self.argv, env=self.env, cpus=self.cpus, log=self.remote_log)
         except HostError as exc:  # bad path, or pinning refused
-            raise ServerFailure(f"server command could not start: {exc} (argv[0] "
-                                f"{self.argv[0]!r} on {self.ex.name}, cpus {self.cpus})") from None
+            raise ServerFailure(
+                f"server command could not start: {exc} (argv[0] "
+                f"{self.argv[0]!r} on {self.ex.name}, cpus {self.cpus})"
+            ) from None
 
     @property
     def pid(self) -> int:
@@ -101,8 +103,10 @@ class Server:
                 except httpx.HTTPError as exc:
                     last = type(exc).__name__
                 if time.monotonic() - t0 > self.ready_timeout_s:
-                    raise ServerFailure(f"server never ready: {self.ready_url} gave {last} for "
-                                        f"{self.ready_timeout_s:g} s")
+                    raise ServerFailure(
+                        f"server never ready: {self.ready_url} gave {last} for "
+                        f"{self.ready_timeout_s:g} s"
+                    )
                 time.sleep(0.2)
 
     def check_alive(self) -> None:

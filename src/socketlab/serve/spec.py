@@ -40,8 +40,10 @@ def prepare(spec: Any, exp: Any) -> PreparedServing:
     base = f"experiments[{exp.index}].serving"
     clash = sorted(set(exp.sweep.names) & set(AXES))
     if clash:
-        raise SpecError(f"{spec.where(f'experiments[{exp.index}].sweep')}: parameter "
-                        f"{clash[0]!r} is set by the serving kind (one run per arm)")
+        raise SpecError(
+            f"{spec.where(f'experiments[{exp.index}].sweep')}: parameter "
+            f"{clash[0]!r} is set by the serving kind (one run per arm)"
+        )
     config = parse(exp.extra.get("serving") or {}, spec.where, base)
     allowed = allowed_names(tuple(exp.sweep.names) + AXES)
     arms = {}
@@ -63,8 +65,9 @@ def prepare(spec: Any, exp: Any) -> PreparedServing:
 def axes(spec: Any, exp: Any) -> list[dict[str, Any]]:
     """Extra parameters crossed with the experiment's sweep: one set per arm."""
     config: ServingConfig = exp.prepared.config
-    return [{"arm": a.name, "placement": "explicit" if a.cpus else a.placement}
-            for a in config.arms]
+    return [
+        {"arm": a.name, "placement": "explicit" if a.cpus else a.placement} for a in config.arms
+    ]
 
 
 def render(point: PointContext) -> Rendered:
@@ -73,8 +76,10 @@ def render(point: PointContext) -> Rendered:
     name = point.params.get("arm")
     if name is None:
         if len(config.arms) > 1:
-            raise SpecError(f"{point.spec.where(f'experiments[{point.experiment.index}].kind')}: "
-                            "this orchestrator does not expand serving arms; use one arm")
+            raise SpecError(
+                f"{point.spec.where(f'experiments[{point.experiment.index}].kind')}: "
+                "this orchestrator does not expand serving arms; use one arm"
+            )
         name = config.arms[0].name
     arm, tpl = config.arm(name), prepared.arms[name]
     ctx = {**point.context, "arm": name, "placement": arm.placement}
@@ -87,14 +92,21 @@ def render(point: PointContext) -> Rendered:
     env = {k: r(f) for k, f in tpl.env}
     try:
         place = placement_mod.resolve(
-            arm.placement, ctx.get("facts") or {},
+            arm.placement,
+            ctx.get("facts") or {},
             explicit=r(tpl.cpus) if tpl.cpus else None,
-            client=r(tpl.client_cpus) if tpl.client_cpus else None, host=host)
+            client=r(tpl.client_cpus) if tpl.client_cpus else None,
+            host=host,
+        )
     except (PlanError, ValueError) as exc:
         at = f"experiments[{point.experiment.index}].serving.arms[{config.arms.index(arm)}]"
         raise SpecError(f"{spec.where(at)}: {exc}") from None
-    extra = {"serving": config.as_json(), "arm": name, "placement": place.facts(),
-             "seed": point.experiment.seed}
+    extra = {
+        "serving": config.as_json(),
+        "arm": name,
+        "placement": place.facts(),
+        "seed": point.experiment.seed,
+    }
     return Rendered(argv, env, place.facts()["server_cpus"], extra)
 
 

@@ -59,8 +59,10 @@ def _read_request(conn: socket.socket, buf: bytes) -> tuple[int, str, str, bytes
 
 def _respond_json(conn: socket.socket, code: int, obj: dict) -> None:
     data = json.dumps(obj).encode()
-    conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                 % (code, len(data), data))
+    conn.sendall(
+        b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+        % (code, len(data), data)
+    )
 
 
 def _frame(obj: dict | str) -> bytes:
@@ -74,12 +76,14 @@ def _chunk(conn: socket.socket, obj: dict | str) -> None:
 
 def _stream(conn: socket.socket, opts, t_recv: int, path: str, body: dict, n_served: int) -> None:
     chat = path.rstrip("/").endswith("chat/completions")
-    prompt = ((body.get("messages") or [{}])[-1].get("content", "") if chat
-              else body.get("prompt", ""))
+    prompt = (
+        (body.get("messages") or [{}])[-1].get("content", "") if chat else body.get("prompt", "")
+    )
     n_in = len(str(prompt).split())
     n = int(opts.tokens or body.get("max_tokens") or 16)
-    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                 b"Transfer-Encoding: chunked\r\n\r\n")
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
     first, every = opts.first_ms * 1e6, opts.every_ms * 1e6
     pending: list[bytes] = []
     for k in range(n):
@@ -91,13 +95,25 @@ def _stream(conn: socket.socket, opts, t_recv: int, path: str, body: dict, n_ser
         text = f" t{k}"
         choice = {"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}
         choice["finish_reason"] = "length" if k == n - 1 else None
-        pending.append(_frame({"object": "chat.completion.chunk" if chat else "text_completion",
-                               "choices": [choice], "x_ts_ns": time.perf_counter_ns()}))
+        pending.append(
+            _frame(
+                {
+                    "object": "chat.completion.chunk" if chat else "text_completion",
+                    "choices": [choice],
+                    "x_ts_ns": time.perf_counter_ns(),
+                }
+            )
+        )
         if len(pending) >= opts.batch or k == n - 1:  # --batch: fewer writes, same events
             conn.sendall(b"".join(pending))
             pending.clear()
-    _chunk(conn, {"choices": [], "usage": {"prompt_tokens": n_in, "completion_tokens": n,
-                                           "total_tokens": n_in + n}})
+    _chunk(
+        conn,
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": n_in, "completion_tokens": n, "total_tokens": n_in + n},
+        },
+    )
     _chunk(conn, "[DONE]")
     conn.sendall(b"0\r\n\r\n")
 
@@ -129,13 +145,16 @@ def _serve_connection(conn: socket.socket, opts) -> None:
             _stream(conn, opts, t_recv, path, json.loads(raw or b"{}"), n_served)
 
 
-def launch(args: list[str], port_file: Path, *, preexec_fn=None,
-           timeout_s: float = 20.0) -> tuple[subprocess.Popen, str]:
+def launch(
+    args: list[str], port_file: Path, *, preexec_fn=None, timeout_s: float = 20.0
+) -> tuple[subprocess.Popen, str]:
     """Start this endpoint as a process (own session) with ``args``; returns it and its base URL
     once it listens. On failure it is stopped by PID before the error is raised."""
-    proc = subprocess.Popen([sys.executable, "-m", "socketlab.serve.testserver",
-                             "--port-file", str(port_file), *args],
-                            start_new_session=True, preexec_fn=preexec_fn)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "socketlab.serve.testserver", "--port-file", str(port_file), *args],
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+    )
     deadline = time.monotonic() + timeout_s
     while not port_file.exists():
         rc = proc.poll()
@@ -143,8 +162,11 @@ def launch(args: list[str], port_file: Path, *, preexec_fn=None,
             if rc is None:
                 proc.kill()
                 proc.wait(timeout=10)
-            why = (f"exited with code {rc}" if rc is not None
-                   else f"not listening after {timeout_s:g} s")
+            why = (
+                f"exited with code {rc}"
+                if rc is not None
+                else f"not listening after {timeout_s:g} s"
+            )
             raise RuntimeError(f"scripted endpoint {why} (args {args})")
         time.sleep(0.05)
     return proc, f"http://127.0.0.1:{port_file.read_text()}"
@@ -158,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-ms", type=float, default=0.0, help="delay of the first token")
     ap.add_argument("--every-ms", type=float, default=0.0, help="gap between later tokens")
     ap.add_argument("--tokens", type=int, default=0, help="tokens per response (0: max_tokens)")
-    ap.add_argument("--batch", type=int, default=1,
-                    help="token events per socket write (a faster endpoint for benchmarks)")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=1,
+        help="token events per socket write (a faster endpoint for benchmarks)",
+    )
     ap.add_argument("--never-ready", action="store_true")
     ap.add_argument("--http-error", type=int, default=0)
     ap.add_argument("--die-after", type=int, default=None)

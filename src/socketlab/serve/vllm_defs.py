@@ -58,9 +58,11 @@ def latencies(doc: dict[str, Any]) -> list[float]:
 def _stats(name: str, values: list[float], percentiles: list[float]) -> dict[str, float]:
     """vLLM's mean/median/std/pXX in ms (np.* of ``values or 0``: 0.0 for no values)."""
     v = values or 0
-    out = {f"mean_{name}_ms": float(np.mean(v)) * 1000,
-           f"median_{name}_ms": float(np.median(v)) * 1000,
-           f"std_{name}_ms": float(np.std(v)) * 1000}
+    out = {
+        f"mean_{name}_ms": float(np.mean(v)) * 1000,
+        f"median_{name}_ms": float(np.median(v)) * 1000,
+        f"std_{name}_ms": float(np.std(v)) * 1000,
+    }
     for p in percentiles:
         word = str(int(p)) if int(p) == p else str(p)
         out[f"p{word}_{name}_ms"] = float(np.percentile(v, p)) * 1000
@@ -73,14 +75,20 @@ def percentiles_in(doc: dict[str, Any]) -> list[float]:
     for k in doc:
         if k.startswith("p") and k.endswith("_ttft_ms"):
             try:
-                found.add(float(k[1:-len("_ttft_ms")]))
+                found.add(float(k[1 : -len("_ttft_ms")]))
             except ValueError:
                 continue
     return sorted(found) or [99.0]
 
 
-def peaks(ok: list[bool], starts: list[float], ttfts: list[float], itls: list[list[float]],
-          lats: list[float], style: str) -> dict[str, float]:
+def peaks(
+    ok: list[bool],
+    starts: list[float],
+    ttfts: list[float],
+    itls: list[list[float]],
+    lats: list[float],
+    style: str,
+) -> dict[str, float]:
     """``max_output_tokens_per_s`` (content chunks of successful requests per 1 s bucket from
     their first start) and ``max_concurrent_requests`` in the writer's ``style``."""
     idx = [i for i, good in enumerate(ok) if good]
@@ -120,8 +128,7 @@ def summary(doc: dict[str, Any], slo_ms: dict[str, float] | None = None) -> dict
     for the rates). Fields that need ``start_times`` are left out when the file has none."""
     ok = succeeded(doc)
     lats = latencies(doc)
-    out_lens = [int(n or 0) if good else 0 for n, good in zip(doc["output_lens"], ok,
-                                                                strict=True)]
+    out_lens = [int(n or 0) if good else 0 for n, good in zip(doc["output_lens"], ok, strict=True)]
     ins = doc.get("input_lens") or [0] * len(ok)
     ttfts, itls_all, tpots, e2els, all_tpots = [], [], [], [], []
     for i, good in enumerate(ok):
@@ -136,23 +143,41 @@ def summary(doc: dict[str, Any], slo_ms: dict[str, float] | None = None) -> dict
     completed = sum(ok)
     total_in = sum(int(ins[i] or 0) for i, good in enumerate(ok) if good)
     total_out = sum(out_lens)
-    out: dict[str, Any] = {"completed": completed, "failed": len(ok) - completed,
-                           "total_input_tokens": total_in, "total_output_tokens": total_out}
+    out: dict[str, Any] = {
+        "completed": completed,
+        "failed": len(ok) - completed,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+    }
     dur = doc.get("duration")
     if isinstance(dur, int | float) and dur > 0:
-        out.update(request_throughput=completed / dur, output_throughput=total_out / dur,
-                   total_token_throughput=(total_in + total_out) / dur)
+        out.update(
+            request_throughput=completed / dur,
+            output_throughput=total_out / dur,
+            total_token_throughput=(total_in + total_out) / dur,
+        )
         if slo_ms:  # vLLM: inclusive, a one-token output has TPOT 0 (passes)
             cols = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}
-            good = sum(1 for row in zip(*(cols[k] for k in slo_ms), strict=True)
-                       if all(v <= slo_ms[k] / 1000 for k, v in zip(slo_ms, row, strict=True)))
+            good = sum(
+                1
+                for row in zip(*(cols[k] for k in slo_ms), strict=True)
+                if all(v <= slo_ms[k] / 1000 for k, v in zip(slo_ms, row, strict=True))
+            )
             out["request_goodput"] = good / dur
     pcts = percentiles_in(doc)
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls_all), ("e2el", e2els)):
         out.update(_stats(name, values, pcts))
     if isinstance(doc.get("start_times"), list):
-        out.update(peaks(ok, [float(s) for s in doc["start_times"]],
-                         [float(t) for t in doc["ttfts"]], doc["itls"], lats, layout(doc)))
+        out.update(
+            peaks(
+                ok,
+                [float(s) for s in doc["start_times"]],
+                [float(t) for t in doc["ttfts"]],
+                doc["itls"],
+                lats,
+                layout(doc),
+            )
+        )
     return out
 
 

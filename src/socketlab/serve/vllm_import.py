@@ -74,8 +74,10 @@ def _check_arrays(doc: dict[str, Any], path: Path) -> int:
     holding what vLLM writes there; a malformed file is a one-line error naming the field."""
     missing = [k for k in REQUIRED if not isinstance(doc.get(k), list)]
     if missing:
-        raise SpecError(f"{path}: field {missing[0]}: missing; expected a vLLM bench-serve JSON "
-                        "saved with --save-detailed (per-request arrays)")
+        raise SpecError(
+            f"{path}: field {missing[0]}: missing; expected a vLLM bench-serve JSON "
+            "saved with --save-detailed (per-request arrays)"
+        )
     n = len(doc["ttfts"])
     for key, (expected, check) in ARRAYS.items():
         values = doc.get(key)
@@ -83,14 +85,18 @@ def _check_arrays(doc: dict[str, Any], path: Path) -> int:
             continue
         if not isinstance(values, list) or len(values) != n:
             got = f"{len(values)} entries" if isinstance(values, list) else type(values).__name__
-            raise SpecError(f"{path}: field {key}: expected a list of {n} entries (one per "
-                            f"request, as ttfts), got {got}")
+            raise SpecError(
+                f"{path}: field {key}: expected a list of {n} entries (one per "
+                f"request, as ttfts), got {got}"
+            )
         for i, v in enumerate(values):
             if not check(v):
                 raise SpecError(f"{path}: field {key}[{i}]: expected {expected}, got {v!r:.40}")
     if "start_times" not in doc and not (_number(doc.get("duration")) and doc["duration"] > 0):
-        raise SpecError(f"{path}: field duration: expected the run's duration in s (a positive "
-                        "number): without start_times the rates need it")
+        raise SpecError(
+            f"{path}: field duration: expected the run's duration in s (a positive "
+            "number): without start_times the rates need it"
+        )
     return n
 
 
@@ -108,9 +114,16 @@ def records_from(doc: dict[str, Any], path: Path) -> list[RequestRecord]:
     for i in range(n):
         t_send = round((float(starts[i]) - origin) * NS) if starts else 0
         n_out = int(doc["output_lens"][i] or 0)
-        rec = RequestRecord(index=i, phase="measured", prompt_id=f"vllm-{i}", n_in=inputs[i],
-                            t_sched=t_send if starts else None, t_send=t_send, n_out=n_out,
-                            n_out_source="usage")
+        rec = RequestRecord(
+            index=i,
+            phase="measured",
+            prompt_id=f"vllm-{i}",
+            n_in=inputs[i],
+            t_sched=t_send if starts else None,
+            t_send=t_send,
+            n_out=n_out,
+            n_out_source="usage",
+        )
         if not ok[i] or n_out == 0:
             rec.status, rec.error = "error", str(errors[i] or "no output")[:200]
             out.append(rec)
@@ -133,10 +146,12 @@ def records_from(doc: dict[str, Any], path: Path) -> list[RequestRecord]:
 def limitations(doc: dict[str, Any]) -> list[str]:
     if isinstance(doc.get("start_times"), list):
         return []
-    return [f"no start_times (vLLM layout {vllm_defs.layout(doc)}, before January 2026): the "
-            "requests' places in time are unknown, so window throughput, concurrency, "
-            "max_output_tokens_per_s and max_concurrent_requests are not recomputed (vLLM's own "
-            "values are kept, parser vllm-bench/1); rates use the file's duration"]
+    return [
+        f"no start_times (vLLM layout {vllm_defs.layout(doc)}, before January 2026): the "
+        "requests' places in time are unknown, so window throughput, concurrency, "
+        "max_output_tokens_per_s and max_concurrent_requests are not recomputed (vLLM's own "
+        "values are kept, parser vllm-bench/1); rates use the file's duration"
+    ]
 
 
 def import_vllm(path: Path, load: str | None = None) -> dict[str, Any]:
@@ -157,60 +172,122 @@ def import_vllm(path: Path, load: str | None = None) -> dict[str, Any]:
     recomputed = vllm_defs.summary(doc)
     # vLLM's fields by vLLM's definitions, from the arrays in seconds (ours come from
     # ns-rounded records: the same definitions, rounded to 1 ns)
-    summary.update({k: v for k, v in recomputed.items() if summary.get(k) is not None
-                    or k in ("max_output_tokens_per_s", "max_concurrent_requests")})
+    summary.update(
+        {
+            k: v
+            for k, v in recomputed.items()
+            if summary.get(k) is not None
+            or k in ("max_output_tokens_per_s", "max_concurrent_requests")
+        }
+    )
     if _number(doc.get("duration")):  # the rates above divide by the file's own duration
         summary["duration"] = float(doc["duration"])
     dims = {"load": label}
     if label.startswith("c") and label[1:].isdigit():
         dims["concurrency"] = int(label[1:])
     ours = [Metric(k, v, u, dims, PARSER) for k, v, u in metrics_mod.scalar_metrics(summary)]
-    vllm = [Metric(k, float(v), u, {**dims, "source": "vllm"}, VLLM_PARSER)
-            for k, v, u in metrics_mod.scalar_metrics(theirs)]
-    return {"label": label, "records": records, "summary": summary, "metrics": ours + vllm,
-            "vllm": theirs, "agreement": vllm_defs.agreement(theirs, recomputed),
-            "limitations": limitations(doc), "layout": vllm_defs.layout(doc),
-            "sha256": hashlib.sha256(raw).hexdigest(),
-            "model": doc.get("model_id"), "backend": doc.get("backend")}
+    vllm = [
+        Metric(k, float(v), u, {**dims, "source": "vllm"}, VLLM_PARSER)
+        for k, v, u in metrics_mod.scalar_metrics(theirs)
+    ]
+    return {
+        "label": label,
+        "records": records,
+        "summary": summary,
+        "metrics": ours + vllm,
+        "vllm": theirs,
+        "agreement": vllm_defs.agreement(theirs, recomputed),
+        "limitations": limitations(doc),
+        "layout": vllm_defs.layout(doc),
+        "sha256": hashlib.sha256(raw).hexdigest(),
+        "model": doc.get("model_id"),
+        "backend": doc.get("backend"),
+    }
 
 
-def store_imported_level(store: Any, path: Path, level: dict[str, Any], *, campaign: str,
-                         experiment: str, host: str, repetition: int, params: dict[str, Any],
-                         file_sha256: str, extra: dict[str, Any]) -> Any:
+def store_imported_level(
+    store: Any,
+    path: Path,
+    level: dict[str, Any],
+    *,
+    campaign: str,
+    experiment: str,
+    host: str,
+    repetition: int,
+    params: dict[str, Any],
+    file_sha256: str,
+    extra: dict[str, Any],
+) -> Any:
     """Store one imported load level (a summary, its requests and metrics) as one run; its key
     hashes the file and the names, so importing the same file twice adds nothing new.
     Shared by the vLLM and guidellm importers."""
     from socketlab.serve.requests_store import save_requests
     from socketlab.store import RunRecord
 
-    key = hashlib.sha256(json.dumps([campaign, experiment, host, params, repetition,
-                                     file_sha256]).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps([campaign, experiment, host, params, repetition, file_sha256]).encode()
+    ).hexdigest()
     s = level["summary"]
     status = RunStatus.OK if s["completed"] and not s["failed"] else RunStatus.FAILED
-    reason = "" if status == RunStatus.OK else (
-        f"{s['failed']} of {s['num_prompts']} requests failed")
+    reason = (
+        "" if status == RunStatus.OK else (f"{s['failed']} of {s['num_prompts']} requests failed")
+    )
     record = RunRecord(
-        run_key=key, campaign=campaign, experiment=experiment, host=host,
-        repetition=repetition, params=params, status=status, reason=reason,
+        run_key=key,
+        campaign=campaign,
+        experiment=experiment,
+        host=host,
+        repetition=repetition,
+        params=params,
+        status=status,
+        reason=reason,
         raw_dir=str(path.resolve()),
-        extra={"imported_from": str(path), "sha256": file_sha256, "load": level["label"],
-               "limitations": level["limitations"], **extra})
+        extra={
+            "imported_from": str(path),
+            "sha256": file_sha256,
+            "load": level["label"],
+            "limitations": level["limitations"],
+            **extra,
+        },
+    )
     save_requests(Path(store.path), key, level["label"], level["records"])
     store.add_run(record, level["metrics"])
     return record
 
 
-def store_import(store: Any, path: Path, *, campaign: str, experiment: str = "vllm-import",
-                 arm: str = "vllm", placement: str = "unknown", host: str = "imported",
-                 repetition: int = 0, load: str | None = None,
-                 baseline: str | None = None, got: dict[str, Any] | None = None) -> Any:
+def store_import(
+    store: Any,
+    path: Path,
+    *,
+    campaign: str,
+    experiment: str = "vllm-import",
+    arm: str = "vllm",
+    placement: str = "unknown",
+    host: str = "imported",
+    repetition: int = 0,
+    load: str | None = None,
+    baseline: str | None = None,
+    got: dict[str, Any] | None = None,
+) -> Any:
     """Import a file as one stored run (key: hash of the file and the names); returns it.
     ``got``: the file already read by ``import_vllm`` (so a bad file never creates a store)."""
     got = got if got is not None else import_vllm(path, load)
     return store_imported_level(
-        store, path, got, campaign=campaign, experiment=experiment, host=host,
-        repetition=repetition, params={"arm": arm, "placement": placement},
+        store,
+        path,
+        got,
+        campaign=campaign,
+        experiment=experiment,
+        host=host,
+        repetition=repetition,
+        params={"arm": arm, "placement": placement},
         file_sha256=got["sha256"],
-        extra={"arm": arm, "baseline": baseline, "model": got["model"],
-               "backend": got["backend"], "source_format": f"vllm {got['layout']}",
-               "vllm_agreement": got["agreement"]})
+        extra={
+            "arm": arm,
+            "baseline": baseline,
+            "model": got["model"],
+            "backend": got["backend"],
+            "source_format": f"vllm {got['layout']}",
+            "vllm_agreement": got["agreement"],
+        },
+    )

@@ -50,8 +50,11 @@ class Adaptive:
 
     def describe(self) -> str:
         ladder = ", ".join(f"{v:g}" for v in self.values)
-        return (f"sweep {self.param} upward over [{ladder}]; stop when "
-                + " or ".join(r.describe() for r in self.rules) + "; else at the cap")  # fmt: skip
+        return (
+            f"sweep {self.param} upward over [{ladder}]; stop when "
+            + " or ".join(r.describe() for r in self.rules)
+            + "; else at the cap"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,13 +76,21 @@ def check(error, base: str, body: dict[str, Any], sweep, parsers, sanity, order:
         names = ", ".join(sweep.matrix) or "none"
         raise error(f"{here}.param", f"'{param}' is not a sweep.matrix parameter (matrix: {names})")
     values = sweep.matrix[param]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values) or list(
-            values) != sorted(values) or len(set(values)) != len(values):  # fmt: skip
-        raise error(f"{base}.sweep.matrix.{param}", "an adaptive parameter's values must be "
-                    f"distinct numbers in ascending order, got {list(values)}")  # fmt: skip
+    if (
+        not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        or list(values) != sorted(values)
+        or len(set(values)) != len(values)
+    ):
+        raise error(
+            f"{base}.sweep.matrix.{param}",
+            "an adaptive parameter's values must be "
+            f"distinct numbers in ascending order, got {list(values)}",
+        )
     if order != "sequential":
-        raise error(f"{base}.order", f"an adaptive sweep runs its steps in order; expected "
-                    f"'sequential', got '{order}'")  # fmt: skip
+        raise error(
+            f"{base}.order",
+            f"an adaptive sweep runs its steps in order; expected 'sequential', got '{order}'",
+        )
     known = set(sanity.required_metrics)
     for parser in parsers:
         if parser.kind == "regex":
@@ -89,8 +100,11 @@ def check(error, base: str, body: dict[str, Any], sweep, parsers, sanity, order:
         where = f"{here}.stop[{i}]"
         if rule["metric"] not in known:
             listed = ", ".join(sorted(known)) or "none: list them in sanity.required_metrics"
-            raise error(f"{where}.metric", f"unknown metric '{rule['metric']}'; expected one the "
-                        f"experiment produces ({listed})")  # fmt: skip
+            raise error(
+                f"{where}.metric",
+                f"unknown metric '{rule['metric']}'; expected one the "
+                f"experiment produces ({listed})",
+            )
         if ("above" in rule) == ("min_gain" in rule):
             raise error(where, "expected exactly one of 'above' (x first step) or 'min_gain'")
         rules.append(StopRule(rule["metric"], rule.get("above"), rule.get("min_gain")))
@@ -99,8 +113,7 @@ def check(error, base: str, body: dict[str, Any], sweep, parsers, sanity, order:
 
 def ladder_of(params: dict[str, Any], param: str) -> str:
     """The ladder a point belongs to: every parameter but the adaptive one."""
-    return json.dumps({k: v for k, v in params.items() if k != param}, sort_keys=True,
-                      default=str)  # fmt: skip
+    return json.dumps({k: v for k, v in params.items() if k != param}, sort_keys=True, default=str)
 
 
 def decide(adaptive: Adaptive, steps: dict[float, dict[str, Any]]) -> Stop | None:
@@ -114,32 +127,44 @@ def decide(adaptive: Adaptive, steps: dict[float, dict[str, Any]]) -> Stop | Non
         if step is None:
             return None
         if step.get("bad"):
-            return Stop(value, "failed", f"{adaptive.param}={value:g} did not run ok: "
-                        f"{step['bad']}")  # fmt: skip
+            return Stop(
+                value, "failed", f"{adaptive.param}={value:g} did not run ok: {step['bad']}"
+            )
         if step["ok"] < step["expected"]:
             return None
         medians = {}
         for rule in adaptive.rules:
             got = step["metrics"].get(rule.metric) or []
             if not got:
-                return Stop(value, "failed", f"{adaptive.param}={value:g}: the runs produced no "
-                            f"'{rule.metric}'")  # fmt: skip
+                return Stop(
+                    value,
+                    "failed",
+                    f"{adaptive.param}={value:g}: the runs produced no '{rule.metric}'",
+                )
             medians[rule.metric] = statistics.median(got)
         for rule in adaptive.rules:
             now = medians[rule.metric]
             if rule.above is not None and rule.metric in first:
                 limit = rule.above * first[rule.metric]
                 if now > limit:
-                    return Stop(value, "breach", f"{rule.metric} {now:.4g} > {rule.above:g} x "
-                                f"{first[rule.metric]:.4g} = {limit:.4g} at "
-                                f"{adaptive.param}={value:g}")  # fmt: skip
+                    return Stop(
+                        value,
+                        "breach",
+                        f"{rule.metric} {now:.4g} > {rule.above:g} x "
+                        f"{first[rule.metric]:.4g} = {limit:.4g} at "
+                        f"{adaptive.param}={value:g}",
+                    )
             if rule.min_gain is not None and rule.metric in previous:
                 base = previous[rule.metric]
                 gain = now / base - 1 if base else float("inf")
                 if gain < rule.min_gain:
-                    return Stop(value, "breach", f"{rule.metric} gain {gain:+.1%} < "
-                                f"{rule.min_gain:.0%} at {adaptive.param}={value:g} "
-                                f"({base:.4g} -> {now:.4g})")  # fmt: skip
+                    return Stop(
+                        value,
+                        "breach",
+                        f"{rule.metric} gain {gain:+.1%} < "
+                        f"{rule.min_gain:.0%} at {adaptive.param}={value:g} "
+                        f"({base:.4g} -> {now:.4g})",
+                    )
         for metric, median in medians.items():
             first.setdefault(metric, median)
             previous[metric] = median
@@ -149,21 +174,32 @@ def decide(adaptive: Adaptive, steps: dict[float, dict[str, Any]]) -> Stop | Non
 
 def as_extra(adaptive: Adaptive) -> dict[str, Any]:
     """What a run point carries (plain data: points are dumped as JSON in places)."""
-    return {"param": adaptive.param, "values": list(adaptive.values),
-            "rules": [r.__dict__ for r in adaptive.rules]}  # fmt: skip
+    return {
+        "param": adaptive.param,
+        "values": list(adaptive.values),
+        "rules": [r.__dict__ for r in adaptive.rules],
+    }
 
 
 def from_extra(data: dict[str, Any]) -> Adaptive:
-    return Adaptive(data["param"], tuple(data["values"]),
-                    tuple(StopRule(**r) for r in data["rules"]))  # fmt: skip
+    return Adaptive(
+        data["param"], tuple(data["values"]), tuple(StopRule(**r) for r in data["rules"])
+    )
 
 
 def meta_key(host: str, experiment: str, ladder: str) -> str:
     return f"{META_PREFIX}{host}:{experiment}:{ladder}"
 
 
-def stored_steps(store, campaign: str, host: str, experiment: str, adaptive: Adaptive,
-                 ladder: str, expected: dict[float, int]) -> dict[float, dict[str, Any]]:  # fmt: skip
+def stored_steps(
+    store,
+    campaign: str,
+    host: str,
+    experiment: str,
+    adaptive: Adaptive,
+    ladder: str,
+    expected: dict[float, int],
+) -> dict[float, dict[str, Any]]:
     """The ladder's steps as ``decide`` reads them, from the runs and metrics stored so far."""
     steps = {v: {"expected": n, "ok": 0, "bad": "", "metrics": {}} for v, n in expected.items()}
     ok_keys: dict[str, float] = {}

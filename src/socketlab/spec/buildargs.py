@@ -18,8 +18,10 @@ import re
 
 #: a make goal: no option (leading '-'), no assignment ('=', ':'), no shell or make syntax
 _GOAL = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*")
-GOAL_EXPECTED = ("expected a make goal: letters, digits, '_', '.', '/', '-', not starting with "
-                 "'-' or '/', no '..' part (e.g. all or build/cc/ladder)")  # fmt: skip
+GOAL_EXPECTED = (
+    "expected a make goal: letters, digits, '_', '.', '/', '-', not starting with "
+    "'-' or '/', no '..' part (e.g. all or build/cc/ladder)"
+)
 
 
 def target_problem(target: str) -> str | None:
@@ -44,29 +46,40 @@ _REFUSED = (
     (r"-o.*", "names the output file"),
     (r"-M.*", "is dependency output (-MD, -MF FILE...): it writes files where it says"),
     (r"@.*", "reads more options from a file"),
-    (r"-I.*|-L.*|-i.*|--?sysroot.*",
-     "names files or folders to read (include and library paths belong in the Makefile)"),
+    (
+        r"-I.*|-L.*|-i.*|--?sysroot.*",
+        "names files or folders to read (include and library paths belong in the Makefile)",
+    ),
     (r"-save-temps.*|-dump.*", "writes files where it says"),
-    (r"-wrapper.*|-B.*|--?specs.*|-fplugin.*|-fpass-plugin.*|-fuse-ld.*|--?ld-path.*|-X.*"
-     r"|-W[alp](,.*)?|-mllvm.*", "runs another program, or hands words to one"),
+    (
+        r"-wrapper.*|-B.*|--?specs.*|-fplugin.*|-fpass-plugin.*|-fuse-ld.*|--?ld-path.*|-X.*"
+        r"|-W[alp](,.*)?|-mllvm.*",
+        "runs another program, or hands words to one",
+    ),
 )
 #: the option forms flags may hold (FORMS_EXPECTED says them in words)
-_ALLOWED = re.compile("|".join((
-    r"-O[0-3sgz]?|-Ofast",  # optimisation level
-    r"-m(?:arch|tune|cpu)=[A-Za-z0-9_.+-]+",  # target CPU
-    # ISA features (-mavx512f) and code generation (-fno-tree-vectorize); a value is a word,
-    # never a path: no '/', no leading '.'
-    r"-m(?:no-)?[a-z0-9][a-z0-9_-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
-    r"-f(?:no-)?[a-z0-9][a-z0-9_+-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
-    r"-D[A-Za-z_][A-Za-z0-9_]*(?:=[A-Za-z0-9_=+,.:/@%-]*)?|-U[A-Za-z_][A-Za-z0-9_]*",  # macros
-    r"-g[a-z0-9-]*(?:=[a-z0-9]+)?",  # debug information
-    r"-W(?:no-)?[a-z0-9][a-z0-9_=-]*",  # warnings
-    r"-std=[a-z0-9+]+|-pthread|-pipe|-w|-pedantic(?:-errors)?",
-)))
-FORMS_EXPECTED = ("expected compiler options of the forms -O<level>, -march=/-mtune=/-mcpu=<cpu>, "
-                  "-m<feature>, -f<option>[=value], -D<macro>[=value], -U<macro>, -g<debug>, "
-                  "-W<warning>, -std=<standard>, -pthread, -pipe, -w, -pedantic (docs/spec.md, "
-                  "Security)")  # fmt: skip
+_ALLOWED = re.compile(
+    "|".join(
+        (
+            r"-O[0-3sgz]?|-Ofast",  # optimisation level
+            r"-m(?:arch|tune|cpu)=[A-Za-z0-9_.+-]+",  # target CPU
+            # ISA features (-mavx512f) and code generation (-fno-tree-vectorize); a value is a word,
+            # never a path: no '/', no leading '.'
+            r"-m(?:no-)?[a-z0-9][a-z0-9_-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
+            r"-f(?:no-)?[a-z0-9][a-z0-9_+-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
+            r"-D[A-Za-z_][A-Za-z0-9_]*(?:=[A-Za-z0-9_=+,.:/@%-]*)?|-U[A-Za-z_][A-Za-z0-9_]*",  # macros
+            r"-g[a-z0-9-]*(?:=[a-z0-9]+)?",  # debug information
+            r"-W(?:no-)?[a-z0-9][a-z0-9_=-]*",  # warnings
+            r"-std=[a-z0-9+]+|-pthread|-pipe|-w|-pedantic(?:-errors)?",
+        )
+    )
+)
+FORMS_EXPECTED = (
+    "expected compiler options of the forms -O<level>, -march=/-mtune=/-mcpu=<cpu>, "
+    "-m<feature>, -f<option>[=value], -D<macro>[=value], -U<macro>, -g<debug>, "
+    "-W<warning>, -std=<standard>, -pthread, -pipe, -w, -pedantic (docs/spec.md, "
+    "Security)"
+)
 
 
 def flag_problem(flags: str) -> str | None:

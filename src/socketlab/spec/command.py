@@ -36,10 +36,14 @@ def prepare(spec: Spec, exp: Experiment) -> CommandTemplates:
     base = f"experiments[{exp.index}]"
     # the dump's fields see the sweep; the command sees the dump they name as `dump`
     layer_dump = tuple(
-        (key, compile_field(spec.where(f"{base}.layer_dump.{key}"), f"{base}.layer_dump.{key}",
-                            source, allowed))
+        (
+            key,
+            compile_field(
+                spec.where(f"{base}.layer_dump.{key}"), f"{base}.layer_dump.{key}", source, allowed
+            ),
+        )
         for key, source in dump_block.items()
-    )  # fmt: skip
+    )
     if dump_block:
         allowed = allowed | {"dump"}
 
@@ -85,8 +89,9 @@ def render(point: PointContext) -> Rendered:
         group = render_field(templates.together, ctx, spec, host, note)
         if not group:
             path = templates.together.path
-            raise SpecError(f"{spec.where(path)}: renders empty on host {host}; expected a "
-                            "group name")  # fmt: skip
+            raise SpecError(
+                f"{spec.where(path)}: renders empty on host {host}; expected a group name"
+            )
         extra["together"] = group
     return Rendered(argv, env, cpus, extra)
 
@@ -98,8 +103,9 @@ def dump_dir(tools: str, key: str) -> str:
     return inside(posixpath.dirname(tools), "layer-dumps", key, what="layer dump key")
 
 
-def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host: str,
-              note: str) -> DumpRef:  # fmt: skip
+def _dump_ref(
+    fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host: str, note: str
+) -> DumpRef:
     values: dict[str, object] = {}
     for key, f in fields:
         text = render_field(f, ctx, spec, host, note).strip()
@@ -112,8 +118,10 @@ def _dump_ref(fields: tuple[tuple[str, Field], ...], ctx: dict, spec: Spec, host
         try:
             values[key] = int(text)
         except ValueError:
-            raise SpecError(f"{spec.where(f.path)}: renders to {_short(text)} on host {host}; "
-                            "expected a whole number") from None
+            raise SpecError(
+                f"{spec.where(f.path)}: renders to {_short(text)} on host {host}; "
+                "expected a whole number"
+            ) from None
     try:
         return dump_ref(**values)
     except SocketlabError as exc:

@@ -16,8 +16,9 @@ from socketlab.spec.expand import Plan
 from socketlab.store import Store, store_path
 
 
-def estimate(plan: Plan, results: str | Path | None = None, *, assumed: bool = False
-             ) -> dict[str, Any]:  # fmt: skip
+def estimate(
+    plan: Plan, results: str | Path | None = None, *, assumed: bool = False
+) -> dict[str, Any]:
     """The store's estimate where it has past runs, else the spec's. An assumed host (``plan
     --assume-host``) has no past runs of its own (those in the store are of other machines,
     maybe with another profile), so its estimate comes from the spec."""
@@ -68,9 +69,14 @@ def from_spec(plan: Plan) -> dict[str, Any]:
         timed[host] = timed.get(host, 0.0) + BUILD_ALLOWANCE_S * len(names)
     # "seconds" is the ceiling, what `hours` must cover; "timed_seconds" the part the spec
     # fixes exactly (step-counted runs take what the CPU makes of their steps)
-    return {"source": "spec", "seconds": max(per_host.values(), default=0.0),
-            "timed_seconds": max(timed.values(), default=0.0), "per_host": per_host,
-            "past_runs": 0, "unknown_runs": unknown}  # fmt: skip
+    return {
+        "source": "spec",
+        "seconds": max(per_host.values(), default=0.0),
+        "timed_seconds": max(timed.values(), default=0.0),
+        "per_host": per_host,
+        "past_runs": 0,
+        "unknown_runs": unknown,
+    }
 
 
 def from_store(plan: Plan, results: str | Path | None = None) -> dict[str, Any] | None:

@@ -29,8 +29,14 @@ from socketlab.spec.render import ENV, base_context
 #: fingerprint taken before and after each run (collectors/fingerprint.py) records them on the run
 #: and marks it invalid when one changes during it; whether the isolation plan is applied is
 #: part of the profile (``isolation_applied``).
-VOLATILE_FACTS = ("irqs", "irqbalance", "thp", "numa_balancing", "hugepages_2m",
-                  "workqueue_cpumask")  # fmt: skip
+VOLATILE_FACTS = (
+    "irqs",
+    "irqbalance",
+    "thp",
+    "numa_balancing",
+    "hugepages_2m",
+    "workqueue_cpumask",
+)
 
 
 @dataclass(frozen=True)
@@ -168,13 +174,17 @@ def expand_points(
                 f": {entry['isolation_error']}" if entry.get("isolation_error") else ""
             )
         base = base_context(
-            facts=facts, host=host, vars=entry.get("vars") or {}, campaign=spec.campaign,
+            facts=facts,
+            host=host,
+            vars=entry.get("vars") or {},
+            campaign=spec.campaign,
             # the host's interpreter (the controller's for local hosts): a command that needs
             # socketlab on the host, such as `-m socketlab.cli layer-stage`, starts with it
             python=entry.get("python") or "python3",
             # the host's copy of collectors/ (the runner installs it before any run), and the
             # other hosts of the plan: a two-host point names its peer's address
-            tools=tools_dir(host, entry.get("vars") or {}), inventory=inventory,
+            tools=tools_dir(host, entry.get("vars") or {}),
+            inventory=inventory,
         )
         for exp in spec.experiments:
             reason = unmet(exp.requires, entry, host)
@@ -217,15 +227,22 @@ def expand_points(
     return Plan(spec, _campaign_order(spec, points), skipped, tuple(host_facts), profiles)
 
 
-def _with_probe(extra: dict[str, Any], spec: Spec, exp: Experiment, rendered: Any,
-                entry: dict[str, Any]) -> dict[str, Any]:
+def _with_probe(
+    extra: dict[str, Any], spec: Spec, exp: Experiment, rendered: Any, entry: dict[str, Any]
+) -> dict[str, Any]:
     """A point of the probe's build carries what the runner runs around it (socketlab.probe)."""
     if spec.probe is None or exp.build is None or extra.get("runs_on") == "controller":
         return extra
     from socketlab.probe import point_probe
 
-    probe = point_probe(spec.probe, exp.build, spec.builds[exp.build].dir, rendered.cpus,
-                        rendered.argv, entry.get("topology") or {})
+    probe = point_probe(
+        spec.probe,
+        exp.build,
+        spec.builds[exp.build].dir,
+        rendered.cpus,
+        rendered.argv,
+        entry.get("topology") or {},
+    )
     return {**extra, "probe": probe} if probe else extra
 
 
@@ -244,9 +261,11 @@ def build_context(spec: Spec, exp: Experiment) -> Any:
     relative to the working directory of its runs (socketlab.build: make gets BUILD=dir)."""
     if exp.build is None:
         known = ", ".join(sorted(spec.builds)) or "none declared"
-        return ENV.undefined(hint=f"experiment '{exp.name}' has no build, so 'build' is "
-                             f"undefined; expected `build: NAME` naming one of the spec's "
-                             f"builds ({known})")  # fmt: skip
+        return ENV.undefined(
+            hint=f"experiment '{exp.name}' has no build, so 'build' is "
+            f"undefined; expected `build: NAME` naming one of the spec's "
+            f"builds ({known})"
+        )
     build = spec.builds[exp.build]
     return {"name": build.name, "dir": build.dir, "cc": build.cc or "cc"}
 
@@ -256,9 +275,11 @@ def check_build_paths(spec: Spec) -> None:
     for build in spec.builds.values():
         found = misplaced(build, build.target)
         if found:
-            raise SpecError(f"{spec.where(f'builds.{build.name}.target')}: '{found[0]}' is not "
-                            f"in this build's folder {build.dir} (from cc: {build.cc}); "
-                            f"expected a target such as 'all' or '{build.dir}/{found[1]}'")
+            raise SpecError(
+                f"{spec.where(f'builds.{build.name}.target')}: '{found[0]}' is not "
+                f"in this build's folder {build.dir} (from cc: {build.cc}); "
+                f"expected a target such as 'all' or '{build.dir}/{found[1]}'"
+            )
     for exp in spec.experiments:
         if exp.build is None:
             continue
@@ -267,9 +288,11 @@ def check_build_paths(spec: Spec) -> None:
             found = misplaced(build, source)
             if found:
                 where = spec.where(exp.origins.get(f"command[{j}]", f"experiments[{exp.index}]"))
-                raise SpecError(f"{where}: '{found[0]}' is not where build '{build.name}' puts "
-                                f"its binaries ({build.dir}, from cc: {build.cc}); write "
-                                f"'{{{{ build.dir }}}}/{found[1]}'")
+                raise SpecError(
+                    f"{where}: '{found[0]}' is not where build '{build.name}' puts "
+                    f"its binaries ({build.dir}, from cc: {build.cc}); write "
+                    f"'{{{{ build.dir }}}}/{found[1]}'"
+                )
 
 
 def _with_adaptive(extra: dict[str, Any], exp: Experiment) -> dict[str, Any]:
@@ -285,8 +308,12 @@ def tools_dir(host: str, host_vars: dict[str, Any]) -> str:
     """Where the runner puts collectors/*.py on the host (socketlab.execute.Executor.tools)."""
     from socketlab.execute import DEFAULT_WORKROOT
 
-    return inside(str(host_vars.get("socketlab_workroot") or DEFAULT_WORKROOT), host, "tools",
-                  what="host name")
+    return inside(
+        str(host_vars.get("socketlab_workroot") or DEFAULT_WORKROOT),
+        host,
+        "tools",
+        what="host name",
+    )
 
 
 def inventory_context(host_facts: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -295,8 +322,10 @@ def inventory_context(host_facts: dict[str, dict[str, Any]]) -> dict[str, dict[s
     for name, entry in host_facts.items():
         host_vars = entry.get("vars") or {}
         address = entry.get("address") or host_vars.get("ansible_host") or name
-        out[name] = {"address": "127.0.0.1" if address == "localhost" else address,
-                     "vars": host_vars}  # fmt: skip
+        out[name] = {
+            "address": "127.0.0.1" if address == "localhost" else address,
+            "vars": host_vars,
+        }
     return out
 
 

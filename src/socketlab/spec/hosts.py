@@ -83,7 +83,10 @@ def isolation_applied(topology_facts: dict[str, Any], isolation: dict[str, Any] 
 
 
 def gather_host_facts(
-    spec: Spec, hosts: list[Any], errors: dict[str, SocketlabError] | None = None, *,
+    spec: Spec,
+    hosts: list[Any],
+    errors: dict[str, SocketlabError] | None = None,
+    *,
     executors: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """inventory name -> host entry for expand_points, gathered in parallel, in input order.
@@ -139,8 +142,10 @@ def assumed_host_facts(spec: Spec, given: list[str]) -> dict[str, dict[str, Any]
         except SocketlabError as exc:
             raise SpecError(f"--assume-host {file}: {exc}") from None
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise SpecError(f"--assume-host {file}: not a collectors/host_facts.py snapshot "
-                            f"(missing or bad {exc})") from None  # fmt: skip
+            raise SpecError(
+                f"--assume-host {file}: not a collectors/host_facts.py snapshot "
+                f"(missing or bad {exc})"
+            ) from None
         entry = host_entry(topology, spec)
         entry.update(vars={}, python="python3", address=name)
         out[name] = entry

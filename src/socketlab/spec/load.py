@@ -41,9 +41,19 @@ from socketlab.yamlload import field_path, line_of, load_document, read_text
 SCHEMA_FILE = SCHEMAS / "spec.schema.json"
 #: Settings an experiment may inherit from `defaults` (env is merged, the rest replaced).
 SETTINGS = (
-    "env", "cpus", "timeout_s", "repetitions", "warmup", "order", "seed",
-    "sanity", "metrics", "collectors", "requires", "together",
-)  # fmt: skip
+    "env",
+    "cpus",
+    "timeout_s",
+    "repetitions",
+    "warmup",
+    "order",
+    "seed",
+    "sanity",
+    "metrics",
+    "collectors",
+    "requires",
+    "together",
+)
 DEFAULTS = {"timeout_s": 600.0, "repetitions": 1, "warmup": 0, "order": "sequential", "seed": 0}
 REGEX_PARSER_VERSION = "1"
 JSONL_PARSER_VERSION = "1"
@@ -54,14 +64,16 @@ def collector_names() -> tuple[str, ...]:
     """Names a spec's `collectors` may list: collectors/<name>.py that speak the start/stop
     ``--out DIR`` contract (docs/architecture.md). Helpers (``_*.py``) and host tools that
     don't (host_facts.py, dma_latency_hold.py) are not collectors."""
+
     def speaks_contract(text: str) -> bool:  # runs the shared machinery, or its own --out parser
         # _collector.run, not any import of _collector: dma_latency_hold.py uses its helpers too
         return bool(re.search(r"\b_collector\.run\(", text)) or '"--out"' in text
 
     return tuple(
-        p.stem for p in sorted(COLLECTORS.glob("*.py"))
+        p.stem
+        for p in sorted(COLLECTORS.glob("*.py"))
         if not p.name.startswith("_") and speaks_contract(p.read_text(errors="replace"))
-    )  # fmt: skip
+    )
 
 
 @lru_cache(maxsize=1)
@@ -232,9 +244,11 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
     data, lines = _read_yaml(path, text)
     experiments = data.get("experiments") if isinstance(data, dict) else None
     if isinstance(experiments, list) and len(experiments) > limit("EXPERIMENTS"):
-        raise SpecError(f"{path}:{lines.get('experiments', 1)}: experiments: "
-                        f"{over('EXPERIMENTS', len(experiments), 'experiments')}; a sweep "
-                        "makes many points of one experiment")
+        raise SpecError(
+            f"{path}:{lines.get('experiments', 1)}: experiments: "
+            f"{over('EXPERIMENTS', len(experiments), 'experiments')}; a sweep "
+            "makes many points of one experiment"
+        )
     _check_profiles(path, data, profile, lines)
     data = apply_profile(path, data, profile, lines)
     _validate_schema(path, data, lines)
@@ -270,8 +284,12 @@ def load_spec(path: str | Path, profile: str | None = None) -> Spec:
         names[exp.name] = index
         experiments.append(exp)
     _check_points(ctx, experiments)
-    spec = dataclasses.replace(spec, experiments=tuple(experiments), probe=_probe(ctx, data),
-                               order=data.get("order", "by-experiment"))
+    spec = dataclasses.replace(
+        spec,
+        experiments=tuple(experiments),
+        probe=_probe(ctx, data),
+        order=data.get("order", "by-experiment"),
+    )
     prepared = []
     for exp in spec.experiments:
         handler = kinds.handler(exp.kind, spec.where(f"experiments[{exp.index}].kind"))
@@ -288,8 +306,11 @@ def _probe(ctx: _Ctx, data: dict[str, Any]) -> dict[str, Any] | None:
     builds = data.get("builds") or {}
     if probe["build"] not in builds:
         known = ", ".join(sorted(builds)) or "none declared"
-        raise ctx.error("probe.build", f"no build '{probe['build']}' (the spec's builds: {known}); "
-                        "expected the build whose ladder runs the probe")
+        raise ctx.error(
+            "probe.build",
+            f"no build '{probe['build']}' (the spec's builds: {known}); "
+            "expected the build whose ladder runs the probe",
+        )
     return dict(probe)
 
 
@@ -304,21 +325,30 @@ def _check_build(ctx: _Ctx, build: Build) -> None:
     for part in source.parts:  # the build sends native/'s own files, never a link's target
         folder = folder / part
         if folder.is_symlink():
-            raise ctx.error(f"{here}.source", f"native/{folder.relative_to(NATIVE).as_posix()} "
-                            f"is a symbolic link (to {folder.readlink()}); expected a directory "
-                            "inside native/")  # fmt: skip
+            raise ctx.error(
+                f"{here}.source",
+                f"native/{folder.relative_to(NATIVE).as_posix()} "
+                f"is a symbolic link (to {folder.readlink()}); expected a directory "
+                "inside native/",
+            )
     if not any((NATIVE / source / f).is_file() for f in ("GNUmakefile", "makefile", "Makefile")):
-        raise ctx.error(f"{here}.source", f"native/{source.as_posix()} is not a directory with "
-                        "a Makefile (expected one inside native/)")  # fmt: skip
+        raise ctx.error(
+            f"{here}.source",
+            f"native/{source.as_posix()} is not a directory with "
+            "a Makefile (expected one inside native/)",
+        )
     why = target_problem(build.target)
     if why:
         raise ctx.error(f"{here}.target", f"{why}; {GOAL_EXPECTED}")
     if build.flags and not _SAFE_FLAGS.fullmatch(build.flags):
         bad = next(c for c in build.flags if not _SAFE_FLAGS.fullmatch(c))
         # make's recipes hand $(CFLAGS) to a shell, and make itself expands $(...) in it
-        raise ctx.error(f"{here}.flags", f"character {bad!r} is not allowed (make's shell "
-                        "would run it); expected compiler flags of letters, digits, spaces "
-                        "and _=+,.:/@%-")  # fmt: skip
+        raise ctx.error(
+            f"{here}.flags",
+            f"character {bad!r} is not allowed (make's shell "
+            "would run it); expected compiler flags of letters, digits, spaces "
+            "and _=+,.:/@%-",
+        )
     why = flag_problem(build.flags)
     if why:
         raise ctx.error(f"{here}.flags", f"{why}; {FORMS_EXPECTED}")
@@ -337,8 +367,10 @@ def _check_profiles(path: Path, data: Any, chosen: str | None, lines: dict[str, 
             _validate_schema(path, apply_profile(path, data, name, lines), lines)
         except SpecError as exc:
             detail = str(exc).split(": ", 1)[-1]
-            raise SpecError(f"{path}:{lines.get(f'profiles.{name}', 1)}: profiles.{name}: "
-                            f"applied, the spec is invalid: {detail}") from None
+            raise SpecError(
+                f"{path}:{lines.get(f'profiles.{name}', 1)}: profiles.{name}: "
+                f"applied, the spec is invalid: {detail}"
+            ) from None
 
 
 def _requirements(sources: list[tuple[str, dict[str, Any] | None]]) -> Requirements:
@@ -415,29 +447,44 @@ def _experiment(
     known = collector_names()
     for i, name in enumerate(collectors):
         if name not in known:
-            raise ctx.error(f"{origins['collectors']}[{i}]",
-                            f"unknown collector '{name}'{suggest(name, known)}; collectors: {', '.join(known)}")
+            raise ctx.error(
+                f"{origins['collectors']}[{i}]",
+                f"unknown collector '{name}'{suggest(name, known)}; collectors: {', '.join(known)}",
+            )
     requires = _requirements(
-        [("requires", data.get("requires")), ("defaults", defaults.get("requires")),
-         (base, body.get("requires"))]
-    )  # fmt: skip
+        [
+            ("requires", data.get("requires")),
+            ("defaults", defaults.get("requires")),
+            (base, body.get("requires")),
+        ]
+    )
     extra = {"serving": body["serving"]} if "serving" in body else {}
     if "layer_dump" in body:  # controller-generated input, shipped to the host (docs/spec.md)
         if "dump" in sweep.names:
-            raise ctx.error(f"{base}.sweep", "parameter 'dump' would hide the layer dump's "
-                            "template name 'dump'")
+            raise ctx.error(
+                f"{base}.sweep", "parameter 'dump' would hide the layer dump's template name 'dump'"
+            )
         extra["layer_dump"] = {k: str(v) for k, v in body["layer_dump"].items()}
     if body.get("runs_on", "host") != "host":
         if build is not None:  # a build is made on the host; the controller has none of it
-            raise ctx.error(f"{base}.runs_on", "runs_on: controller can't use a build "
-                            f"('{build}' is built on the hosts); remove one of the two")
+            raise ctx.error(
+                f"{base}.runs_on",
+                "runs_on: controller can't use a build "
+                f"('{build}' is built on the hosts); remove one of the two",
+            )
         extra["runs_on"] = body["runs_on"]
     if "adaptive" in body:  # an upward sweep with a stop rule (socketlab.spec.adaptive)
         from socketlab.spec.adaptive import check as check_adaptive
 
         extra["adaptive"] = check_adaptive(
-            ctx.error, base, body["adaptive"], sweep, parsers, sanity,
-            settings.get("order", DEFAULTS["order"]))  # fmt: skip
+            ctx.error,
+            base,
+            body["adaptive"],
+            sweep,
+            parsers,
+            sanity,
+            settings.get("order", DEFAULTS["order"]),
+        )
     return Experiment(
         name=body["name"],
         index=index,
@@ -490,12 +537,13 @@ def _env_text(value: Any) -> str:
     return str(value)
 
 
-def _check_bounds(
-    ctx: _Ctx, base: str, settings: dict[str, Any], origins: dict[str, str]
-) -> None:
+def _check_bounds(ctx: _Ctx, base: str, settings: dict[str, Any], origins: dict[str, str]) -> None:
     """Settings within the named limits (socketlab.limits), before anything is expanded."""
-    for key, name, unit in (("timeout_s", "TIMEOUT_S", "s"), ("repetitions", "REPETITIONS", ""),
-                            ("warmup", "WARMUP", "")):
+    for key, name, unit in (
+        ("timeout_s", "TIMEOUT_S", "s"),
+        ("repetitions", "REPETITIONS", ""),
+        ("warmup", "WARMUP", ""),
+    ):
         value = settings.get(key)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > limit(name):
             shown = f"{value:g}" if isinstance(value, float) else str(value)
@@ -514,8 +562,10 @@ def _check_points(ctx: _Ctx, experiments: list[Experiment]) -> None:
             size *= len(next(iter(exp.sweep.zip.values())))
         total += size * (exp.repetitions + exp.warmup)
         if total > limit("POINTS"):
-            raise ctx.error(f"experiments[{exp.index}]", "the spec has, up to here, "
-                            f"{over('POINTS', total, 'run points per host')}")
+            raise ctx.error(
+                f"experiments[{exp.index}]",
+                f"the spec has, up to here, {over('POINTS', total, 'run points per host')}",
+            )
 
 
 def _sweep(ctx: _Ctx, base: str, body: dict[str, Any]) -> Sweep:

@@ -13,8 +13,18 @@ from socketlab.spec.points import ParserSpec, SanityRules
 from socketlab.yamlload import line_of
 
 #: Names a template sees besides the experiment's parameters. Parameters may not shadow them.
-CONTEXT_NAMES = ("facts", "params", "host", "vars", "python", "experiment", "campaign", "tools",
-                 "inventory", "build")
+CONTEXT_NAMES = (
+    "facts",
+    "params",
+    "host",
+    "vars",
+    "python",
+    "experiment",
+    "campaign",
+    "tools",
+    "inventory",
+    "build",
+)
 
 
 @dataclass(frozen=True)
@@ -112,5 +122,3 @@ class Spec:
             if exp.name == name:
                 return exp
         raise KeyError(name)
-
-

@@ -17,9 +17,19 @@ from socketlab.errors import SpecError
 from socketlab.paths import EXPERIMENTS
 
 #: what a point may set (the stage-plan flags of the same names), and each one's type
-POINT_KEYS = {"model": str, "layer": int, "gather_output": bool, "split": str,
-              "budget_kib": int, "experts": str, "batch": int, "context": int, "project": bool,
-              "hop_us": float, "allreduce_us": float}  # fmt: skip
+POINT_KEYS = {
+    "model": str,
+    "layer": int,
+    "gather_output": bool,
+    "split": str,
+    "budget_kib": int,
+    "experts": str,
+    "batch": int,
+    "context": int,
+    "project": bool,
+    "hop_us": float,
+    "allreduce_us": float,
+}
 
 
 def points_file(name: str) -> Path:
@@ -36,8 +46,9 @@ def load_points(name: str) -> list[dict[str, Any]]:
     try:
         doc = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise SpecError(f"{path}: can't read the points file ({str(exc).splitlines()[0]})"
-                        ) from None  # fmt: skip
+        raise SpecError(
+            f"{path}: can't read the points file ({str(exc).splitlines()[0]})"
+        ) from None
     points = doc.get("points") if isinstance(doc, dict) else None
     if not isinstance(points, list) or not points:
         raise SpecError(f"{path}: points: expected a list of mappings")
@@ -47,12 +58,16 @@ def load_points(name: str) -> list[dict[str, Any]]:
 
 
 def _check(path: Path, i: int, point: Any) -> None:
-    bad = sorted(set(point) - set(POINT_KEYS)) if isinstance(point, dict) else [
-        "(not a mapping)"]  # fmt: skip
+    bad = sorted(set(point) - set(POINT_KEYS)) if isinstance(point, dict) else ["(not a mapping)"]
     if bad or "model" not in point:
-        raise SpecError(f"{path}: points[{i}]: " + (
-            f"unknown key '{bad[0]}' (expected one of: {', '.join(POINT_KEYS)})" if bad
-            else "model: missing"))  # fmt: skip
+        raise SpecError(
+            f"{path}: points[{i}]: "
+            + (
+                f"unknown key '{bad[0]}' (expected one of: {', '.join(POINT_KEYS)})"
+                if bad
+                else "model: missing"
+            )
+        )
     for key, kind in POINT_KEYS.items():
         value = point.get(key)
         number = kind is float and isinstance(value, int) and not isinstance(value, bool)

@@ -38,8 +38,9 @@ def merge(base: Any, override: Any) -> Any:
     return copy.deepcopy(override)
 
 
-def apply_profile(path: Path, data: Any, profile: str | None,
-                  lines: dict[str, int] | None = None) -> Any:
+def apply_profile(
+    path: Path, data: Any, profile: str | None, lines: dict[str, int] | None = None
+) -> Any:
     """The spec document with profile ``profile`` applied (and ``profiles`` removed)."""
     if not isinstance(data, dict):
         return data
@@ -50,8 +51,10 @@ def apply_profile(path: Path, data: Any, profile: str | None,
         return doc
     if not isinstance(profiles, dict) or profile not in profiles:
         known = ", ".join(sorted(profiles)) if isinstance(profiles, dict) and profiles else "none"
-        raise SpecError(f"{path}:{lines.get('profiles', 1)}: profiles: no profile '{profile}' "
-                        f"(this spec has: {known})")
+        raise SpecError(
+            f"{path}:{lines.get('profiles', 1)}: profiles: no profile '{profile}' "
+            f"(this spec has: {known})"
+        )
     body = profiles[profile]
     here = f"profiles.{profile}"
     where = f"{path}:{lines.get(here, 1)}: {here}"
@@ -59,8 +62,9 @@ def apply_profile(path: Path, data: Any, profile: str | None,
         raise SpecError(f"{where}: expected a mapping with {', '.join(PROFILE_KEYS)}")
     unknown = sorted(set(body) - set(PROFILE_KEYS))
     if unknown:
-        raise SpecError(f"{where}: unknown key '{unknown[0]}' (expected one of: "
-                        f"{', '.join(PROFILE_KEYS)})")
+        raise SpecError(
+            f"{where}: unknown key '{unknown[0]}' (expected one of: {', '.join(PROFILE_KEYS)})"
+        )
     if body.get("isolation") is not None:
         doc["isolation"] = merge(doc.get("isolation") or {}, body["isolation"])
     if body.get("defaults") is not None:
@@ -76,8 +80,10 @@ def apply_profile(path: Path, data: Any, profile: str | None,
     for name, override in overrides.items():
         if name not in names:
             line = lines.get(f"{here}.experiments.{name}", lines.get(here, 1))
-            raise SpecError(f"{path}:{line}: {here}.experiments.{name}: no experiment named "
-                            f"'{name}' in the spec")
+            raise SpecError(
+                f"{path}:{line}: {here}.experiments.{name}: no experiment named "
+                f"'{name}' in the spec"
+            )
         if not isinstance(override, dict):
             raise SpecError(f"{where}.experiments.{name}: expected a mapping of overrides")
         i = names.index(name)
@@ -89,8 +95,9 @@ def apply_profile(path: Path, data: Any, profile: str | None,
         for name in only:
             if name not in names:
                 line = lines.get(f"{here}.only", lines.get(here, 1))
-                raise SpecError(f"{path}:{line}: {here}.only: no experiment named '{name}' in "
-                                "the spec")
+                raise SpecError(
+                    f"{path}:{line}: {here}.only: no experiment named '{name}' in the spec"
+                )
         experiments = [e for e, n in zip(experiments, names, strict=True) if n in only]
     doc["experiments"] = experiments
     return doc

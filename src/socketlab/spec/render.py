@@ -78,7 +78,9 @@ def _steps(iterable: Any) -> Any:
     for item in iterable:
         _BUDGET.steps += 1
         if _BUDGET.steps > cap:
-            raise TemplateLimit(f"its loops make {over('RENDER_STEPS', f'more than {cap}', 'steps')}")
+            raise TemplateLimit(
+                f"its loops make {over('RENDER_STEPS', f'more than {cap}', 'steps')}"
+            )
         yield item
 
 
@@ -95,7 +97,9 @@ def _check_format(text: Any) -> None:
         for groups in _FORMAT_WIDTH.findall(text):
             width = next(g for g in groups if g)
             if int(width) > limit("RENDER_BYTES"):
-                raise TemplateLimit(f"a format width of {over('RENDER_BYTES', int(width), 'bytes')}")
+                raise TemplateLimit(
+                    f"a format width of {over('RENDER_BYTES', int(width), 'bytes')}"
+                )
 
 
 def _check_width_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -116,7 +120,9 @@ class _BoundedEnvironment(ImmutableSandboxedEnvironment):
         if operator == "**" and ints and right > 0 and abs(left) > 1:
             bits = (abs(left).bit_length() - 1) * right
             if bits > limit("RENDER_INT_BITS"):
-                raise TemplateLimit(f"{left} ** {right} has {over('RENDER_INT_BITS', bits, 'bits')}")
+                raise TemplateLimit(
+                    f"{left} ** {right} has {over('RENDER_INT_BITS', bits, 'bits')}"
+                )
         if operator == "*":
             for seq, n in ((left, right), (right, left)):
                 sized = isinstance(seq, str | list | tuple) and isinstance(n, int)
@@ -235,7 +241,8 @@ class Field:
             size += len(piece)
             if size > cap:  # checked as it grows: a loop can't print gigabytes first
                 raise TemplateLimit(
-                    f"the rendered value has {over('RENDER_BYTES', f'more than {cap}', 'bytes')}")
+                    f"the rendered value has {over('RENDER_BYTES', f'more than {cap}', 'bytes')}"
+                )
             pieces.append(piece)
         return ENV.concat(pieces)
 
@@ -257,8 +264,10 @@ def compile_field(where: str, path: str, source: str, allowed: set[str]) -> Fiel
     except TemplateSyntaxError as exc:
         raise SpecError(f"{where}: template syntax error: {exc.message} in {source!r}") from None
     except (ValueError, OverflowError, RecursionError, MemoryError) as exc:  # 5,000-digit literal
-        raise SpecError(f"{where}: template {_short(source)} can't be compiled: "
-                        f"{type(exc).__name__}: {str(exc)[:120]}") from None
+        raise SpecError(
+            f"{where}: template {_short(source)} can't be compiled: "
+            f"{type(exc).__name__}: {str(exc)[:120]}"
+        ) from None
     for node in ast.find_all(nodes.Filter):
         if node.name not in ENV.filters:
             raise SpecError(
@@ -275,8 +284,10 @@ def compile_field(where: str, path: str, source: str, allowed: set[str]) -> Fiel
     except TemplateSyntaxError as exc:
         raise SpecError(f"{where}: template error: {exc.message} in {source!r}") from None
     except (ValueError, OverflowError, RecursionError, MemoryError) as exc:
-        raise SpecError(f"{where}: template {_short(source)} can't be compiled: "
-                        f"{type(exc).__name__}: {str(exc)[:120]}") from None
+        raise SpecError(
+            f"{where}: template {_short(source)} can't be compiled: "
+            f"{type(exc).__name__}: {str(exc)[:120]}"
+        ) from None
     if unknown:
         name = unknown[0]
         raise SpecError(f"{where}: undefined variable '{name}'{suggest(name, allowed)}")
@@ -312,11 +323,14 @@ def render_field(
     except SecurityError as exc:
         raise SpecError(f"{_where(where, field)}: not allowed in a template: {exc}") from None
     except TemplateLimit as exc:
-        raise SpecError(f"{_where(where, field)}: template {_short(field.source)} on host "
-                        f"{host}: {exc}") from None
+        raise SpecError(
+            f"{_where(where, field)}: template {_short(field.source)} on host {host}: {exc}"
+        ) from None
     except (MemoryError, RecursionError) as exc:
-        raise SpecError(f"{_where(where, field)}: template {_short(field.source)} on host "
-                        f"{host}: too big to render ({type(exc).__name__})") from None
+        raise SpecError(
+            f"{_where(where, field)}: template {_short(field.source)} on host "
+            f"{host}: too big to render ({type(exc).__name__})"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any template failure is the spec's fault
         raise SpecError(
             f"{_where(where, field)}: template {field.source!r} failed on host {host}: "

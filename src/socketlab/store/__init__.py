@@ -101,9 +101,24 @@ CREATE TABLE IF NOT EXISTS serve_requests (
 );
 """
 #: serve_requests' columns, as push and pull move them
-REQUEST_COLUMNS = ("run_key", "level", "idx", "phase", "status", "error", "prompt_id", "n_in",
-                   "n_out", "t_sched_ns", "t_send_ns", "t_first_ns", "t_end_ns", "t_done_ns",
-                   "events", "record")
+REQUEST_COLUMNS = (
+    "run_key",
+    "level",
+    "idx",
+    "phase",
+    "status",
+    "error",
+    "prompt_id",
+    "n_in",
+    "n_out",
+    "t_sched_ns",
+    "t_send_ns",
+    "t_first_ns",
+    "t_end_ns",
+    "t_done_ns",
+    "events",
+    "record",
+)
 
 
 @dataclass
@@ -165,8 +180,9 @@ def existing_results_folder(results: Path | str | None = None) -> Path:
     root = Path(results or paths.RESULTS)
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "no such results folder"
-        raise StoreError(f"{root}: {what} (expected the results folder `orchestrate run` "
-                         "wrote; --results DIR)")
+        raise StoreError(
+            f"{root}: {what} (expected the results folder `orchestrate run` wrote; --results DIR)"
+        )
     return root
 
 
@@ -176,8 +192,9 @@ def existing_store_path(campaign: str, results: Path | str | None = None) -> Pat
     existing_results_folder(results)
     path = store_path(campaign, results)
     if not path.exists():
-        raise StoreError(f"{path}: no results for campaign '{campaign}' "
-                         f"(run `orchestrate run SPEC` first)")  # fmt: skip
+        raise StoreError(
+            f"{path}: no results for campaign '{campaign}' (run `orchestrate run SPEC` first)"
+        )
     return path
 
 
@@ -188,8 +205,10 @@ def check_results_folder(path: Path | str) -> Path:
     for part in (path, *path.parents):
         if part.exists() or part.is_symlink():
             if not part.is_dir():
-                raise StoreError(f"{part}: is a file, not a folder (expected a results folder"
-                                 f"{'' if part == path else ' above ' + str(path)})")
+                raise StoreError(
+                    f"{part}: is a file, not a folder (expected a results folder"
+                    f"{'' if part == path else ' above ' + str(path)})"
+                )
             break
     return path
 
@@ -216,8 +235,9 @@ def _connect_read_only(path: Path) -> sqlite3.Connection:
     last: Exception | None = None
     for mode in ("?mode=ro", "?mode=ro&immutable=1"):
         try:
-            db = sqlite3.connect(uri + mode, uri=True, timeout=30, check_same_thread=False,
-                                 isolation_level=None)
+            db = sqlite3.connect(
+                uri + mode, uri=True, timeout=30, check_same_thread=False, isolation_level=None
+            )
             db.execute("SELECT count(*) FROM runs").fetchone()
             return db
         except sqlite3.DatabaseError as exc:
@@ -243,8 +263,9 @@ class Store:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise StoreError(f"{self.path.parent}: cannot create the results folder: "
-                                 f"{exc.strerror or exc}") from None
+                raise StoreError(
+                    f"{self.path.parent}: cannot create the results folder: {exc.strerror or exc}"
+                ) from None
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=30, check_same_thread=False, isolation_level=None
@@ -270,8 +291,12 @@ class Store:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def add_run(self, record: RunRecord, metrics: Iterable[Any] = (),
-                requests: Iterable[tuple[str, list]] = ()) -> None:  # fmt: skip
+    def add_run(
+        self,
+        record: RunRecord,
+        metrics: Iterable[Any] = (),
+        requests: Iterable[tuple[str, list]] = (),
+    ) -> None:
         """Store a run, its metrics and its requests in one transaction, replacing an earlier
         attempt.
 
@@ -293,8 +318,10 @@ class Store:
             )
             for m in metrics
         ]
-        levels = [(level, [_request_row(record.run_key, level, r) for r in records])
-                  for level, records in requests]  # fmt: skip
+        levels = [
+            (level, [_request_row(record.run_key, level, r) for r in records])
+            for level, records in requests
+        ]
         with self._lock:
             cur = self._db.cursor()
             try:
@@ -315,8 +342,9 @@ class Store:
                 cur.execute("COMMIT")
             except sqlite3.OperationalError as exc:  # disk full, read-only, I/O error
                 _rollback(cur)
-                raise StoreError(f"{self.path}: cannot store run {record.run_key[:12]}: "
-                                 f"{exc}") from None
+                raise StoreError(
+                    f"{self.path}: cannot store run {record.run_key[:12]}: {exc}"
+                ) from None
             except BaseException:
                 _rollback(cur)
                 raise
@@ -337,8 +365,9 @@ class Store:
     @staticmethod
     def _put_requests(cur: sqlite3.Cursor, run_key: str, levels: list) -> None:
         for level, rows in levels:
-            cur.execute("DELETE FROM serve_requests WHERE run_key = ? AND level = ?",
-                        (run_key, level))  # fmt: skip
+            cur.execute(
+                "DELETE FROM serve_requests WHERE run_key = ? AND level = ?", (run_key, level)
+            )
             cur.executemany(f"INSERT INTO serve_requests VALUES ({','.join('?' * 16)})", rows)
 
     def request_rows(self, campaign: str | None = None, run_key: str | None = None) -> list:
@@ -346,9 +375,11 @@ class Store:
         or one run; none from a store older than the table (opened read-only)."""
         if not self._query("SELECT name FROM sqlite_master WHERE name = 'serve_requests'"):
             return []
-        sql = ("SELECT q.* FROM serve_requests q JOIN runs r USING (run_key) WHERE "
-               + ("r.campaign = ?" if run_key is None else "q.run_key = ?")
-               + " ORDER BY q.run_key, q.level, q.idx")  # fmt: skip
+        sql = (
+            "SELECT q.* FROM serve_requests q JOIN runs r USING (run_key) WHERE "
+            + ("r.campaign = ?" if run_key is None else "q.run_key = ?")
+            + " ORDER BY q.run_key, q.level, q.idx"
+        )
         rows = self._query(sql, (campaign if run_key is None else run_key,))
         return [dict(r) for r in rows]
 
@@ -427,15 +458,21 @@ class Store:
         rows = self._query(
             "SELECT r.run_key, r.campaign, r.experiment, r.repetition, r.params, r.argv, "
             "m.name, m.value, m.dims FROM runs r LEFT JOIN metrics m USING (run_key) "
-            "WHERE r.host = ? AND r.status = ? ORDER BY r.rowid, m.rowid", (host, COMPLETE))
+            "WHERE r.host = ? AND r.status = ? ORDER BY r.rowid, m.rowid",
+            (host, COMPLETE),
+        )
         for r in rows:
             run = runs.get(r["run_key"])
             if run is None:
                 run = runs[r["run_key"]] = {
-                    "run_key": r["run_key"], "campaign": r["campaign"],
-                    "experiment": r["experiment"], "repetition": r["repetition"],
-                    "params": json.loads(r["params"]), "argv": json.loads(r["argv"]),
-                    "metrics": []}  # fmt: skip
+                    "run_key": r["run_key"],
+                    "campaign": r["campaign"],
+                    "experiment": r["experiment"],
+                    "repetition": r["repetition"],
+                    "params": json.loads(r["params"]),
+                    "argv": json.loads(r["argv"]),
+                    "metrics": [],
+                }
             if r["name"] is not None:
                 run["metrics"].append((r["name"], r["value"], json.loads(r["dims"])))
         return list(runs.values())
@@ -468,8 +505,9 @@ class Store:
                 self._db.commit()
 
     def meta_items(self, prefix: str) -> dict[str, str]:
-        rows = self._query("SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?",
-                           (len(prefix), prefix))
+        rows = self._query(
+            "SELECT key, value FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+        )
         return {r["key"]: r["value"] for r in rows}
 
     def campaigns(self) -> list[str]:
@@ -492,14 +530,24 @@ class Store:
         if not all_statuses:
             sql, args = sql + " AND r.status = ?", (campaign, RunStatus.OK)
         base = [
-            "run_key", "campaign", "experiment", "host", "repetition", "status",
-            "metric", "value", "unit", "parser",
-        ]  # fmt: skip
+            "run_key",
+            "campaign",
+            "experiment",
+            "host",
+            "repetition",
+            "status",
+            "metric",
+            "value",
+            "unit",
+            "parser",
+        ]
         with self._lock:
-            frame = pd.read_sql_query(sql + " ORDER BY r.started, m.rowid", self._db,
-                                      params=args)  # fmt: skip
-            params = dict(self._db.execute(
-                "SELECT run_key, params FROM runs WHERE campaign = ?", (campaign,)).fetchall())
+            frame = pd.read_sql_query(sql + " ORDER BY r.started, m.rowid", self._db, params=args)
+            params = dict(
+                self._db.execute(
+                    "SELECT run_key, params FROM runs WHERE campaign = ?", (campaign,)
+                ).fetchall()
+            )
         if frame.empty:
             return pd.DataFrame(columns=base)
         # JSON is parsed once per run (params) and once per distinct dims text, not per row.
@@ -515,9 +563,24 @@ class Store:
 
 def _request_row(run_key: str, level: str, r: Any) -> tuple:
     """A serve_requests row of a socketlab.serve.records.RequestRecord."""
-    return (run_key, level, r.index, r.phase, r.status, r.error, r.prompt_id, r.n_in, r.n_out,
-            r.t_sched, r.t_send, r.t_first, r.t_end, r.t_done, json.dumps(r.events),
-            json.dumps(r.to_json(), separators=(",", ":")))
+    return (
+        run_key,
+        level,
+        r.index,
+        r.phase,
+        r.status,
+        r.error,
+        r.prompt_id,
+        r.n_in,
+        r.n_out,
+        r.t_sched,
+        r.t_send,
+        r.t_first,
+        r.t_end,
+        r.t_done,
+        json.dumps(r.events),
+        json.dumps(r.to_json(), separators=(",", ":")),
+    )
 
 
 def _rollback(cur: sqlite3.Cursor) -> None:

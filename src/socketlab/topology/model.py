@@ -253,7 +253,9 @@ def _devices(r: _Reader, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     out = []
-    for dev, present in r.record(value, "devices", "an object of device path -> true/false").items():
+    for dev, present in r.record(
+        value, "devices", "an object of device path -> true/false"
+    ).items():
         if not isinstance(present, bool):
             raise r.fail(f"devices.{dev}", "true or false", present)
         if present:

@@ -21,7 +21,9 @@ def spread(prefix: str, per_cpu: dict[str, float], unit: str) -> list[tuple[str,
     vals = list(per_cpu.values())
     if not vals:
         return []
-    return [(f"{prefix}_mean", statistics.fmean(vals), unit),
-            (f"{prefix}_p5", percentile(vals, 0.05), unit),
-            (f"{prefix}_min", min(vals), unit),
-            (f"{prefix}_max", max(vals), unit)]
+    return [
+        (f"{prefix}_mean", statistics.fmean(vals), unit),
+        (f"{prefix}_p5", percentile(vals, 0.05), unit),
+        (f"{prefix}_min", min(vals), unit),
+        (f"{prefix}_max", max(vals), unit),
+    ]

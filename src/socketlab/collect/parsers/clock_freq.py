@@ -31,7 +31,9 @@ def _aperfmperf(records: list[dict[str, Any]]) -> dict[str, float]:
     return {c: statistics.fmean(v) for c, v in per_cpu.items()}
 
 
-def parse_turbostat(text: str) -> tuple[dict[str, list[float]], list[float], dict[str, list[float]]]:
+def parse_turbostat(
+    text: str,
+) -> tuple[dict[str, list[float]], list[float], dict[str, list[float]]]:
     """(per-CPU Bzy_MHz samples, CoreTmp samples, summary-row columns) of a turbostat table."""
     header: list[str] | None = None
     per_cpu: dict[str, list[float]] = {}
@@ -77,8 +79,10 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
         per_cpu = {c: statistics.fmean(v) for c, v in samples.items() if v}
         if temps:
             out.metrics.append(metric("core_temp_max", max(temps), "C", source="turbostat"))
-        for col, name, unit in (("PkgWatt", "turbostat_package_power", "W"),
-                                ("RAMWatt", "turbostat_dram_power", "W")):
+        for col, name, unit in (
+            ("PkgWatt", "turbostat_package_power", "W"),
+            ("RAMWatt", "turbostat_dram_power", "W"),
+        ):
             if summary.get(col):
                 out.metrics.append(metric(name, statistics.fmean(summary[col]), unit))
         if not samples:
@@ -89,8 +93,9 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
             for cpu, mhz in (r.get("mhz") or {}).items():
                 vals.setdefault(cpu, []).append(float(mhz))
         per_cpu = {c: statistics.fmean(v) for c, v in vals.items() if v}
-    temps = [float(r["temp_c_max"]) for r in records
-             if isinstance(r.get("temp_c_max"), int | float)]
+    temps = [
+        float(r["temp_c_max"]) for r in records if isinstance(r.get("temp_c_max"), int | float)
+    ]
     if temps and "turbostat" not in modes:
         out.metrics.append(metric("core_temp_max", max(temps), "C", source="hwmon"))
     source = next(iter(sorted(modes)), None)

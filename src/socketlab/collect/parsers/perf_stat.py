@@ -90,9 +90,16 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
             out.metrics.append(metric("dram_read_bytes", bytes_by["read"], "B", schedulers=sch))
             out.metrics.append(metric("dram_write_bytes", bytes_by["write"], "B", schedulers=sch))
             if elapsed > 0:
-                out.metrics.append(metric("dram_read_bandwidth", bytes_by["read"] / elapsed / 1e9,
-                                          "GB/s", schedulers=sch))
+                out.metrics.append(
+                    metric(
+                        "dram_read_bandwidth",
+                        bytes_by["read"] / elapsed / 1e9,
+                        "GB/s",
+                        schedulers=sch,
+                    )
+                )
             if bytes_by["read"] > 0:
-                out.metrics.append(metric("dram_write_fraction",
-                                          bytes_by["write"] / bytes_by["read"], "fraction"))
+                out.metrics.append(
+                    metric("dram_write_fraction", bytes_by["write"] / bytes_by["read"], "fraction")
+                )
     return out

@@ -14,8 +14,12 @@ from typing import Any
 
 from socketlab.collect import CollectorOutput, metric
 
-KINDS = {"device_irqs_per_s": "device", "local_timer_irqs_per_s": "LOC",
-         "other_irqs_per_s": "other", "ctx_switches_per_s": "context-switches"}
+KINDS = {
+    "device_irqs_per_s": "device",
+    "local_timer_irqs_per_s": "LOC",
+    "other_irqs_per_s": "other",
+    "ctx_switches_per_s": "context-switches",
+}
 
 
 def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
@@ -30,8 +34,8 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
             if isinstance(r.get(key), int | float):
                 values.setdefault(kind, []).append(float(r[key]))
     for kind, vals in values.items():
-        out.metrics.append(metric("irq_rate", statistics.fmean(vals), "1/s", interrupt=kind,
-                                  cpus=len(cpus)))
-        out.metrics.append(metric("irq_rate_max", max(vals), "1/s", interrupt=kind,
-                                  cpus=len(cpus)))
+        out.metrics.append(
+            metric("irq_rate", statistics.fmean(vals), "1/s", interrupt=kind, cpus=len(cpus))
+        )
+        out.metrics.append(metric("irq_rate_max", max(vals), "1/s", interrupt=kind, cpus=len(cpus)))
     return out

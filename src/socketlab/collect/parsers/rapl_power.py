@@ -39,9 +39,13 @@ def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
     pkg = [z for z, n in names.items() if n.startswith("package")]
     dram = [z for z, n in names.items() if n == "dram"]
     if pkg:
-        out.metrics.append(metric("package_power", sum(energy[z] for z in pkg) / 1e6 / elapsed,
-                                  "W", zones=len(pkg)))
+        out.metrics.append(
+            metric(
+                "package_power", sum(energy[z] for z in pkg) / 1e6 / elapsed, "W", zones=len(pkg)
+            )
+        )
     if dram:
-        out.metrics.append(metric("dram_power", sum(energy[z] for z in dram) / 1e6 / elapsed,
-                                  "W", zones=len(dram)))
+        out.metrics.append(
+            metric("dram_power", sum(energy[z] for z in dram) / 1e6 / elapsed, "W", zones=len(dram))
+        )
     return out

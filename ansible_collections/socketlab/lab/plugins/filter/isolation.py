@@ -98,16 +98,27 @@ def isolation_plan(
     return plan.facts()
 
 
-def isolation_targets(snapshot: Any, plan: dict, sys_root: str, proc_root: str,
-                      thp_mode: str, numa_balancing: Any, hugepages_per_node: Any,
-                      governor: str) -> dict:  # fmt: skip
+def isolation_targets(
+    snapshot: Any,
+    plan: dict,
+    sys_root: str,
+    proc_root: str,
+    thp_mode: str,
+    numa_balancing: Any,
+    hugepages_per_node: Any,
+    governor: str,
+) -> dict:
     """isolation_targets() of the plan's facts: each role's knob list, ``knobs`` and ``summary``."""
     try:
         return _isolation.isolation_targets(
-            plan, _snapshot(snapshot), roots={"sys": sys_root, "proc": proc_root},
-            thp_mode=thp_mode, governor=governor,
+            plan,
+            _snapshot(snapshot),
+            roots={"sys": sys_root, "proc": proc_root},
+            thp_mode=thp_mode,
+            governor=governor,
             numa_balancing=_as_int(numa_balancing, "numa_balancing"),
-            hugepages_per_node=_as_int(hugepages_per_node, "hugepages_per_node"))  # fmt: skip
+            hugepages_per_node=_as_int(hugepages_per_node, "hugepages_per_node"),
+        )
     except SocketlabError as exc:
         raise AnsibleFilterError(str(exc)) from None
 

@@ -96,20 +96,42 @@ SEARCH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/s
 def packages(family: str, distribution: str, kernel: str, python: str) -> dict:
     """tool -> package providing it, per distribution family (None: no package known)."""
     if family == "RedHat":  # Amazon Linux 2023, RHEL 9 and its rebuilds, Fedora
-        return {"gcc": "gcc", "make": "make", "perf": "perf", "turbostat": "kernel-tools",
-                "kernel-headers": f"kernel-devel-{kernel}", "python": f"python{python}",
-                "tar": "tar", "find": "findutils"}  # fmt: skip
+        return {
+            "gcc": "gcc",
+            "make": "make",
+            "perf": "perf",
+            "turbostat": "kernel-tools",
+            "kernel-headers": f"kernel-devel-{kernel}",
+            "python": f"python{python}",
+            "tar": "tar",
+            "find": "findutils",
+        }
     if family == "Debian" and distribution == "Ubuntu":
         tools = f"linux-tools-{kernel}"
-        return {"gcc": "gcc", "make": "make", "perf": tools, "turbostat": tools,
-                "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
-                "tar": "tar", "find": "findutils"}  # fmt: skip
+        return {
+            "gcc": "gcc",
+            "make": "make",
+            "perf": tools,
+            "turbostat": tools,
+            "kernel-headers": f"linux-headers-{kernel}",
+            "python": f"python{python}",
+            "tar": "tar",
+            "find": "findutils",
+        }
     if family == "Debian":
-        return {"gcc": "gcc", "make": "make", "perf": "linux-perf", "turbostat": "linux-cpupower",
-                "kernel-headers": f"linux-headers-{kernel}", "python": f"python{python}",
-                "tar": "tar", "find": "findutils"}  # fmt: skip
-    return dict.fromkeys(("gcc", "make", "perf", "turbostat", "kernel-headers", "python", "tar",
-                          "find"))
+        return {
+            "gcc": "gcc",
+            "make": "make",
+            "perf": "linux-perf",
+            "turbostat": "linux-cpupower",
+            "kernel-headers": f"linux-headers-{kernel}",
+            "python": f"python{python}",
+            "tar": "tar",
+            "find": "findutils",
+        }
+    return dict.fromkeys(
+        ("gcc", "make", "perf", "turbostat", "kernel-headers", "python", "tar", "find")
+    )
 
 
 def extra_tools(entries: list, manager: str) -> dict:
@@ -119,8 +141,10 @@ def extra_tools(entries: list, manager: str) -> dict:
         if isinstance(entry, str):
             entry = {"tool": entry, "apt": entry, "dnf": entry}
         if not isinstance(entry, dict) or not (entry.get("tool") or entry.get("module")):
-            raise ValueError(f"extra entry {entry!r}: expected a package name or a dict with "
-                             "tool or module, and apt/dnf package names")
+            raise ValueError(
+                f"extra entry {entry!r}: expected a package name or a dict with "
+                "tool or module, and apt/dnf package names"
+            )
         kind = "tool" if entry.get("tool") else "module"
         out[str(entry[kind])] = (kind, entry.get(manager))
     return out
@@ -137,15 +161,17 @@ def find_python(minimum: tuple) -> str | None:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"os_family": {"type": "str", "required": True},
-                       "distribution": {"type": "str", "default": ""},
-                       "kernel": {"type": "str", "default": ""},
-                       "python_min": {"type": "str", "default": "3.9"},
-                       "record_file": {"type": "path", "required": True},
-                       "base": {"type": "bool", "default": True},
-                       "extra": {"type": "list", "elements": "raw", "default": []}},
+        argument_spec={
+            "os_family": {"type": "str", "required": True},
+            "distribution": {"type": "str", "default": ""},
+            "kernel": {"type": "str", "default": ""},
+            "python_min": {"type": "str", "default": "3.9"},
+            "record_file": {"type": "path", "required": True},
+            "base": {"type": "bool", "default": True},
+            "extra": {"type": "list", "elements": "raw", "default": []},
+        },
         supports_check_mode=True,
-    )  # fmt: skip
+    )
     p = module.params
     try:
         minimum = tuple(int(x) for x in p["python_min"].split("."))[:2]
@@ -155,13 +181,17 @@ def main() -> None:
         module.fail_json(msg=f"python_min {p['python_min']!r}: expected MAJOR.MINOR, e.g. 3.11")
     kernel = p["kernel"] or platform.release()
     by_tool = packages(p["os_family"], p["distribution"], kernel, p["python_min"])
-    found = {name: shutil.which(name, path=SEARCH) for name in ("gcc", "make", "perf", "turbostat",
-                                                              "tar", "find")}  # fmt: skip
+    found = {
+        name: shutil.which(name, path=SEARCH)
+        for name in ("gcc", "make", "perf", "turbostat", "tar", "find")
+    }
     build = f"/lib/modules/{kernel}/build"
     found["kernel-headers"] = build if glob.glob(os.path.join(build, "Makefile")) else None
     found["python"] = find_python(minimum)
-    tools = {name: {"found": path is not None, "path": path, "package": by_tool.get(name)}
-             for name, path in found.items()}  # fmt: skip
+    tools = {
+        name: {"found": path is not None, "path": path, "package": by_tool.get(name)}
+        for name, path in found.items()
+    }
     if not p["base"]:
         tools = {}
     manager = "dnf" if p["os_family"] == "RedHat" else "apt"
@@ -190,8 +220,14 @@ def main() -> None:
     # Ansible's apt module needs python3-apt in this interpreter; without it the module installs
     # it itself, with its recommends and unrecorded (found on the pristine test hosts)
     python_apt = importlib.util.find_spec("apt_pkg") is not None
-    module.exit_json(changed=False, tools=tools, missing_packages=missing, kernel=kernel,
-                     record=record, python_apt=python_apt)  # fmt: skip
+    module.exit_json(
+        changed=False,
+        tools=tools,
+        missing_packages=missing,
+        kernel=kernel,
+        record=record,
+        python_apt=python_apt,
+    )
 
 
 if __name__ == "__main__":
