@@ -6,7 +6,8 @@ The host is the genoa-2s-nps4 fixture (2 x AMD EPYC 9654, 384 CPUs, 8 NUMA nodes
 so the LLC level is in use), 2 housekeeping cores per node. Mixes, 20 jobs each, whole cores,
 both policies: "two-cpu" (20 jobs of one core, the old worst case), "mixed" (sizes drawn from
 1-16 cores, seeded, filling the 176 worker cores), "ccd-sized" (3 jobs of 4, 5 and 6 CCDs'
-worth, where the LLC search has the most sets, and 17 one-core jobs). Prints per mix the median and min of --repeat runs and the share of
+worth, where the LLC search has the most sets, and 17 one-core jobs). Prints per mix the median and
+min of --repeat runs and the share of
 placements whose search was bounded.
 """
 

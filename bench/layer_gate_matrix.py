@@ -6,7 +6,8 @@ planted error in each mode, as one table (docs/runs/).
 
 BUILD holds native/layer (make -C native BUILD=... BUILD/layer). Dumps are generated into DIR
 once (orchestrate layer-dump, seed 3, 16 rows): tiny-full 512 (full attention), tiny 100
-(sliding), tiny-moe 256 (the MoE block, k_eq_v, no per-layer input), tiny 100 TP2 rank 1. A kernel the CPU lacks prints the binary's "not available on this host" line. Each
+(sliding), tiny-moe 256 (the MoE block, k_eq_v, no per-layer input), tiny 100 TP2 rank 1. A kernel
+the CPU lacks prints the binary's "not available on this host" line. Each
 row: the worst boundary's ratio of rel RMS to its limit over the mode's runs (must be <= 1), the
 copies checked, and what the planted error printed (must fail, exit 1).
 """

@@ -86,8 +86,8 @@ def test_templates_see_the_builds_folder(tmp_path):
     [
         (
             {"command": "build/cc/ladder --size 1"},
-            "experiments[0].command: 'build/cc/ladder' is not where build 'clang' puts its binaries "
-            "(build/clang-16, from cc: clang-16); write '{{ build.dir }}/ladder'",
+            "experiments[0].command: 'build/cc/ladder' is not where build 'clang' puts its "
+            "binaries (build/clang-16, from cc: clang-16); write '{{ build.dir }}/ladder'",
         ),
         (
             {"command": ["./build/gcc/gemv"]},
@@ -95,7 +95,8 @@ def test_templates_see_the_builds_folder(tmp_path):
         ),
         (
             {"build": None, "command": "{{ build.dir }}/ladder"},
-            "experiments[0].command: undefined value on host localhost: experiment 'a' has no build",
+            "experiments[0].command: undefined value on host localhost: experiment 'a' has no "
+            "build",
         ),
     ],
 )

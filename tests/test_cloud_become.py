@@ -58,7 +58,8 @@ def test_become_runs_the_agent_through_sudo_and_records_who_ran(ssh_pool, tmp_pa
                 {
                     "name": "ladder",
                     "build": "native",
-                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 "
+                    "--reps 1",
                     "metrics": {"parser": "jsonl"},
                     "sanity": {"required_metrics": ["bw_total"]},
                 },
@@ -112,7 +113,8 @@ def user_campaign(tmp_path, host, name: str) -> tuple[Path, Path, Path]:
                 {
                     "name": "ladder",
                     "build": "native",
-                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 "
+                    "--reps 1",
                     "metrics": {"parser": "jsonl"},
                     "sanity": {"required_metrics": ["bw_total"]},
                 },

@@ -471,7 +471,8 @@ def test_site_refuses_bad_steps_and_specs_before_paying(work, env, moto, sshd, e
 
 # site.yml end to end (estimate, provision, prep, facts, isolate, verify, the campaign, push,
 # teardown, then pull gives the same report, which says "verified") is in
-# tests/test_site_pristine_e2e.py (on pristine hosts): it changes this machine's kernel knobs, so it holds the
+# tests/test_site_pristine_e2e.py (on pristine hosts): it changes this machine's kernel knobs, so
+# it holds the
 # machine-wide knob lock and restores them.
 
 

@@ -50,8 +50,9 @@ CAPACITY_ERROR = {
     "Error": {
         "Code": "InsufficientInstanceCapacity",
         "Message": (
-            "We currently do not have sufficient c8i.metal-48xl capacity in the Availability Zone you "
-            "requested (us-east-1a). Our system will be working on provisioning additional capacity."
+            "We currently do not have sufficient c8i.metal-48xl capacity in the Availability Zone "
+            "you requested (us-east-1a). Our system will be working on provisioning additional "
+            "capacity."
         ),
     },
     "ResponseMetadata": {"HTTPStatusCode": 500},

@@ -1,6 +1,7 @@
 """The collection's plugins/module_utils/cpulist.py is a symlink to collectors/_cpulist.py: a real
 ansible-playbook run over SSH (a network-namespace sshd host) packs it into a module that uses
-it through module_utils/isolation.py (socketlab.lab.knob comparing CPU-list knobs), and it parses there
+it through module_utils/isolation.py (socketlab.lab.knob comparing CPU-list knobs), and it parses
+there
 as the package does."""
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ All cases run in one child process (not a process per case: CI time matters); th
 enforces the bounds itself: RLIMIT_AS (512 MiB above what it holds after its imports), 5 s of
 the process's CPU per case (ITIMER_PROF: a blow-up is CPU; wall time on a shared 2-vCPU machine
 is not: CI saw a 0.77-s case pass 5 s of wall time while other work ran) and 60 s of wall
-time per case (a case that blocks). The seed is printed; ``SOCKETLAB_FUZZ_SEED=<n>`` replays a run and
+time per case (a case that blocks). The seed is printed; ``SOCKETLAB_FUZZ_SEED=<n>`` replays a run
+and
 ``SOCKETLAB_FUZZ_CASES=<n>`` sets its size.
 
     .venv/bin/python -m tests.test_hardening_fuzz --seed 1 --cases 200   # by hand

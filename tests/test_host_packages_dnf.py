@@ -78,7 +78,8 @@ def prepare_check(tmp_path: Path, host, facts: dict) -> tuple[subprocess.Complet
 
 
 RESULT = re.compile(
-    r"^(ok|changed|skipping|failed|fatal): \[([^\]]+)\](?: => \(item=(.*?)\))?(?:: FAILED!)? => (\{.*\})$"
+    r"^(ok|changed|skipping|failed|fatal): \[([^\]]+)\](?: => \(item=(.*?)\))?(?:: FAILED!)? => "
+    r"(\{.*\})$"
 )
 
 

@@ -1,4 +1,5 @@
-"""The isolation modules (socketlab.lab.*, the collection's plugins/modules) run by real Ansible against knob files in a temp tree.
+"""The isolation modules (socketlab.lab.*, the collection's plugins/modules) run by real Ansible
+against knob files in a temp tree.
 
 The kernel's own knobs are exercised in test_isolation_playbooks.py; here the knobs are plain
 files, so every rule (record before write, record once, restore exactly, check mode writes

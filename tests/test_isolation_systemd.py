@@ -8,7 +8,8 @@ really starts and stops the unit processes (the holder really holds /dev/cpu_dma
 fails on any call it does not know. The rest of isolation changes this machine's kernel knobs as
 usual, so these tests hold the kernel-knob lock and always restore; run them alone.
 
-Also here: a host name the inventory lacks gives one error line naming it (playbooks/check_hosts.yml).
+Also here: a host name the inventory lacks gives one error line naming it
+(playbooks/check_hosts.yml).
 """
 
 from __future__ import annotations

@@ -521,7 +521,8 @@ def test_tp_slice_without_the_all_reduce_fails_at_h1(build, tp_ranks):
 
 
 def test_tp_slice_references_are_the_whole_layers(tp_ranks):
-    """A rank's q / attn are the whole layer's heads (exactly / to FP32 rounding); its o and down are partial sums,
+    """A rank's q / attn are the whole layer's heads (exactly / to FP32 rounding); its o and down
+    are partial sums,
     and with o_rest / down_rest they give the whole layer's h1, h2 and out (FP32 rounding only);
     layer-check recomputes the slice (its bars at 1.0) and catches a changed o_rest."""
     from socketlab.layer.dump import Dump

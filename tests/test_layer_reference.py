@@ -283,7 +283,8 @@ def _manifest_edit(d: Path, fn) -> None:
             lambda d: _manifest_edit(
                 d, lambda ls: [x for x in ls if not x.startswith("w.mlp.up_proj")]
             ),
-            r"manifest.txt: w.mlp.up_proj.weight: missing; expected w.mlp.up_proj.weight bf16 768 256",
+            r"manifest.txt: w.mlp.up_proj.weight: missing; expected w.mlp.up_proj.weight bf16 768 "
+            r"256",
         ),
         (
             lambda d: _manifest_edit(

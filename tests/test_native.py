@@ -368,7 +368,8 @@ def test_ladder_avx512_bf16_compute(build):
 
 def test_gemv_layer_balance_reproduces_the_published_figures(build):
     """gemv --layer: a whole layer's weight bytes per worker in row units, max / mean. With the
-    shapes of experiments/shapes/ (the files campaign-oct.yaml's tile-balance reads), 90 workers give the campaign's 1,277,952 / 803,908 B and
+    shapes of experiments/shapes/ (the files campaign-oct.yaml's tile-balance reads), 90 workers
+    give the campaign's 1,277,952 / 803,908 B and
     1,458,176 / 961,195 B, and max/mean 1.59 / 1.52 / 1.16 (16-row AMX tiles) and
     1.11 / 1.11 / 1.06 (4-row AVX-512 units)."""
     name, out = build

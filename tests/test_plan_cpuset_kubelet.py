@@ -7,7 +7,8 @@ Source: kubernetes/kubernetes, pkg/kubelet/cm/cpumanager/cpu_assignment_test.go
 topologies of pkg/kubelet/cm/cpumanager/policy_test_topologies_test.go, as of upstream commit
 b0d609f0 (the test file; an older revision, 04791b49, still had a distributed case that the
 later one corrected). ``topoDualSocketMultiNumaPerSocketHTLarge``'s live-machine case is left
-out (that topology was not read). Apache-2.0, (c) The Kubernetes Authors. The cases are re-stated as data; no Go code is
+out (that topology was not read). Apache-2.0, (c) The Kubernetes Authors. The cases are re-stated
+as data; no Go code is
 copied. kubelet's topologies carry no caches, so the LLC level is off (``llc=False``), and
 kubelet's "entirely free" compares against the whole machine, which is U here.
 """

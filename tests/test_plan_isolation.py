@@ -192,8 +192,8 @@ def test_filter_can_return_the_planners_message_instead_of_raising():
     # The isolation_plan role fails with this message alone (no Ansible templating preamble).
     got = filters.isolation_plan(snapshot("this-machine"), 2, False, on_error="return")
     assert got == {
-        "error": "this-machine: housekeeping_per_node=2 leaves no worker cores on NUMA node 0, which has "
-        "2 physical cores; expected at most 1"
+        "error": "this-machine: housekeeping_per_node=2 leaves no worker cores on NUMA node 0, "
+        "which has 2 physical cores; expected at most 1"
     }
     bad_h = filters.isolation_plan(snapshot("c8i-metal-48xl"), "x", on_error="return")
     assert bad_h == {

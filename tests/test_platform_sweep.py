@@ -230,8 +230,8 @@ def test_real_worker_sweep_pinned_unpinned(tmp_path):
             "experiments": [
                 {
                     "name": "worker",
-                    "command": "{{ python }} -I {{ tools }}/platform_worker.py --workers {{ workers }} "
-                    "--requests 4 --warmup 1 --pinned {{ pinned }}",
+                    "command": "{{ python }} -I {{ tools }}/platform_worker.py --workers "
+                    "{{ workers }} --requests 4 --warmup 1 --pinned {{ pinned }}",
                     "sweep": {"matrix": {"pinned": [0, 1], "workers": [1, 2]}},
                     "sanity": {"required_metrics": ["latency_p95", "throughput"]},
                     "adaptive": {

@@ -40,8 +40,8 @@ def test_build_run_store_resume_and_report(tmp_path, capsys):
                 {
                     "name": "ladder",
                     "build": "native",
-                    "command": "build/cc/ladder --kernel avx2-read --size {{ size }} --seconds 0.05 "
-                    "--reps 1 --timeout 20",
+                    "command": "build/cc/ladder --kernel avx2-read --size {{ size }} --seconds "
+                    "0.05 --reps 1 --timeout 20",
                     "sweep": {"matrix": {"size": ["16K", "64K"]}},
                     "metrics": {"parser": "jsonl"},
                     "sanity": {"required_metrics": ["bw_total"]},

@@ -40,7 +40,8 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
                     "name": "ladder",
                     "build": "native",
                     "repetitions": 2,
-                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 --reps 1",
+                    "command": "build/cc/ladder --kernel avx2-read --size 16K --seconds 0.05 "
+                    "--reps 1",
                     "metrics": {"parser": "jsonl"},
                     "sanity": {"required_metrics": ["bw_total"]},
                 },

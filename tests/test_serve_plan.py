@@ -95,7 +95,8 @@ def test_one_point_per_arm_with_resolved_cpus(tmp_path):
     [
         ("baseline: c\n", "", "serving.baseline: 'c' is not an arm"),
         (
-            "arms:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}\nload: {concurrency: [1]}\n",
+            "arms:\n  - {name: a, command: [x]}\n  - {name: a, command: [y]}\nload: {concurrency: "
+            "[1]}\n",
             "",
             "duplicate arm name 'a'",
         ),

@@ -1,4 +1,4 @@
-"""Action plugin: a controller-side shim over socketlab.cloud.actions.provision (see that module)."""
+"""Action plugin: a controller-side shim over socketlab.cloud.actions.provision (see there)."""
 
 from socketlab.cloud.actions import provision
 from socketlab.cloud.ansible_action import action_module

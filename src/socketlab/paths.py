@@ -81,7 +81,8 @@ def ansible_env() -> dict[str, str]:
             ]
         ),
     )
-    # An exported ANSIBLE_PYTHON_INTERPRETER=auto* would override ansible.cfg and pick a broken shim.
+    # An exported ANSIBLE_PYTHON_INTERPRETER=auto* would override ansible.cfg and pick a broken
+    # shim.
     if env.get("ANSIBLE_PYTHON_INTERPRETER", "").startswith("auto"):
         del env["ANSIBLE_PYTHON_INTERPRETER"]
     return env

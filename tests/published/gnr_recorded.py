@@ -22,7 +22,8 @@ them for 2 s, the probe for a few tens of ms.
 Not stored: gemv (recorded at 1,536 x 1,536 and 256 x 1,536, not campaign-oct's 2,560-column
 points), the 512 KiB ladder size (not a campaign point) and the 2-core runs.
 
-    python -m tests.published.gnr_recorded RESULTS   # then: orchestrate report campaign-oct --results RESULTS
+    python -m tests.published.gnr_recorded RESULTS
+    orchestrate report campaign-oct --results RESULTS   # then
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ it ran on (the real host's branch) and once per recorded host below, with that h
 ``classify`` says which class facts belong to, from the published host's core class written in
 the published file (vendor, family, per-core L1d and L2) and the model name, so the real host's
 branch is named the same way as the recorded ones.
-"""
+"""  # noqa: E501 (a table)
 
 from __future__ import annotations
 

@@ -287,7 +287,8 @@ _USERS_MADE = 0  # login users made by this process
 @contextlib.contextmanager
 def login_user(host: SshHost, sudo: str | None = "nopasswd") -> Iterator[SshHost]:
     """``host`` as seen by a new non-root user who logs in with the pool's key (put in its
-    ~/.ssh/authorized_keys, which the pool's sshd reads after its own). sudo: "nopasswd" gives it passwordless sudo,
+    ~/.ssh/authorized_keys, which the pool's sshd reads after its own). sudo: "nopasswd" gives it
+    passwordless sudo,
     "password" a sudo rule that asks for a password (it has none, so `sudo -n` refuses), None no
     rule. The user and the rule exist on this machine (the hosts share its /etc) and are removed
     afterwards: the user by name (ours: it carries our PID), the rule file by its path."""

@@ -48,7 +48,8 @@ def install(folder: Path, state_file: Path, units: dict[str, dict]) -> Path:
     for prog in ("systemctl", "systemd-run"):
         wrapper = folder / prog
         wrapper.write_text(
-            f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} {state_file} {prog} "$@"\n'
+            f"#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} {state_file} {prog} "
+            f'"$@"\n'
         )
         wrapper.chmod(0o755)
     return folder

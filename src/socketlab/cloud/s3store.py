@@ -14,7 +14,7 @@ Part names are content hashes, so pushing the same store again uploads nothing, 
 of a fleet never overwrite each other's parts. `pull` reads every part and merges into the local
 store by run key: a run already stored is skipped (a stored failure is replaced by a pulled
 success), so pulling twice adds nothing.
-"""
+"""  # noqa: E501 (a table)
 
 from __future__ import annotations
 

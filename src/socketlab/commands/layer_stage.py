@@ -20,7 +20,7 @@ appended instead. Nothing but PROGRAM's own output reaches stdout: the generatio
 stderr.
 
 Exit status: PROGRAM's; 2 bad input (unknown shape file, bad numbers, no PROGRAM).
-"""
+"""  # noqa: E501 (the usage synopsis)
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--assume-host snapshots, so a controller without hosts can size a campaign), and print "
         "every run point in run order, counts per host and experiment, skipped experiments with "
         "the reason, and an estimated time: from past runs in the store (not with --assume-host), "
-        "else from the spec's own durations (--seconds x --reps of each command, plus a build allowance). Runs "
-        "nothing.",
+        "else from the spec's own durations (--seconds x --reps of each command, plus a build "
+        "allowance). Runs nothing.",
     )
     add_spec_arguments(
         parser,

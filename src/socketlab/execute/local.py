@@ -1,6 +1,7 @@
 """Run on this machine, no SSH: the executor for ``connection: local`` inventory hosts.
 
-Commands run through the process module, collectors/_process.py (own group, parent-death signal, killed by
+Commands run through the process module, collectors/_process.py (own group, parent-death signal,
+killed by
 PID at the timeout), as the SSH hosts' agent runs them. Long-lived processes (a server under
 test, its sampler) and collector daemons are held by the same agent as on SSH hosts, here over
 a pipe: when the orchestrator dies, even by SIGKILL, the pipe closes and the agent kills them.

@@ -95,7 +95,8 @@ class Dump:
             ) from None
         if size != want:
             raise LayerError(
-                f"{file}: {size} bytes, expected {want} ({dtype} {list(dims)}); truncated or wrong shape"
+                f"{file}: {size} bytes, expected {want} ({dtype} {list(dims)}); truncated or "
+                "wrong shape"
             )
         a = np.fromfile(file, dtype="<u2" if dtype == "bf16" else "<f4")
         return a.reshape(dims)

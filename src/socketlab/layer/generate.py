@@ -236,7 +236,10 @@ def meta_for(layer: Layer, row: int) -> dict[str, Any]:
 
 
 def write_layer(layer: Layer, out: str | Path) -> list[Path]:
-    """Row 0 into `out`, row i into `out/row<i>` (weights symlinked to row 0's). Returns the dirs."""
+    """Row 0 into `out`, row i into `out/row<i>` (weights symlinked to row 0's).
+
+    Returns the dirs.
+    """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise LayerError(f"{out}: --out: exists and is not a directory")

@@ -1,6 +1,7 @@
 """A realistic KV history: the layer's own K/V of seeded random hidden states at their positions.
 
-Position p's hidden state is N(0, RESIDUAL_RMS^2) from its own seed stream (seed, history, row, p // CHUNK),
+Position p's hidden state is N(0, RESIDUAL_RMS^2) from its own seed stream
+(seed, history, row, p // CHUNK),
 so a sliding layer computes only the rows it keeps, and a check can rebuild the whole history
 (every position 0..C-1) and prefill a reference model with it.
 """

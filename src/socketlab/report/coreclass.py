@@ -21,7 +21,11 @@ KIB = 1024
 
 
 def short_model(model: str) -> str:
-    """'Intel(R) Xeon(R) 6975P-C' -> 'Xeon 6975P-C'; 'AMD EPYC 9R14 96-Core Processor' -> 'AMD EPYC 9R14'."""
+    """A CPU model name, short.
+
+    'Intel(R) Xeon(R) 6975P-C' -> 'Xeon 6975P-C';
+    'AMD EPYC 9R14 96-Core Processor' -> 'AMD EPYC 9R14'.
+    """
     s = re.sub(r"\((R|TM)\)", "", model or "unknown CPU", flags=re.I)
     s = re.sub(r"\b\d+-Core Processor\b|\bProcessor\b|\bCPU\b|@.*$", "", s, flags=re.I)
     s = re.sub(r"^\s*Intel\s+", "", s, flags=re.I)

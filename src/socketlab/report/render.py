@@ -128,8 +128,10 @@ def _host_lines(report: Report) -> list[tuple[str, str]]:
                 (
                     f"{topo.get('cpu_model', '?')}; {topo.get('sockets', '?')} socket(s), "
                     f"{topo.get('nodes', '?')} NUMA node(s), {topo.get('cores', '?')} cores, "
-                    f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel {topo.get('kernel', '?')}; "
-                    f"THP {topo.get('thp', '?')}; numa_balancing {topo.get('numa_balancing', '?')}; "
+                    f"{topo.get('threads_per_core', '?')} thread(s)/core; kernel "
+                    f"{topo.get('kernel', '?')}; "
+                    f"THP {topo.get('thp', '?')}; numa_balancing "
+                    f"{topo.get('numa_balancing', '?')}; "
                     f"features: {feats}; isolation applied: {'yes' if iso else 'no'}"
                 ),
             )
@@ -327,7 +329,7 @@ dl.prov dt{font-weight:600}dl.prov dd{margin:0}
 .summary{font-size:14px;padding:8px;background:#fafafa;border:1px solid #eee}
 .note{font-size:12px;color:#555}img.plot{border:1px solid #ddd;margin:4px;width:100%}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:6px;max-width:1340px}
-"""
+"""  # noqa: E501 (CSS rules of a line kept together)
 
 
 MEASURED_FILE = "measured.md"

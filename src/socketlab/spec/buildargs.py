@@ -67,7 +67,8 @@ _ALLOWED = re.compile(
             # never a path: no '/', no leading '.'
             r"-m(?:no-)?[a-z0-9][a-z0-9_-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
             r"-f(?:no-)?[a-z0-9][a-z0-9_+-]*(?:=[A-Za-z0-9_,+-][A-Za-z0-9_.,+-]*)?",
-            r"-D[A-Za-z_][A-Za-z0-9_]*(?:=[A-Za-z0-9_=+,.:/@%-]*)?|-U[A-Za-z_][A-Za-z0-9_]*",  # macros
+            # macros
+            r"-D[A-Za-z_][A-Za-z0-9_]*(?:=[A-Za-z0-9_=+,.:/@%-]*)?|-U[A-Za-z_][A-Za-z0-9_]*",
             r"-g[a-z0-9-]*(?:=[a-z0-9]+)?",  # debug information
             r"-W(?:no-)?[a-z0-9][a-z0-9_=-]*",  # warnings
             r"-std=[a-z0-9+]+|-pthread|-pipe|-w|-pedantic(?:-errors)?",

@@ -600,7 +600,8 @@ def _sweep(ctx: _Ctx, base: str, body: dict[str, Any]) -> Sweep:
                 if value not in axes[name]:
                     raise ctx.error(
                         f"{here}.exclude[{i}].{name}",
-                        f"{value!r} is not a value of '{name}' ({', '.join(map(repr, axes[name]))})",
+                        f"{value!r} is not a value of '{name}' "
+                        f"({', '.join(map(repr, axes[name]))})",
                     )
             normalized[name] = values
         exclude.append(normalized)

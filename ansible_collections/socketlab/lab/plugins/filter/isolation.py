@@ -11,7 +11,7 @@
 
 ``snapshot`` is the JSON object collectors/host_facts.py prints (a dict or its JSON text).
 Planning errors become AnsibleFilterError with the planner's one-line message.
-"""
+"""  # noqa: E501 (a table)
 
 from __future__ import annotations
 
