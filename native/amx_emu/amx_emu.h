@@ -115,7 +115,8 @@ static inline void sl_emu_dpbf16ps(int c, int a, int b)
         memcpy(acc, sl_emu.data[c][m], sizeof(acc));
         for (int k = 0; k < k_pairs; k++)
             for (int n = 0; n < n_cols; n++) {
-                acc[n] += sl_emu_bf16(&sl_emu.data[a][m][4 * k]) * sl_emu_bf16(&sl_emu.data[b][k][4 * n]);
+                acc[n] += sl_emu_bf16(&sl_emu.data[a][m][4 * k])
+                    * sl_emu_bf16(&sl_emu.data[b][k][4 * n]);
                 acc[n] += sl_emu_bf16(&sl_emu.data[a][m][4 * k + 2])
                     * sl_emu_bf16(&sl_emu.data[b][k][4 * n + 2]);
             }

@@ -54,8 +54,8 @@ static void gemv_case(int rows, int cols, int batch, int packed, double* rel_rms
     free(w);
 }
 
-static void emit(const char* name, double v, const char* unit, const char* kernel, int rows,
-                 int cols, int batch)
+static void emit(
+    const char* name, double v, const char* unit, const char* kernel, int rows, int cols, int batch)
 {
     sl_metric_begin(name, v, unit);
     sl_json_str("kernel", kernel);
@@ -123,8 +123,9 @@ int main(void)
             emit("rel_rms_err", rel_rms, "ratio", "amx-bf16", rows, cols, batch);
             emit("cosine", cosine, "ratio", "amx-bf16", rows, cols, batch);
             if (!(rel_rms <= 1e-5 && cosine >= 0.99999)) {
-                fprintf(stderr, "amx_emu_test: gemv amx-bf16 %dx%d batch %d: rel RMS %.3g cosine %.9f\n",
-                        rows, cols, batch, rel_rms, cosine);
+                fprintf(stderr,
+                    "amx_emu_test: gemv amx-bf16 %dx%d batch %d: rel RMS %.3g cosine %.9f\n", rows,
+                    cols, batch, rel_rms, cosine);
                 failures++;
             }
         }
@@ -157,7 +158,8 @@ int main(void)
     sl_json_num("expected", want);
     sl_json_end();
     if (got != want) {
-        fprintf(stderr, "amx_emu_test: amx-bf16-stream checksum %.17g, expected %.17g\n", got, want);
+        fprintf(
+            stderr, "amx_emu_test: amx-bf16-stream checksum %.17g, expected %.17g\n", got, want);
         failures++;
     }
     /* ladder's amx-bf16-compute: resident tiles only, C tiles against their closed form */
@@ -169,7 +171,7 @@ int main(void)
     sl_json_end();
     if (got_c != want_c || want_c <= 0) {
         fprintf(stderr, "amx_emu_test: amx-bf16-compute checksum %.17g, closed form %.17g\n", got_c,
-                want_c);
+            want_c);
         failures++;
     }
     free(buf);

@@ -59,10 +59,23 @@ size_t sl_parse_size(const char* flag, const char* text)
         sl_usage_error("%s: expected a size like 4096, 16K, 1M or 2G, got '%s'", flag, text);
     double mult = 1;
     switch (*end) {
-    case 'k': case 'K': mult = 1024.0; end++; break;
-    case 'm': case 'M': mult = 1024.0 * 1024; end++; break;
-    case 'g': case 'G': mult = 1024.0 * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        mult = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        mult = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        mult = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
     }
     if (mult > 1 && (!strcmp(end, "iB") || !strcmp(end, "B") || !strcmp(end, "ib")))
         end += strlen(end);

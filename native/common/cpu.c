@@ -44,7 +44,7 @@ static const char* parse_list(const char* text, sl_cpus* out)
             goto bad;
         if (hi >= SL_MAX_CPUS) {
             snprintf(reason, sizeof(reason), "cpu %ld is beyond the %d CPUs this build handles", hi,
-                     SL_MAX_CPUS);
+                SL_MAX_CPUS);
             return reason;
         }
         for (long c = lo; c <= hi; c += stride) {
@@ -95,14 +95,14 @@ void sl_parse_cpus(const char* flag, const char* text, sl_cpus* out)
     sl_format_cpus(online.cpu, online.n, olist, sizeof(olist));
     if (out->n > online.n)
         sl_usage_error("%s '%s': %d CPUs listed but only %d exist online (%s)", flag, text, out->n,
-                       online.n, olist);
+            online.n, olist);
     for (int i = 0; i < out->n; i++) {
         bool ok = false;
         for (int j = 0; j < online.n && !ok; j++)
             ok = online.cpu[j] == out->cpu[i];
         if (!ok)
-            sl_usage_error("%s '%s': cpu %d is not online (online: %s)", flag, text, out->cpu[i],
-                           olist);
+            sl_usage_error(
+                "%s '%s': cpu %d is not online (online: %s)", flag, text, out->cpu[i], olist);
     }
 }
 

@@ -21,17 +21,17 @@ void sl_alloc(sl_buf* b, size_t bytes, sl_page_mode mode)
     if (mode == SL_PAGE_HUGETLB) {
         b->mapped = (bytes + HUGE_2M - 1) / HUGE_2M * HUGE_2M;
         b->base = mmap(NULL, b->mapped, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+            MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
         if (b->base == MAP_FAILED)
             sl_unsupported("--page hugetlb: mmap(MAP_HUGETLB) of %zu bytes failed (%s); reserve "
                            "2 MiB pages in /proc/sys/vm/nr_hugepages",
-                           b->mapped, strerror(errno));
+                b->mapped, strerror(errno));
         return;
     }
     /* over-map by 2 MiB and trim so the buffer starts on a 2 MiB boundary */
     const size_t want = (bytes + HUGE_2M - 1) / HUGE_2M * HUGE_2M;
-    char* raw = mmap(NULL, want + HUGE_2M, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    char* raw
+        = mmap(NULL, want + HUGE_2M, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
         sl_fatal("mmap of %zu bytes failed: %s", want, strerror(errno));
     char* aligned = (char*)(((uintptr_t)raw + HUGE_2M - 1) & ~(uintptr_t)(HUGE_2M - 1));

@@ -17,13 +17,13 @@ enum { SL_EXIT_OK = 0, SL_EXIT_CHECK = 1, SL_EXIT_USAGE = 2, SL_EXIT_UNSUPPORTED
 
 #define SL_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define SL_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
-#define SL_TARGET_AVX512BF16 \
+#define SL_TARGET_AVX512BF16                                                                       \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 
 /* acc (__m512) += VDPBF16PS(w (__m512i, 32 bf16), the bf16 pair at xpair broadcast to all
  * lanes). Inline asm for every compiler: clang 16 crashes in its backend on any cast to
  * __m512bh, and the {1to16} memory form is the instruction the kernels want anyway. */
-#define SL_DPBF16_BCAST(acc, w, xpair) \
+#define SL_DPBF16_BCAST(acc, w, xpair)                                                             \
     __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const uint32_t*)(xpair)))
 
 /* ---- bf16 (the one conversion every kernel's data and reference share) ---- */

@@ -9,41 +9,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: exchange --mode M --cpus LIST [options]\n"
-    "  --mode M        pingpong: one-way latency = round trip / 2 on two padded flag lines,\n"
-    "                            for --pairs or every pair of --cpus;\n"
-    "                  diss:     each participant writes its slice of a shared vector, a\n"
-    "                            dissemination barrier, then everyone reads the whole vector;\n"
-    "                  fid:      flag-in-data: each 64 B line carries 56 B payload + an 8 B step\n"
-    "                            tag; readers poll every line's tag, no barrier;\n"
-    "                  fid-cld:  fid, and each written line is CLDEMOTEd after its tag store\n"
-    "                            (a NOP where CPUID lacks CLDEMOTE; meta says which)\n"
-    "                  rep:      per-NUMA-node replicas written with non-temporal stores, a\n"
-    "                            dissemination barrier, readers read their node's replica\n"
-    "                            (64-byte stores with AVX-512, 2 x 32 bytes with AVX2;\n"
-    "                            meta nt_store says which)\n"
-    "                  hier:     shared vector, hierarchical barrier: gather to each group's\n"
-    "                            leader, dissemination among leaders, release per group\n"
-    "                  hier-umwait: hier, waiting with UMONITOR/UMWAIT (needs waitpkg)\n"
-    "  --cpus LIST     participants in kernel cpulist syntax (0-3,8)\n"
-    "  --pairs LIST    pingpong only: A:B,C:D (default: every pair of --cpus)\n"
-    "  --groups G      hier modes: cpulists separated by '/', e.g. 0-31/32-63 (default: the\n"
-    "                  NUMA node of each CPU from sysfs); the first CPU of a group leads it\n"
-    "  --bytes V       vector bytes for diss/fid/rep (default 2560)\n"
-    "  --iters N       timed samples (default 20000 exchanges; 300 pingpong samples)\n"
-    "  --warmup N      untimed first (default 2000 exchanges; 10 pingpong samples)\n"
-    "  --roundtrips K  pingpong round trips per sample (default 100)\n"
-    "  --timeout S     exit 1 if the run takes longer (default 600; 0 = none)\n"
-    "  --help          this text\n"
-    "Output: JSON lines; meta, then latency_p50, latency_p99, latency_min in us with dims mode,\n"
-    "participants, bytes (and src, dst for pingpong). An exchange's time is the step from the\n"
-    "last participant finishing one exchange to the last finishing the next. Every reader checks\n"
-    "the vector it read. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
+static const char usage[]
+    = "usage: exchange --mode M --cpus LIST [options]\n"
+      "  --mode M        pingpong: one-way latency = round trip / 2 on two padded flag lines,\n"
+      "                            for --pairs or every pair of --cpus;\n"
+      "                  diss:     each participant writes its slice of a shared vector, a\n"
+      "                            dissemination barrier, then everyone reads the whole vector;\n"
+      "                  fid:      flag-in-data: each 64 B line carries 56 B payload + an 8 B "
+      "step\n"
+      "                            tag; readers poll every line's tag, no barrier;\n"
+      "                  fid-cld:  fid, and each written line is CLDEMOTEd after its tag store\n"
+      "                            (a NOP where CPUID lacks CLDEMOTE; meta says which)\n"
+      "                  rep:      per-NUMA-node replicas written with non-temporal stores, a\n"
+      "                            dissemination barrier, readers read their node's replica\n"
+      "                            (64-byte stores with AVX-512, 2 x 32 bytes with AVX2;\n"
+      "                            meta nt_store says which)\n"
+      "                  hier:     shared vector, hierarchical barrier: gather to each group's\n"
+      "                            leader, dissemination among leaders, release per group\n"
+      "                  hier-umwait: hier, waiting with UMONITOR/UMWAIT (needs waitpkg)\n"
+      "  --cpus LIST     participants in kernel cpulist syntax (0-3,8)\n"
+      "  --pairs LIST    pingpong only: A:B,C:D (default: every pair of --cpus)\n"
+      "  --groups G      hier modes: cpulists separated by '/', e.g. 0-31/32-63 (default: the\n"
+      "                  NUMA node of each CPU from sysfs); the first CPU of a group leads it\n"
+      "  --bytes V       vector bytes for diss/fid/rep (default 2560)\n"
+      "  --iters N       timed samples (default 20000 exchanges; 300 pingpong samples)\n"
+      "  --warmup N      untimed first (default 2000 exchanges; 10 pingpong samples)\n"
+      "  --roundtrips K  pingpong round trips per sample (default 100)\n"
+      "  --timeout S     exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --help          this text\n"
+      "Output: JSON lines; meta, then latency_p50, latency_p99, latency_min in us with dims mode,\n"
+      "participants, bytes (and src, dst for pingpong). An exchange's time is the step from the\n"
+      "last participant finishing one exchange to the last finishing the next. Every reader "
+      "checks\n"
+      "the vector it read. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
 
 enum { M_PINGPONG, M_DISS, M_FID, M_REP, M_FID_CLD, M_HIER, M_HIER_UMWAIT };
-static const char* const mode_names[] = { "pingpong", "diss", "fid", "rep", "fid-cld", "hier",
-                                          "hier-umwait", NULL };
+static const char* const mode_names[]
+    = { "pingpong", "diss", "fid", "rep", "fid-cld", "hier", "hier-umwait", NULL };
 
 typedef struct {
     _Alignas(SL_PAD) volatile uint64_t v;
@@ -158,10 +160,12 @@ static void diss_barrier(int me, uint64_t episode)
     }
 }
 
-
 /* CLDEMOTE: hint to move the line from this core's caches to a shared level. The encoding is a
  * NOP on CPUs without it (architectural hint space), so the mode runs everywhere. */
-static inline void cldemote(const void* p) { __asm__ volatile("cldemote %0" ::"m"(*(const char*)p)); }
+static inline void cldemote(const void* p)
+{
+    __asm__ volatile("cldemote %0" ::"m"(*(const char*)p));
+}
 
 /* wait until *p >= want: pause-spin, or UMONITOR/UMWAIT (C0.1, the faster wake-up) with a
  * deadline so a missed wake-up costs at most ~10k TSC cycles */
@@ -210,7 +214,7 @@ SL_TARGET_AVX512 static void write_slice_nt(uint64_t* v, size_t lo, size_t hi, u
 {
     for (size_t l = lo; l < hi; l++) {
         const __m512i val = _mm512_add_epi64(_mm512_set1_epi64((long long)word_value(it, l * 8)),
-                                             _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
+            _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0));
         _mm512_stream_si512((void*)(v + l * 8), val);
     }
 }
@@ -221,10 +225,10 @@ SL_TARGET_AVX2 static void write_slice_nt32(uint64_t* v, size_t lo, size_t hi, u
 {
     for (size_t l = lo; l < hi; l++) {
         const __m256i base = _mm256_set1_epi64x((long long)word_value(it, l * 8));
-        _mm256_stream_si256((__m256i*)(void*)(v + l * 8),
-                            _mm256_add_epi64(base, _mm256_set_epi64x(3, 2, 1, 0)));
+        _mm256_stream_si256(
+            (__m256i*)(void*)(v + l * 8), _mm256_add_epi64(base, _mm256_set_epi64x(3, 2, 1, 0)));
         _mm256_stream_si256((__m256i*)(void*)(v + l * 8 + 4),
-                            _mm256_add_epi64(base, _mm256_set_epi64x(7, 6, 5, 4)));
+            _mm256_add_epi64(base, _mm256_set_epi64x(7, 6, 5, 4)));
     }
 }
 
@@ -311,11 +315,11 @@ static void setup_groups(void)
                 for (int i = 0; i < g.n; i++)
                     idx = g.cpus.cpu[i] == part.cpu[k] ? i : idx;
                 if (idx < 0)
-                    sl_usage_error("--groups '%s': cpu %d is not in --cpus", groups_arg,
-                                   part.cpu[k]);
+                    sl_usage_error(
+                        "--groups '%s': cpu %d is not in --cpus", groups_arg, part.cpu[k]);
                 if (g.group_of[idx] >= 0)
-                    sl_usage_error("--groups '%s': cpu %d is in two groups", groups_arg,
-                                   part.cpu[k]);
+                    sl_usage_error(
+                        "--groups '%s': cpu %d is in two groups", groups_arg, part.cpu[k]);
                 g.group_of[idx] = g.ngroups;
             }
             g.ngroups++;
@@ -323,8 +327,8 @@ static void setup_groups(void)
         free(copy);
         for (int i = 0; i < g.n; i++)
             if (g.group_of[i] < 0)
-                sl_usage_error("--groups '%s': cpu %d of --cpus is in no group", groups_arg,
-                               g.cpus.cpu[i]);
+                sl_usage_error(
+                    "--groups '%s': cpu %d of --cpus is in no group", groups_arg, g.cpus.cpu[i]);
     } else {
         for (int i = 0; i < g.n; i++)
             g.group_of[i] = g.node_of[i];
@@ -400,8 +404,8 @@ static void run_all_to_all(void)
     for (int i = 0; i < g.n; i++)
         pthread_join(t[i], NULL);
     if (g.bad)
-        sl_check_failed("exchange %s: a participant read a vector with a wrong checksum",
-                        mode_names[g.mode]);
+        sl_check_failed(
+            "exchange %s: a participant read a vector with a wrong checksum", mode_names[g.mode]);
     const double ghz = sl_tsc_ghz();
     double* us = calloc((size_t)g.iters, sizeof(double));
     uint64_t prev = 0;
@@ -428,29 +432,49 @@ int main(int argc, char** argv)
     g.bytes = 2560;
     g.roundtrips = 100;
     double timeout = 600;
-    static const struct option opts[] = {
-        { "mode", required_argument, 0, 'm' }, { "cpus", required_argument, 0, 'c' },
-        { "pairs", required_argument, 0, 'P' }, { "bytes", required_argument, 0, 'b' },
-        { "groups", required_argument, 0, 'g' },
+    static const struct option opts[] = { { "mode", required_argument, 0, 'm' },
+        { "cpus", required_argument, 0, 'c' }, { "pairs", required_argument, 0, 'P' },
+        { "bytes", required_argument, 0, 'b' }, { "groups", required_argument, 0, 'g' },
         { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
         { "roundtrips", required_argument, 0, 'k' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
-    };
+        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': mode_arg = optarg; break;
-        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); have_cpus = true; break;
-        case 'P': pairs_arg = optarg; break;
-        case 'g': groups_arg = optarg; break;
-        case 'b': g.bytes = sl_parse_size("--bytes", optarg); break;
-        case 'i': iters = (int)sl_parse_long("--iters", optarg, 1, 100000000); break;
-        case 'w': warmup = (int)sl_parse_long("--warmup", optarg, 1, 100000000); break;
-        case 'k': g.roundtrips = (int)sl_parse_long("--roundtrips", optarg, 1, 1000000); break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'm':
+            mode_arg = optarg;
+            break;
+        case 'c':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            have_cpus = true;
+            break;
+        case 'P':
+            pairs_arg = optarg;
+            break;
+        case 'g':
+            groups_arg = optarg;
+            break;
+        case 'b':
+            g.bytes = sl_parse_size("--bytes", optarg);
+            break;
+        case 'i':
+            iters = (int)sl_parse_long("--iters", optarg, 1, 100000000);
+            break;
+        case 'w':
+            warmup = (int)sl_parse_long("--warmup", optarg, 1, 100000000);
+            break;
+        case 'k':
+            g.roundtrips = (int)sl_parse_long("--roundtrips", optarg, 1, 1000000);
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -465,13 +489,13 @@ int main(int argc, char** argv)
         sl_usage_error("--bytes %zu: at most 64M", g.bytes);
 
     /* pingpong pairs: from --pairs, else every pair of --cpus */
-    int (*pairs)[2] = NULL;
+    int(*pairs)[2] = NULL;
     int npairs = 0;
     if (g.mode == M_PINGPONG) {
         if (pairs_arg) {
             char* copy = strdup(pairs_arg);
             pairs = calloc(strlen(pairs_arg) / 2 + 2, sizeof(*pairs));
-            for (char* save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
                  tok = strtok_r(NULL, ",", &save)) {
                 char* colon = strchr(tok, ':');
                 if (!colon)
@@ -546,7 +570,7 @@ int main(int argc, char** argv)
     /* CPUID: fid-cld's CLDEMOTE is a NOP without it; hier-umwait needs waitpkg */
     sl_json_bool("cldemote_supported", sl_cpu_features()->cldemote);
     sl_json_bool("waitpkg_supported", sl_cpu_features()->waitpkg);
-    if (g.mode == M_REP)  /* 64-byte (AVX-512) or 2 x 32-byte (AVX2) non-temporal stores */
+    if (g.mode == M_REP) /* 64-byte (AVX-512) or 2 x 32-byte (AVX2) non-temporal stores */
         sl_json_str("nt_store", g.nt64 ? "nt64" : "nt32x2");
     if (is_hier(g.mode))
         sl_json_str("groups", groups_arg ? groups_arg : "numa-nodes");

@@ -42,8 +42,8 @@ void gemv_amx_config_rows_override(int a_rows)
 
 void gemv_amx_release(void) { _tile_release(); }
 
-void gemv_amx_bf16(const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch,
-                   float* y, int ldy)
+void gemv_amx_bf16(
+    const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch, float* y, int ldy)
 {
     (void)batch; /* the shapes come from gemv_amx_config */
     const int kchunks = cols / 32;

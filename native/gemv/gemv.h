@@ -23,22 +23,22 @@ void pack_fp32(float* out, int row0, int nblocks, int rows_total, int cols);
 /* FP32 (double-accumulated) reference of y = W x for all rows, batch x rows */
 void gemv_reference(double* y, int rows, int cols, int batch);
 
-void gemv_avx512_bf16(const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch,
-                      float* y, int ldy);
+void gemv_avx512_bf16(
+    const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch, float* y, int ldy);
 /* avx2.c: W row-major (rows x cols bf16, no padding), x batch x cols bf16, cols a multiple of 16 */
-void gemv_avx2_bf16(const uint16_t* w, int rows, int cols, const uint16_t* x, int batch, float* y,
-                    int ldy);
+void gemv_avx2_bf16(
+    const uint16_t* w, int rows, int cols, const uint16_t* x, int batch, float* y, int ldy);
 void pack_bf16_rowmajor(uint16_t* out, int row0, int rows, int cols);
 /* avx512_rows.c: VDPBF16PS on W row-major (rows x cols bf16, no padding: the published AVX
  * path), x batch x cols bf16, cols a multiple of 32; writes y[b * ldy + r] for r < rows only */
-void gemv_avx512_bf16_rows(const uint16_t* w, int rows, int cols, const uint16_t* x, int batch,
-                           float* y, int ldy);
-void gemv_avx512_fp32(const float* w, int nblocks, int cols, const float* x, int batch, float* y,
-                      int ldy);
+void gemv_avx512_bf16_rows(
+    const uint16_t* w, int rows, int cols, const uint16_t* x, int batch, float* y, int ldy);
+void gemv_avx512_fp32(
+    const float* w, int nblocks, int cols, const float* x, int batch, float* y, int ldy);
 /* amx.c: load the tile config for this batch (per thread), then run; release at the end */
 void gemv_amx_config(int batch);
-void gemv_amx_bf16(const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch,
-                   float* y, int ldy);
+void gemv_amx_bf16(
+    const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch, float* y, int ldy);
 void gemv_amx_release(void);
 /* emulated builds only (test hook) */
 void gemv_amx_config_rows_override(int a_rows);

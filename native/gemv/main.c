@@ -8,43 +8,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: gemv --kernel K --rows R --cols C --cpus LIST [options]\n"
-    "y = W x for a batch of B inputs; W (R x C, bf16) split over the listed workers in 16-row\n"
-    "blocks, each worker's rows packed (at load, by the worker, after pinning) in its own slice.\n"
-    "  --kernel K          avx512-bf16 (VDPBF16PS on 16-row VNNI blocks; the layer stage's\n"
-    "                      --gemv avx512-vnni) | avx512-bf16-rows (VDPBF16PS on row-major rows,\n"
-    "                      no padding; the layer stage's --gemv avx512) | avx512-fp32 (FMA on\n"
-    "                      fp32 copies of the bf16 weights) | amx-bf16 (TDPBF16PS, weights packed\n"
-    "                      to VNNI B tiles) | avx2-bf16 (portable: FP32 FMA on bf16 weights\n"
-    "                      widened in registers, row-major; the layer stage's --gemv avx2)\n"
-    "  --rows R            output rows (default 1536); split in 16-row blocks, padded to whole\n"
-    "                      blocks by the blocked kernels (the row-major ones pack real rows)\n"
-    "  --cols C            input columns, a multiple of 32 (default 2560)\n"
-    "  --batch B           1..16 inputs per step (default 1)\n"
-    "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
-    "  --steps N           timed steps (default 2000)\n"
-    "  --warmup N          untimed steps first (default 100)\n"
-    "  --max-rel-rms X     fail when relative RMS error vs FP32 exceeds X (default 1e-3)\n"
-    "  --min-cosine X      fail when cosine similarity vs FP32 is below X (default 0.9999)\n"
-    "  --page MODE         4k | thp | hugetlb for the weight slices (default thp)\n"
-    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
-    "  --layer SHAPES      no GEMV run: split every matrix of a layer (RxC,RxC,... in rows x\n"
-    "                      cols) over the workers in row units and report the layer's weight\n"
-    "                      bytes per worker, max / mean (what tile granularity costs a stage)\n"
-    "  --row-unit U        --layer's rows per unit (default 16 for amx-bf16 tiles, 4 for the\n"
-    "                      AVX-512 kernels, as the campaign's real-layer stage split them)\n"
-    "  --workers N         --layer over N workers (default: the number of --cpus)\n"
-    "  --help              this text\n"
-    "Output: JSON lines; meta, then step_p50, step_p99 (us; a step = earliest worker start to\n"
-    "latest worker end), weight_bw (GB/s at p50), tflops (TFLOP/s at p50), rows_max_over_mean,\n"
-    "rel_rms_err, cosine. With --layer: layer_bytes_max_over_mean (ratio),\n"
-    "layer_bytes_per_worker_max and _mean (B). Exit: 0 ok, 1 check failed, 2 usage error,\n"
-    "3 unsupported here.\n";
+static const char usage[]
+    = "usage: gemv --kernel K --rows R --cols C --cpus LIST [options]\n"
+      "y = W x for a batch of B inputs; W (R x C, bf16) split over the listed workers in 16-row\n"
+      "blocks, each worker's rows packed (at load, by the worker, after pinning) in its own "
+      "slice.\n"
+      "  --kernel K          avx512-bf16 (VDPBF16PS on 16-row VNNI blocks; the layer stage's\n"
+      "                      --gemv avx512-vnni) | avx512-bf16-rows (VDPBF16PS on row-major rows,\n"
+      "                      no padding; the layer stage's --gemv avx512) | avx512-fp32 (FMA on\n"
+      "                      fp32 copies of the bf16 weights) | amx-bf16 (TDPBF16PS, weights "
+      "packed\n"
+      "                      to VNNI B tiles) | avx2-bf16 (portable: FP32 FMA on bf16 weights\n"
+      "                      widened in registers, row-major; the layer stage's --gemv avx2)\n"
+      "  --rows R            output rows (default 1536); split in 16-row blocks, padded to whole\n"
+      "                      blocks by the blocked kernels (the row-major ones pack real rows)\n"
+      "  --cols C            input columns, a multiple of 32 (default 2560)\n"
+      "  --batch B           1..16 inputs per step (default 1)\n"
+      "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
+      "  --steps N           timed steps (default 2000)\n"
+      "  --warmup N          untimed steps first (default 100)\n"
+      "  --max-rel-rms X     fail when relative RMS error vs FP32 exceeds X (default 1e-3)\n"
+      "  --min-cosine X      fail when cosine similarity vs FP32 is below X (default 0.9999)\n"
+      "  --page MODE         4k | thp | hugetlb for the weight slices (default thp)\n"
+      "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --layer SHAPES      no GEMV run: split every matrix of a layer (RxC,RxC,... in rows x\n"
+      "                      cols) over the workers in row units and report the layer's weight\n"
+      "                      bytes per worker, max / mean (what tile granularity costs a stage)\n"
+      "  --row-unit U        --layer's rows per unit (default 16 for amx-bf16 tiles, 4 for the\n"
+      "                      AVX-512 kernels, as the campaign's real-layer stage split them)\n"
+      "  --workers N         --layer over N workers (default: the number of --cpus)\n"
+      "  --help              this text\n"
+      "Output: JSON lines; meta, then step_p50, step_p99 (us; a step = earliest worker start to\n"
+      "latest worker end), weight_bw (GB/s at p50), tflops (TFLOP/s at p50), rows_max_over_mean,\n"
+      "rel_rms_err, cosine. With --layer: layer_bytes_max_over_mean (ratio),\n"
+      "layer_bytes_per_worker_max and _mean (B). Exit: 0 ok, 1 check failed, 2 usage error,\n"
+      "3 unsupported here.\n";
 
 enum { K_BF16, K_FP32, K_AMX, K_AVX2, K_ROWS };
-static const char* const kernel_names[] = { "avx512-bf16", "avx512-fp32", "amx-bf16", "avx2-bf16",
-                                            "avx512-bf16-rows", NULL };
+static const char* const kernel_names[]
+    = { "avx512-bf16", "avx512-fp32", "amx-bf16", "avx2-bf16", "avx512-bf16-rows", NULL };
 /* the kernels on row-major rows (no 16-row padding) */
 static bool rowmajor(int k) { return k == K_AVX2 || k == K_ROWS; }
 #ifdef SL_AVX512_EMULATE
@@ -154,8 +156,8 @@ static int layer_balance(const char* shapes, int unit, int workers)
             c = strtol(p, &end, 10);
         }
         if (end == p || r < 1 || c < 1 || r > (1 << 24) || c > (1 << 24) || (*end && *end != ','))
-            sl_usage_error("--layer '%s': expected ROWSxCOLS[,ROWSxCOLS...] like 2048x1536,256x1536",
-                           shapes);
+            sl_usage_error(
+                "--layer '%s': expected ROWSxCOLS[,ROWSxCOLS...] like 2048x1536,256x1536", shapes);
         if (m == MAX_MATRICES)
             sl_usage_error("--layer '%s': at most %d matrices", shapes, MAX_MATRICES);
         rows[m] = r;
@@ -189,7 +191,7 @@ static int layer_balance(const char* shapes, int unit, int workers)
     sl_json_int("page_size", 4096); /* nothing allocated: the contract's field, nominal */
     sl_json_end();
     const char* names[3] = { "layer_bytes_max_over_mean", "layer_bytes_per_worker_max",
-                             "layer_bytes_per_worker_mean" };
+        "layer_bytes_per_worker_mean" };
     const double values[3] = { max / mean, max, mean };
     for (int i = 0; i < 3; i++) {
         sl_metric_begin(names[i], values[i], i ? "B" : "ratio");
@@ -219,36 +221,65 @@ int main(int argc, char** argv)
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
     double max_rel_rms = 1e-3, min_cosine = 0.9999, timeout = 600;
-    static const struct option opts[] = {
-        { "kernel", required_argument, 0, 'k' }, { "rows", required_argument, 0, 'r' },
-        { "cols", required_argument, 0, 'c' }, { "batch", required_argument, 0, 'b' },
-        { "cpus", required_argument, 0, 'C' }, { "steps", required_argument, 0, 's' },
-        { "warmup", required_argument, 0, 'w' }, { "max-rel-rms", required_argument, 0, 'e' },
-        { "min-cosine", required_argument, 0, 'o' }, { "page", required_argument, 0, 'p' },
-        { "timeout", required_argument, 0, 'T' }, { "layer", required_argument, 0, 'L' },
-        { "row-unit", required_argument, 0, 'U' }, { "workers", required_argument, 0, 'N' },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
-    };
+    static const struct option opts[] = { { "kernel", required_argument, 0, 'k' },
+        { "rows", required_argument, 0, 'r' }, { "cols", required_argument, 0, 'c' },
+        { "batch", required_argument, 0, 'b' }, { "cpus", required_argument, 0, 'C' },
+        { "steps", required_argument, 0, 's' }, { "warmup", required_argument, 0, 'w' },
+        { "max-rel-rms", required_argument, 0, 'e' }, { "min-cosine", required_argument, 0, 'o' },
+        { "page", required_argument, 0, 'p' }, { "timeout", required_argument, 0, 'T' },
+        { "layer", required_argument, 0, 'L' }, { "row-unit", required_argument, 0, 'U' },
+        { "workers", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'k': kernel_arg = optarg; break;
-        case 'r': g.rows = (int)sl_parse_long("--rows", optarg, 1, 1 << 20); break;
-        case 'c': g.cols = (int)sl_parse_long("--cols", optarg, 1, 1 << 20); break;
-        case 'b': g.batch = (int)sl_parse_long("--batch", optarg, 1, GEMV_MAX_BATCH); break;
-        case 'C': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
-        case 's': g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000); break;
-        case 'w': g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000); break;
-        case 'e': max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9); break;
-        case 'o': min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1); break;
-        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'L': layer_arg = optarg; break;
-        case 'U': row_unit = (int)sl_parse_long("--row-unit", optarg, 1, 4096); break;
-        case 'N': layer_workers = (int)sl_parse_long("--workers", optarg, 1, 1 << 20); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'k':
+            kernel_arg = optarg;
+            break;
+        case 'r':
+            g.rows = (int)sl_parse_long("--rows", optarg, 1, 1 << 20);
+            break;
+        case 'c':
+            g.cols = (int)sl_parse_long("--cols", optarg, 1, 1 << 20);
+            break;
+        case 'b':
+            g.batch = (int)sl_parse_long("--batch", optarg, 1, GEMV_MAX_BATCH);
+            break;
+        case 'C':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            break;
+        case 's':
+            g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000);
+            break;
+        case 'w':
+            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000);
+            break;
+        case 'e':
+            max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9);
+            break;
+        case 'o':
+            min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1);
+            break;
+        case 'p':
+            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'L':
+            layer_arg = optarg;
+            break;
+        case 'U':
+            row_unit = (int)sl_parse_long("--row-unit", optarg, 1, 4096);
+            break;
+        case 'N':
+            layer_workers = (int)sl_parse_long("--workers", optarg, 1, 1 << 20);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -258,16 +289,19 @@ int main(int argc, char** argv)
     if (!layer_arg && (row_unit || layer_workers))
         sl_usage_error("--row-unit and --workers only apply with --layer");
     if (layer_arg)
-        return layer_balance(layer_arg, row_unit ? row_unit : g.kernel == K_AMX ? 16 : 4,
-                             layer_workers ? layer_workers : g.cpus.n);
+        return layer_balance(layer_arg,
+            row_unit                ? row_unit
+                : g.kernel == K_AMX ? 16
+                                    : 4,
+            layer_workers ? layer_workers : g.cpus.n);
     if (g.cols % 32)
         sl_usage_error("--cols %d: must be a multiple of 32 (one AMX tile row of bf16)", g.cols);
     const char* why = "";
     const bool bf16 = g.kernel == K_BF16 || g.kernel == K_ROWS;
-    const bool ok = bf16             ? avx512_emulated || sl_have_avx512bf16(&why)
-        : g.kernel == K_FP32         ? avx512_emulated || sl_have_avx512(&why)
-        : g.kernel == K_AVX2         ? sl_have_avx2(&why)
-                                     : sl_have_amx(&why);
+    const bool ok = bf16     ? avx512_emulated || sl_have_avx512bf16(&why)
+        : g.kernel == K_FP32 ? avx512_emulated || sl_have_avx512(&why)
+        : g.kernel == K_AVX2 ? sl_have_avx2(&why)
+                             : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_names[g.kernel], why);
     sl_watchdog(timeout);
@@ -344,7 +378,8 @@ int main(int argc, char** argv)
 
     double* step_us = malloc(sizeof(double) * (size_t)g.steps);
     sl_step_spans_us(g.t0, g.t1, n, g.steps, step_us);
-    const double p50 = sl_quantile(step_us, g.steps, 0.5), p99 = sl_quantile(step_us, g.steps, 0.99);
+    const double p50 = sl_quantile(step_us, g.steps, 0.5),
+                 p99 = sl_quantile(step_us, g.steps, 0.99);
     metric("step_p50", p50, "us");
     metric("step_p99", p99, "us");
     metric("weight_bw", weight_bytes / (p50 * 1e3), "GB/s");
@@ -355,6 +390,6 @@ int main(int argc, char** argv)
     if (!(rel_rms <= max_rel_rms) || !(cosine >= min_cosine))
         sl_check_failed("gemv %s batch %d: rel RMS error %.3g (max %.3g), cosine %.9f (min %.9f) "
                         "against the FP32 reference",
-                        kernel_names[g.kernel], g.batch, rel_rms, max_rel_rms, cosine, min_cosine);
+            kernel_names[g.kernel], g.batch, rel_rms, max_rel_rms, cosine, min_cosine);
     return 0;
 }

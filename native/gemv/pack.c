@@ -18,9 +18,8 @@ uint16_t gemv_weight(int row, int col)
 
 uint16_t gemv_input(int b, int col)
 {
-    return sl_f32_to_bf16((float)mix(0x51ed27u + (uint32_t)b, (uint32_t)col)
-                              * (2.0f / 4294967296.0f)
-                          - 1.0f);
+    return sl_f32_to_bf16(
+        (float)mix(0x51ed27u + (uint32_t)b, (uint32_t)col) * (2.0f / 4294967296.0f) - 1.0f);
 }
 
 void pack_bf16_vnni(uint16_t* out, int row0, int nblocks, int rows_total, int cols)

@@ -11,25 +11,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: kvstream --tokens L --cpus LIST [options]\n"
-    "One decode step of attention: q (heads x D, fp32) against K and V (heads x L x D, bf16),\n"
-    "tokens split by position over the workers, each worker's KV in its own slice.\n"
-    "  --tokens L          cached tokens (e.g. 8192, 32K)\n"
-    "  --heads H           KV heads (default 8)\n"
-    "  --head-dim D        multiple of 16 (default 128)\n"
-    "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
-    "  --tile-kib T        K bytes per online-softmax tile in KiB (default 16)\n"
-    "  --prefetch-kib P    software prefetch distance ahead of the K and V streams in KiB\n"
-    "                      (default 0 = none)\n"
-    "  --steps N           timed steps (default 200); --warmup N untimed first (default 10)\n"
-    "  --max-rel-rms X     fail above this relative RMS error vs the reference (default 1e-4)\n"
-    "  --min-cosine X      fail below this cosine similarity (default 0.99999)\n"
-    "  --page MODE         4k | thp | hugetlb (default thp)\n"
-    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
-    "  --help              this text\n"
-    "Output: JSON lines; meta, then kv_bw (GB/s of K+V read at p50), step_p50, step_p99 (us),\n"
-    "rel_rms_err, cosine. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
+static const char usage[]
+    = "usage: kvstream --tokens L --cpus LIST [options]\n"
+      "One decode step of attention: q (heads x D, fp32) against K and V (heads x L x D, bf16),\n"
+      "tokens split by position over the workers, each worker's KV in its own slice.\n"
+      "  --tokens L          cached tokens (e.g. 8192, 32K)\n"
+      "  --heads H           KV heads (default 8)\n"
+      "  --head-dim D        multiple of 16 (default 128)\n"
+      "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
+      "  --tile-kib T        K bytes per online-softmax tile in KiB (default 16)\n"
+      "  --prefetch-kib P    software prefetch distance ahead of the K and V streams in KiB\n"
+      "                      (default 0 = none)\n"
+      "  --steps N           timed steps (default 200); --warmup N untimed first (default 10)\n"
+      "  --max-rel-rms X     fail above this relative RMS error vs the reference (default 1e-4)\n"
+      "  --min-cosine X      fail below this cosine similarity (default 0.99999)\n"
+      "  --page MODE         4k | thp | hugetlb (default thp)\n"
+      "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --help              this text\n"
+      "Output: JSON lines; meta, then kv_bw (GB/s of K+V read at p50), step_p50, step_p99 (us),\n"
+      "rel_rms_err, cosine. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
 
 typedef struct {
     int cpu, lo, hi; /* tokens [lo, hi) */
@@ -55,8 +55,8 @@ static struct {
 
 static uint16_t kv_value(int which, int h, int t, int d)
 {
-    uint32_t x = (uint32_t)which * 0x9e3779b1u ^ (uint32_t)h * 0x85ebca6bu ^ (uint32_t)t * 0xc2b2ae35u
-        ^ (uint32_t)d * 0x27d4eb2fu;
+    uint32_t x = (uint32_t)which * 0x9e3779b1u ^ (uint32_t)h * 0x85ebca6bu
+        ^ (uint32_t)t * 0xc2b2ae35u ^ (uint32_t)d * 0x27d4eb2fu;
     x ^= x >> 15;
     x *= 0x2c1b3c6du;
     x ^= x >> 12;
@@ -211,33 +211,58 @@ int main(int argc, char** argv)
     size_t tile_bytes = 16384;
     double max_rel_rms = 1e-4, min_cosine = 0.99999, timeout = 600;
     const char* tokens_arg = NULL;
-    static const struct option opts[] = {
-        { "tokens", required_argument, 0, 'L' }, { "heads", required_argument, 0, 'H' },
-        { "head-dim", required_argument, 0, 'D' }, { "cpus", required_argument, 0, 'c' },
-        { "tile-kib", required_argument, 0, 't' }, { "prefetch-kib", required_argument, 0, 'p' },
-        { "steps", required_argument, 0, 's' }, { "warmup", required_argument, 0, 'w' },
-        { "max-rel-rms", required_argument, 0, 'e' }, { "min-cosine", required_argument, 0, 'o' },
-        { "page", required_argument, 0, 'P' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 }
-    };
+    static const struct option opts[] = { { "tokens", required_argument, 0, 'L' },
+        { "heads", required_argument, 0, 'H' }, { "head-dim", required_argument, 0, 'D' },
+        { "cpus", required_argument, 0, 'c' }, { "tile-kib", required_argument, 0, 't' },
+        { "prefetch-kib", required_argument, 0, 'p' }, { "steps", required_argument, 0, 's' },
+        { "warmup", required_argument, 0, 'w' }, { "max-rel-rms", required_argument, 0, 'e' },
+        { "min-cosine", required_argument, 0, 'o' }, { "page", required_argument, 0, 'P' },
+        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'L': tokens_arg = optarg; break;
-        case 'H': g.heads = (int)sl_parse_long("--heads", optarg, 1, 1024); break;
-        case 'D': g.dim = (int)sl_parse_long("--head-dim", optarg, 16, 256); break;
-        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
-        case 't': tile_bytes = (size_t)(sl_parse_double("--tile-kib", optarg, 0.0625, 65536) * 1024); break;
-        case 'p': g.prefetch = (size_t)(sl_parse_double("--prefetch-kib", optarg, 0, 65536) * 1024); break;
-        case 's': g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000); break;
-        case 'w': g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000); break;
-        case 'e': max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9); break;
-        case 'o': min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1); break;
-        case 'P': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'L':
+            tokens_arg = optarg;
+            break;
+        case 'H':
+            g.heads = (int)sl_parse_long("--heads", optarg, 1, 1024);
+            break;
+        case 'D':
+            g.dim = (int)sl_parse_long("--head-dim", optarg, 16, 256);
+            break;
+        case 'c':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            break;
+        case 't':
+            tile_bytes = (size_t)(sl_parse_double("--tile-kib", optarg, 0.0625, 65536) * 1024);
+            break;
+        case 'p':
+            g.prefetch = (size_t)(sl_parse_double("--prefetch-kib", optarg, 0, 65536) * 1024);
+            break;
+        case 's':
+            g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000);
+            break;
+        case 'w':
+            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000);
+            break;
+        case 'e':
+            max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9);
+            break;
+        case 'o':
+            min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1);
+            break;
+        case 'P':
+            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -336,6 +361,6 @@ int main(int argc, char** argv)
     if (!(rel_rms <= max_rel_rms) || !(cosine >= min_cosine))
         sl_check_failed("kvstream: rel RMS error %.3g (max %.3g), cosine %.9f (min %.9f) against "
                         "the double-precision reference",
-                        rel_rms, max_rel_rms, cosine, min_cosine);
+            rel_rms, max_rel_rms, cosine, min_cosine);
     return 0;
 }

@@ -12,11 +12,11 @@ const kernel_info kernel_table[K_COUNT] = {
     /* per 1 KiB B tile: 16 x 16 x 32 MACs = 16384 flops */
     [K_AMX_BF16_STREAM] = { "amx-bf16-stream", 4096, 16.0, "amx-bf16", 0, 0 },
     /* 64 flops per zmm VDPBF16PS (16 lanes x 2 bf16 pairs x multiply-add) */
-    [K_AVX512_BF16_COMPUTE] = { "avx512-bf16-compute", 64, 0.0, "avx512bf16",
-                                64.0 * LADDER_DP_ACCS * LADDER_DP_ITERS, 64 },
+    [K_AVX512_BF16_COMPUTE]
+    = { "avx512-bf16-compute", 64, 0.0, "avx512bf16", 64.0 * LADDER_DP_ACCS* LADDER_DP_ITERS, 64 },
     /* 16 x 16 x 32 multiply-adds = 16384 flops per TDPBF16PS */
-    [K_AMX_BF16_COMPUTE] = { "amx-bf16-compute", 64, 0.0, "amx-bf16",
-                             16384.0 * 4 * LADDER_TDP_ITERS, 1 },
+    [K_AMX_BF16_COMPUTE]
+    = { "amx-bf16-compute", 64, 0.0, "amx-bf16", 16384.0 * 4 * LADDER_TDP_ITERS, 1 },
 };
 
 static uint16_t bf16_small_int(uint64_t i)
@@ -64,8 +64,8 @@ double expected_checksum(kernel_id k, const void* buf, size_t bytes, uint64_t pa
     }
     if (k == K_AVX512_BF16_COMPUTE) {
         /* accumulator i starts at i and gains 1*3 + 2*1 = 5 per lane per instruction */
-        const double lane = LADDER_DP_ACCS * (LADDER_DP_ACCS - 1) / 2.0
-            + LADDER_DP_ACCS * 5.0 * LADDER_DP_ITERS;
+        const double lane
+            = LADDER_DP_ACCS * (LADDER_DP_ACCS - 1) / 2.0 + LADDER_DP_ACCS * 5.0 * LADDER_DP_ITERS;
         return 16.0 * lane * (double)passes;
     }
     if (k == K_AMX_BF16_COMPUTE) {
@@ -120,7 +120,8 @@ SL_TARGET_AVX512 double run_avx512_read(const void* buf, size_t bytes, uint64_t 
                              : "memory");
             s += 256;
         } while (s < end);
-        acc = _mm512_add_epi64(acc, _mm512_add_epi64(_mm512_add_epi64(r0, r1), _mm512_add_epi64(r2, r3)));
+        acc = _mm512_add_epi64(
+            acc, _mm512_add_epi64(_mm512_add_epi64(r0, r1), _mm512_add_epi64(r2, r3)));
     }
     const uint64_t sum = (uint64_t)_mm512_reduce_add_epi64(acc);
     return (double)(sum & ((1ull << 48) - 1));
@@ -183,7 +184,8 @@ SL_TARGET_AVX512BF16 double run_avx512_bf16_gemv(const void* buf, size_t bytes, 
             SL_DPBF16_BCAST(a2, _mm512_load_si512((const void*)(s + 128)), &xb[j + 2]);
             SL_DPBF16_BCAST(a3, _mm512_load_si512((const void*)(s + 192)), &xb[j + 3]);
         }
-        total += (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        total += (double)_mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
     }
     return total;
 }
@@ -206,15 +208,30 @@ SL_TARGET_AVX512BF16 double run_avx512_bf16_compute(const void* buf, size_t byte
                c12 = _mm512_set1_ps(12), c13 = _mm512_set1_ps(13), c14 = _mm512_set1_ps(14),
                c15 = _mm512_set1_ps(15);
         for (int it = 0; it < LADDER_DP_ITERS; it++) {
-            DP(c0); DP(c1); DP(c2); DP(c3); DP(c4); DP(c5); DP(c6); DP(c7);
-            DP(c8); DP(c9); DP(c10); DP(c11); DP(c12); DP(c13); DP(c14); DP(c15);
+            DP(c0);
+            DP(c1);
+            DP(c2);
+            DP(c3);
+            DP(c4);
+            DP(c5);
+            DP(c6);
+            DP(c7);
+            DP(c8);
+            DP(c9);
+            DP(c10);
+            DP(c11);
+            DP(c12);
+            DP(c13);
+            DP(c14);
+            DP(c15);
         }
         const __m512 s0 = _mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3));
         const __m512 s1 = _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7));
         const __m512 s2 = _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11));
         const __m512 s3 = _mm512_add_ps(_mm512_add_ps(c12, c13), _mm512_add_ps(c14, c15));
         /* integers below 2^24 throughout: every sum is exact */
-        total += (double)_mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+        total += (double)_mm512_reduce_add_ps(
+            _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
     }
     return total;
 }

@@ -10,34 +10,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: ladder --kernel K --size BYTES --cpus LIST [options]\n"
-    "Per-core streaming read bandwidth; one pinned thread per listed CPU, all at once.\n"
-    "  --kernel K      avx512-read | avx2-read | avx512-bf16-gemv | amx-bf16-stream |\n"
-    "                  avx512-bf16-compute | amx-bf16-compute (registers / resident tiles only)\n"
-    "  --size BYTES    working set per core (4096, 16K, 1M, 2G); rounded down to the kernel's\n"
-    "                  block (256 B, 256 B, 256 B, 4 KiB); optional for the compute kernels,\n"
-    "                  which read no memory (default 4096, allocated and reported only)\n"
-    "  --cpus LIST     CPUs in kernel cpulist syntax (0-3,8); default: CPU 0\n"
-    "  --seconds S     timed seconds per repetition (default 1)\n"
-    "  --reps R        repetitions (default 3); each is preceded by one untimed pass\n"
-    "  --page MODE     4k | thp | hugetlb (default 4k); the page size obtained is reported\n"
-    "  --timeout S     exit 1 if the whole run takes longer (default 600; 0 = none)\n"
-    "  --probe         the interference probe instead (docs/report.md, Interference): on each\n"
-    "                  listed CPU at once, the median of 3 windows of --seconds (default\n"
-    "                  0.01) of each unit the core has: l2-read (avx512-read, else avx2-read),\n"
-    "                  amx-stream (amx-bf16-stream), bf16-dot (avx512-bf16-gemv), over --size\n"
-    "                  bytes per core (default 1M; keep it inside L2); prints `probe` (GB/s,\n"
-    "                  dims probe, kernel, cpu) per CPU and unit, and per CPU the guest-visible\n"
-    "                  counters steal_ticks (/proc/stat), sched_calls and run_delay_ns\n"
-    "                  (/proc/schedstat, where the kernel has it)\n"
-    "  --help          this text\n"
-    "Output: JSON lines; one meta record, then per repetition bw_total, bw_per_core_mean,\n"
-    "bw_per_core_min (dim cpu), bw_per_core_p50, bw_per_core_max in GB/s (1e9 B/s), plus\n"
-    "gflops_total for the bf16 kernels, and stat=best/median summaries of bw_total. Compute\n"
-    "kernels report tflops_total, tflops_per_core_mean/min (dim cpu)/p50/max in TFLOP/s and\n"
-    "core_clock_mean/min in MHz (a dependent IMUL chain right after each timed loop).\n"
-    "Exit: 0 ok, 1 self-check failed, 2 usage error, 3 unsupported on this CPU.\n";
+static const char usage[]
+    = "usage: ladder --kernel K --size BYTES --cpus LIST [options]\n"
+      "Per-core streaming read bandwidth; one pinned thread per listed CPU, all at once.\n"
+      "  --kernel K      avx512-read | avx2-read | avx512-bf16-gemv | amx-bf16-stream |\n"
+      "                  avx512-bf16-compute | amx-bf16-compute (registers / resident tiles only)\n"
+      "  --size BYTES    working set per core (4096, 16K, 1M, 2G); rounded down to the kernel's\n"
+      "                  block (256 B, 256 B, 256 B, 4 KiB); optional for the compute kernels,\n"
+      "                  which read no memory (default 4096, allocated and reported only)\n"
+      "  --cpus LIST     CPUs in kernel cpulist syntax (0-3,8); default: CPU 0\n"
+      "  --seconds S     timed seconds per repetition (default 1)\n"
+      "  --reps R        repetitions (default 3); each is preceded by one untimed pass\n"
+      "  --page MODE     4k | thp | hugetlb (default 4k); the page size obtained is reported\n"
+      "  --timeout S     exit 1 if the whole run takes longer (default 600; 0 = none)\n"
+      "  --probe         the interference probe instead (docs/report.md, Interference): on each\n"
+      "                  listed CPU at once, the median of 3 windows of --seconds (default\n"
+      "                  0.01) of each unit the core has: l2-read (avx512-read, else avx2-read),\n"
+      "                  amx-stream (amx-bf16-stream), bf16-dot (avx512-bf16-gemv), over --size\n"
+      "                  bytes per core (default 1M; keep it inside L2); prints `probe` (GB/s,\n"
+      "                  dims probe, kernel, cpu) per CPU and unit, and per CPU the guest-visible\n"
+      "                  counters steal_ticks (/proc/stat), sched_calls and run_delay_ns\n"
+      "                  (/proc/schedstat, where the kernel has it)\n"
+      "  --help          this text\n"
+      "Output: JSON lines; one meta record, then per repetition bw_total, bw_per_core_mean,\n"
+      "bw_per_core_min (dim cpu), bw_per_core_p50, bw_per_core_max in GB/s (1e9 B/s), plus\n"
+      "gflops_total for the bf16 kernels, and stat=best/median summaries of bw_total. Compute\n"
+      "kernels report tflops_total, tflops_per_core_mean/min (dim cpu)/p50/max in TFLOP/s and\n"
+      "core_clock_mean/min in MHz (a dependent IMUL chain right after each timed loop).\n"
+      "Exit: 0 ok, 1 self-check failed, 2 usage error, 3 unsupported on this CPU.\n";
 
 typedef struct {
     int cpu;
@@ -67,12 +67,18 @@ static struct {
 static double run_kernel(const void* buf, size_t bytes, uint64_t passes)
 {
     switch (g.kernel) {
-    case K_AVX512_READ: return run_avx512_read(buf, bytes, passes);
-    case K_AVX2_READ: return run_avx2_read(buf, bytes, passes);
-    case K_AVX512_BF16_GEMV: return run_avx512_bf16_gemv(buf, bytes, passes);
-    case K_AVX512_BF16_COMPUTE: return run_avx512_bf16_compute(buf, bytes, passes);
-    case K_AMX_BF16_COMPUTE: return run_amx_bf16_compute(buf, bytes, passes);
-    default: return run_amx_bf16_stream(buf, bytes, passes);
+    case K_AVX512_READ:
+        return run_avx512_read(buf, bytes, passes);
+    case K_AVX2_READ:
+        return run_avx2_read(buf, bytes, passes);
+    case K_AVX512_BF16_GEMV:
+        return run_avx512_bf16_gemv(buf, bytes, passes);
+    case K_AVX512_BF16_COMPUTE:
+        return run_avx512_bf16_compute(buf, bytes, passes);
+    case K_AMX_BF16_COMPUTE:
+        return run_amx_bf16_compute(buf, bytes, passes);
+    default:
+        return run_amx_bf16_stream(buf, bytes, passes);
     }
 }
 
@@ -137,22 +143,21 @@ static void check_worker(const worker* w)
     const double one = expected_checksum(g.kernel, w->buf.base, g.size, per_chunk);
     if (g.kernel == K_AVX512_READ && w->verify != expected_full_sum(w->buf.base, g.size))
         sl_check_failed("ladder avx512-read on cpu %d: buffer sum %.17g, expected %.17g", w->cpu,
-                        w->verify, expected_full_sum(w->buf.base, g.size));
+            w->verify, expected_full_sum(w->buf.base, g.size));
     if (g.kernel == K_AVX512_READ || g.kernel == K_AVX2_READ) {
         /* integer checksums (< 2^48 per chunk): compared exactly, mod 2^48 */
         const uint64_t want = ((uint64_t)one * chunks) & ((1ull << 48) - 1);
         if (w->checksum_48 != want)
             sl_check_failed("ladder %s on cpu %d: checksum %llu (mod 2^48), expected %llu",
-                            kernel_table[g.kernel].name, w->cpu,
-                            (unsigned long long)w->checksum_48, (unsigned long long)want);
+                kernel_table[g.kernel].name, w->cpu, (unsigned long long)w->checksum_48,
+                (unsigned long long)want);
         return;
     }
     if (is_compute()) {
         /* every accumulator is an integer below 2^24 and every sum exact: equal or wrong */
         if (w->checksum != one * (double)chunks)
             sl_check_failed("ladder %s on cpu %d: accumulators sum to %.17g, closed form %.17g",
-                            kernel_table[g.kernel].name, w->cpu, w->checksum,
-                            one * (double)chunks);
+                kernel_table[g.kernel].name, w->cpu, w->checksum, one * (double)chunks);
         return;
     }
     /* bf16 kernels: exact small-integer products summed in fp32, so only the double total
@@ -161,7 +166,7 @@ static void check_worker(const worker* w)
     const double tol = 1e-9 * fabs(want) + 1e-6 * (double)g.size * (double)w->passes / 64.0;
     if (!(fabs(w->checksum - want) <= tol))
         sl_check_failed("ladder %s on cpu %d: checksum %.17g, expected %.17g",
-                        kernel_table[g.kernel].name, w->cpu, w->checksum, want);
+            kernel_table[g.kernel].name, w->cpu, w->checksum, want);
 }
 
 static const char* compute_meta_statistic(void)
@@ -277,7 +282,7 @@ static int run_probe(const char* size_arg)
     for (int u = 0; u < nu; u++)
         if (size < kernel_table[units[u].kernel].block)
             sl_usage_error("--size '%s' is smaller than the %s block of %zu bytes", size_arg,
-                           kernel_table[units[u].kernel].name, kernel_table[units[u].kernel].block);
+                kernel_table[units[u].kernel].name, kernel_table[units[u].kernel].block);
     sl_tsc_ghz();
     sl_meta_begin(&g.cpus);
     sl_json_bool("probe", true);
@@ -301,8 +306,8 @@ static int run_probe(const char* size_arg)
             for (int i = 0; i < g.cpus.n; i++) {
                 const worker* w = &g.w[i];
                 check_worker(w);
-                rates[i * g.reps + rep] =
-                    (double)w->passes * (double)g.size / ((double)(w->t1 - w->t0) / ghz);
+                rates[i * g.reps + rep]
+                    = (double)w->passes * (double)g.size / ((double)(w->t1 - w->t0) / ghz);
             }
         }
         for (int i = 0; i < g.cpus.n; i++) {
@@ -325,10 +330,12 @@ static int run_probe(const char* size_arg)
         const long long steal = proc_field("/proc/stat", cpu, 7);
         const long long calls = proc_field("/proc/schedstat", cpu, 2);
         const long long delay = proc_field("/proc/schedstat", cpu, 7);
-        const struct { const char* name; long long v; const char* unit; } c[] = {
-            { "steal_ticks", steal, "ticks" }, { "sched_calls", calls, "1" },
-            { "run_delay_ns", delay, "ns" }
-        };
+        const struct {
+            const char* name;
+            long long v;
+            const char* unit;
+        } c[] = { { "steal_ticks", steal, "ticks" }, { "sched_calls", calls, "1" },
+            { "run_delay_ns", delay, "ns" } };
         for (int k = 0; k < 3; k++) {
             if (c[k].v < 0)
                 continue; /* not exposed here (schedstat needs CONFIG_SCHEDSTATS) */
@@ -355,32 +362,47 @@ int main(int argc, char** argv)
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
     double timeout = 600;
-    static const struct option opts[] = {
-        { "kernel", required_argument, 0, 'k' }, { "size", required_argument, 0, 's' },
-        { "cpus", required_argument, 0, 'c' }, { "seconds", required_argument, 0, 't' },
-        { "reps", required_argument, 0, 'r' }, { "page", required_argument, 0, 'p' },
-        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
-        { "probe", no_argument, 0, 'P' }, { 0, 0, 0, 0 }
-    };
+    static const struct option opts[] = { { "kernel", required_argument, 0, 'k' },
+        { "size", required_argument, 0, 's' }, { "cpus", required_argument, 0, 'c' },
+        { "seconds", required_argument, 0, 't' }, { "reps", required_argument, 0, 'r' },
+        { "page", required_argument, 0, 'p' }, { "timeout", required_argument, 0, 'T' },
+        { "help", no_argument, 0, 'h' }, { "probe", no_argument, 0, 'P' }, { 0, 0, 0, 0 } };
     bool probe = false;
     bool seconds_set = false;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'k': kernel_arg = optarg; break;
-        case 's': size_arg = optarg; break;
-        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
+        case 'k':
+            kernel_arg = optarg;
+            break;
+        case 's':
+            size_arg = optarg;
+            break;
+        case 'c':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            break;
         case 't':
             g.seconds = sl_parse_double("--seconds", optarg, 0.001, 3600);
             seconds_set = true;
             break;
-        case 'P': probe = true; break;
-        case 'r': g.reps = (int)sl_parse_long("--reps", optarg, 1, 1000); break;
-        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'P':
+            probe = true;
+            break;
+        case 'r':
+            g.reps = (int)sl_parse_long("--reps", optarg, 1, 1000);
+            break;
+        case 'p':
+            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -403,7 +425,7 @@ int main(int argc, char** argv)
     g.size = sl_parse_size("--size", size_arg) / block * block;
     if (g.size == 0)
         sl_usage_error("--size '%s' is smaller than the %s block of %zu bytes", size_arg,
-                       kernel_table[g.kernel].name, block);
+            kernel_table[g.kernel].name, block);
     const char* why = "";
     const bool ok = g.kernel == K_AVX512_READ ? sl_have_avx512(&why)
         : g.kernel == K_AVX2_READ             ? sl_have_avx2(&why)
@@ -487,7 +509,8 @@ int main(int argc, char** argv)
         dims(rep);
         sl_json_end();
         if (kernel_table[g.kernel].flops_per_byte > 0) {
-            sl_metric_begin("gflops_total", total * kernel_table[g.kernel].flops_per_byte, "GFLOP/s");
+            sl_metric_begin(
+                "gflops_total", total * kernel_table[g.kernel].flops_per_byte, "GFLOP/s");
             dims(rep);
             sl_json_end();
         }

@@ -10,15 +10,19 @@
 #include <sys/stat.h>
 
 const char* const l_matrix_names[NMAT] = {
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",    "per_layer_input_gate.weight", "per_layer_projection.weight",
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "per_layer_input_gate.weight",
+    "per_layer_projection.weight",
     "router.proj.weight",
 };
-const char* const l_bnd_names[NBND] = { "xn",   "q",  "qn",   "k",   "v",    "kn",  "vn",
-                                        "attn", "o",  "h1",   "xn2", "gate", "up",  "act",
-                                        "down", "h2", "pg",   "pact", "pp",  "out", "rs",
-                                        "rw",   "xn3", "moe" };
+const char* const l_bnd_names[NBND] = { "xn", "q", "qn", "k", "v", "kn", "vn", "attn", "o", "h1",
+    "xn2", "gate", "up", "act", "down", "h2", "pg", "pact", "pp", "out", "rs", "rw", "xn3", "moe" };
 
 enum { MAX_DIMS = 4 };
 typedef struct {
@@ -39,7 +43,8 @@ static void read_manifest(const char* dir, manifest* m)
     FILE* f = fopen(path, "r");
     if (!f)
         sl_usage_error("%s: cannot open (expected a dump directory with manifest.txt and "
-                       "meta.json, as `orchestrate layer-dump` writes)", path);
+                       "meta.json, as `orchestrate layer-dump` writes)",
+            path);
     int cap = 64, lineno = 0;
     m->e = calloc((size_t)cap, sizeof(entry));
     m->n = 0;
@@ -58,7 +63,7 @@ static void read_manifest(const char* dir, manifest* m)
             sl_usage_error("%s line %d: expected `name dtype d0 d1 ...`", path, lineno);
         if (strcmp(e->dtype, "bf16") && strcmp(e->dtype, "f32"))
             sl_usage_error("%s line %d: dtype '%s' of %s: expected bf16 or f32", path, lineno,
-                           e->dtype, e->name);
+                e->dtype, e->name);
         p += used;
         e->ndims = 0;
         for (;;) {
@@ -74,8 +79,8 @@ static void read_manifest(const char* dir, manifest* m)
         while (isspace((unsigned char)*p))
             p++;
         if (*p || e->ndims == 0)
-            sl_usage_error("%s line %d: bad shape of %s (expected positive integers)", path,
-                           lineno, e->name);
+            sl_usage_error(
+                "%s line %d: bad shape of %s (expected positive integers)", path, lineno, e->name);
         m->n++;
     }
     fclose(f);
@@ -83,8 +88,8 @@ static void read_manifest(const char* dir, manifest* m)
 
 /* Loads tensor `name` with exactly the shape given (ndims dims); the file must hold exactly
  * those bytes. Returns a 64-byte aligned buffer. */
-static void* load(const char* dir, const manifest* m, const char* name, const char* dtype, int ndims,
-                  const long* dims)
+static void* load(const char* dir, const manifest* m, const char* name, const char* dtype,
+    int ndims, const long* dims)
 {
     const entry* e = NULL;
     for (int i = 0; i < m->n; i++)
@@ -99,7 +104,7 @@ static void* load(const char* dir, const manifest* m, const char* name, const ch
         snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%ld", i ? " " : "", e->dims[i]);
     if (strcmp(e->dtype, dtype) || strcmp(want, got))
         sl_usage_error("%s/manifest.txt: %s is %s [%s], expected %s [%s] (from meta.json)", dir,
-                       name, e->dtype, got, dtype, want);
+            name, e->dtype, got, dtype, want);
     size_t count = 1;
     for (int i = 0; i < ndims; i++)
         count *= (size_t)dims[i];
@@ -111,8 +116,7 @@ static void* load(const char* dir, const manifest* m, const char* name, const ch
         sl_usage_error("%s: missing (listed in manifest.txt)", path);
     if ((size_t)st.st_size != bytes)
         sl_usage_error("%s: %lld bytes, expected %zu (%s [%s] %s)%s", path, (long long)st.st_size,
-                       bytes, name, want, dtype,
-                       (size_t)st.st_size < bytes ? ": truncated" : "");
+            bytes, name, want, dtype, (size_t)st.st_size < bytes ? ": truncated" : "");
     FILE* f = fopen(path, "rb");
     if (!f)
         sl_usage_error("%s: cannot open", path);
@@ -169,8 +173,8 @@ static const char* find_key(const char* from, const char* key)
 }
 
 /* numeric key; null/absent -> *present = false (when allowed) */
-static double meta_num(const char* path, const char* js, const char* key, bool optional,
-                       bool* present)
+static double meta_num(
+    const char* path, const char* js, const char* key, bool optional, bool* present)
 {
     const char* v = find_key(js, key);
     if (present)
@@ -195,8 +199,8 @@ static int meta_int(const char* path, const char* js, const char* key, int min)
     return (int)x;
 }
 
-static void meta_str(const char* path, const char* js, const char* key, char* out, size_t len,
-                     const char* dflt)
+static void meta_str(
+    const char* path, const char* js, const char* key, char* out, size_t len, const char* dflt)
 {
     const char* v = find_key(js, key);
     if (!v || *v != '"') {
@@ -238,7 +242,7 @@ static void load_row(l_dump* d, l_row* r, int index)
         d->sliding = !strcmp(d->layer_type, "sliding_attention");
         if (!d->sliding && strcmp(d->layer_type, "full_attention"))
             sl_usage_error("%s: layer_type '%s', expected sliding_attention or full_attention",
-                           path, d->layer_type);
+                path, d->layer_type);
         const char* moe = find_key(js, "moe");
         d->moe = moe && !strncmp(moe, "true", 4);
         const char* kv_eq = find_key(js, "kv_eq");
@@ -249,29 +253,32 @@ static void load_row(l_dump* d, l_row* r, int index)
             d->moe_inter = meta_int(path, js, "moe_inter", 1);
             if (d->top_k > d->experts || d->top_k > L_MAX_TOPK)
                 sl_usage_error("%s: top_k = %d: expected at most experts (%d) and %d", path,
-                               d->top_k, d->experts, L_MAX_TOPK);
+                    d->top_k, d->experts, L_MAX_TOPK);
         }
         const char* tp = find_key(js, "tp");
         d->tp = tp ? meta_int(path, js, "tp", 1) : 1;
         d->rank = d->tp > 1 ? meta_int(path, js, "rank", 0) : 0;
         if (d->tp > 1 && d->moe)
             sl_usage_error("%s: tp %d with moe: a MoE layer splits into head and expert sockets, "
-                           "not tensor-parallel ranks", path, d->tp);
+                           "not tensor-parallel ranks",
+                path, d->tp);
         for (int b = 0; b < NBND; b++) /* PLE's boundaries with a PLE, the MoE block's in one */
-            d->has[b] = b >= B_RS ? d->moe : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0 : 1;
+            d->has[b] = b >= B_RS                         ? d->moe
+                : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0
+                                                          : 1;
         if (d->heads % d->kv_heads)
-            sl_usage_error("%s: heads %d not a multiple of kv_heads %d", path, d->heads,
-                           d->kv_heads);
+            sl_usage_error(
+                "%s: heads %d not a multiple of kv_heads %d", path, d->heads, d->kv_heads);
         if (d->head_dim % 2)
             sl_usage_error("%s: head_dim %d must be even (RoPE halves)", path, d->head_dim);
     } else if (hidden != d->hidden || meta_int(path, js, "heads", 1) != d->heads
-               || meta_int(path, js, "kv_heads", 1) != d->kv_heads
-               || meta_int(path, js, "head_dim", 2) != d->head_dim
-               || meta_int(path, js, "inter", 1) != d->inter
-               || meta_int(path, js, "ple", 0) != d->ple
-               || meta_int(path, js, "cache_len", 0) != d->cache_len)
+        || meta_int(path, js, "kv_heads", 1) != d->kv_heads
+        || meta_int(path, js, "head_dim", 2) != d->head_dim
+        || meta_int(path, js, "inter", 1) != d->inter || meta_int(path, js, "ple", 0) != d->ple
+        || meta_int(path, js, "cache_len", 0) != d->cache_len)
         sl_usage_error("%s: shapes differ from row 0's (%s/meta.json); every batch row is the "
-                       "same layer", path, d->row[0].dir);
+                       "same layer",
+            path, d->row[0].dir);
     const char* bars = find_key(js, "bf16_ref_err");
     if (!bars || *bars != '{')
         sl_usage_error("%s: key bf16_ref_err missing (expected {boundary: {rel_rms: ...}})", path);
@@ -303,8 +310,8 @@ static void load_row(l_dump* d, l_row* r, int index)
         char* end;
         r->spread[b] = v ? strtod(v, &end) : -1;
         if (!v || end == v || r->spread[b] < 0)
-            sl_usage_error("%s: bf16_ref_spread.rel_rms_max.%s missing or negative", path,
-                           l_bnd_names[b]);
+            sl_usage_error(
+                "%s: bf16_ref_spread.rel_rms_max.%s missing or negative", path, l_bnd_names[b]);
     }
     if (d->moe) { /* the BF16 reference's routing KL (meta routing.kl_bf16): the bar of ours */
         const char* routing = find_key(js, "routing");
@@ -317,10 +324,8 @@ static void load_row(l_dump* d, l_row* r, int index)
     const long H = d->hidden, NH = d->heads, KVH = d->kv_heads, HD = d->head_dim, I = d->inter,
                P = d->ple, CL = d->cache_len;
     const long E = d->experts, EI = d->moe_inter, K = d->top_k;
-    const long shapes[NMAT][2] = { { NH * HD, H }, { KVH * HD, H }, { KVH * HD, H },
-                                   { H, NH * HD }, { I, H },        { I, H },
-                                   { H, I },       { P, H },        { H, P },
-                                   { E, H } };
+    const long shapes[NMAT][2] = { { NH * HD, H }, { KVH * HD, H }, { KVH * HD, H }, { H, NH * HD },
+        { I, H }, { I, H }, { H, I }, { P, H }, { H, P }, { E, H } };
     /* a matrix the layer lacks has 0 rows and no tensor */
     const int present[NMAT] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, P > 0, P > 0, d->moe };
     char name[160];
@@ -333,24 +338,17 @@ static void load_row(l_dump* d, l_row* r, int index)
             snprintf(name, sizeof(name), "w.%s", l_matrix_names[k]);
             d->w[k] = load(r->dir, &m, name, "bf16", 2, shapes[k]);
         }
-        const char* norms[12] = { "input_layernorm.weight",
-                                  "post_attention_layernorm.weight",
-                                  "pre_feedforward_layernorm.weight",
-                                  "post_feedforward_layernorm.weight",
-                                  "post_per_layer_input_norm.weight",
-                                  "self_attn.q_norm.weight",
-                                  "self_attn.k_norm.weight",
-                                  "pre_feedforward_layernorm_2.weight",
-                                  "post_feedforward_layernorm_1.weight",
-                                  "post_feedforward_layernorm_2.weight",
-                                  "router.scale",
-                                  "router.per_expert_scale" };
-        float** dst[12] = { &d->w_in,  &d->w_pa,   &d->w_preffn, &d->w_postffn,
-                            &d->w_ppn, &d->w_qn,   &d->w_kn,     &d->w_pf2,
-                            &d->w_pff1, &d->w_pff2, &d->w_rscale, &d->w_pes };
+        const char* norms[12] = { "input_layernorm.weight", "post_attention_layernorm.weight",
+            "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
+            "post_per_layer_input_norm.weight", "self_attn.q_norm.weight",
+            "self_attn.k_norm.weight", "pre_feedforward_layernorm_2.weight",
+            "post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight",
+            "router.scale", "router.per_expert_scale" };
+        float** dst[12] = { &d->w_in, &d->w_pa, &d->w_preffn, &d->w_postffn, &d->w_ppn, &d->w_qn,
+            &d->w_kn, &d->w_pf2, &d->w_pff1, &d->w_pff2, &d->w_rscale, &d->w_pes };
         const long len[12] = { H, H, H, H, H, HD, HD, H, H, H, H, E };
-        const int norm_present[12] = { 1, 1, 1, 1, P > 0, 1, 1, d->moe, d->moe, d->moe, d->moe,
-                                       d->moe };
+        const int norm_present[12]
+            = { 1, 1, 1, 1, P > 0, 1, 1, d->moe, d->moe, d->moe, d->moe, d->moe };
         for (int k = 0; k < 12; k++) {
             if (!norm_present[k])
                 continue;
@@ -376,7 +374,8 @@ static void load_row(l_dump* d, l_row* r, int index)
         for (int j = 0; j < K; j++) {
             if (!(idx[j] >= 0 && idx[j] < E && idx[j] == (int)idx[j]))
                 sl_usage_error("%s/router_idx.f32: element %d is %g, expected an expert index "
-                               "0..%ld", r->dir, j, idx[j], E - 1);
+                               "0..%ld",
+                    r->dir, j, idx[j], E - 1);
             r->router_idx[j] = (int)idx[j];
         }
         free(idx);
@@ -390,8 +389,8 @@ static void load_row(l_dump* d, l_row* r, int index)
     } else {
         r->kcache = r->vcache = NULL;
     }
-    const long blen[NBND] = { H, NH * HD, NH * HD, KVH * HD, KVH * HD, KVH * HD, KVH * HD,
-                              NH * HD, H, H, H, I, I, I, H, H, P, P, H, H, E, K, H, H };
+    const long blen[NBND] = { H, NH * HD, NH * HD, KVH * HD, KVH * HD, KVH * HD, KVH * HD, NH * HD,
+        H, H, H, I, I, I, H, H, P, P, H, H, E, K, H, H };
     for (int b = 0; b < NBND; b++) {
         if (!d->has[b])
             continue;
@@ -414,10 +413,12 @@ void l_dump_load(l_dump* d, const char* dir, int batch)
         struct stat st;
         if (i == 0 && (stat(r->dir, &st) || !S_ISDIR(st.st_mode)))
             sl_usage_error("%s: no such dump directory (expected manifest.txt, meta.json and the "
-                           "tensors, as `orchestrate layer-dump` writes)", r->dir);
+                           "tensors, as `orchestrate layer-dump` writes)",
+                r->dir);
         if (stat(r->dir, &st) || !S_ISDIR(st.st_mode))
             sl_usage_error("%s: missing: --batch %d needs rows 1..%d in %s/row<i> (generate the "
-                           "dump with --batch %d)", r->dir, batch, batch - 1, dir, batch);
+                           "dump with --batch %d)",
+                r->dir, batch, batch - 1, dir, batch);
         load_row(d, r, i);
     }
 }

@@ -57,22 +57,22 @@ static void gelu_scalar(float* out, const float* y, const float* mul, int n)
         out[i] = gelu1(y[i]) * mul[i];
 }
 
-#define GELU_BODY(V, SET1, MUL, FMA, FNMA, ADD, MIN, MAX, ROUND, CVT, SLLI, ADDI, CAST, DIV)     \
-    do {                                                                                         \
-        const V z = MUL(MUL(SET1(G_C2), x), FMA(MUL(SET1(G_A), x), x, SET1(1.0f)));              \
-        const V t = MIN(MAX(MUL(z, SET1(-1.0f)), SET1(E_LO)), SET1(E_HI));                       \
-        const V nf = ROUND(MUL(t, SET1(E_LOG2E)));                                               \
-        V r = FNMA(nf, SET1(E_LN2_HI), t);                                                       \
-        r = FNMA(nf, SET1(E_LN2_LO), r);                                                         \
-        V p = SET1(E_P0);                                                                        \
-        p = FMA(p, r, SET1(E_P1));                                                               \
-        p = FMA(p, r, SET1(E_P2));                                                               \
-        p = FMA(p, r, SET1(E_P3));                                                               \
-        p = FMA(p, r, SET1(E_P4));                                                               \
-        p = FMA(p, r, SET1(E_P5));                                                               \
-        const V e = ADD(FMA(p, MUL(r, r), r), SET1(1.0f));                                       \
-        const V scale = CAST(SLLI(ADDI(CVT(nf)), 23));                                           \
-        g = DIV(x, FMA(e, scale, SET1(1.0f)));                                              \
+#define GELU_BODY(V, SET1, MUL, FMA, FNMA, ADD, MIN, MAX, ROUND, CVT, SLLI, ADDI, CAST, DIV)       \
+    do {                                                                                           \
+        const V z = MUL(MUL(SET1(G_C2), x), FMA(MUL(SET1(G_A), x), x, SET1(1.0f)));                \
+        const V t = MIN(MAX(MUL(z, SET1(-1.0f)), SET1(E_LO)), SET1(E_HI));                         \
+        const V nf = ROUND(MUL(t, SET1(E_LOG2E)));                                                 \
+        V r = FNMA(nf, SET1(E_LN2_HI), t);                                                         \
+        r = FNMA(nf, SET1(E_LN2_LO), r);                                                           \
+        V p = SET1(E_P0);                                                                          \
+        p = FMA(p, r, SET1(E_P1));                                                                 \
+        p = FMA(p, r, SET1(E_P2));                                                                 \
+        p = FMA(p, r, SET1(E_P3));                                                                 \
+        p = FMA(p, r, SET1(E_P4));                                                                 \
+        p = FMA(p, r, SET1(E_P5));                                                                 \
+        const V e = ADD(FMA(p, MUL(r, r), r), SET1(1.0f));                                         \
+        const V scale = CAST(SLLI(ADDI(CVT(nf)), 23));                                             \
+        g = DIV(x, FMA(e, scale, SET1(1.0f)));                                                     \
     } while (0)
 
 #define R256(v) _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
@@ -84,8 +84,8 @@ static SL_TARGET_AVX2 void gelu_avx2(float* out, const float* y, const float* mu
         const __m256 x = _mm256_loadu_ps(y + i);
         __m256 g;
         GELU_BODY(__m256, _mm256_set1_ps, _mm256_mul_ps, _mm256_fmadd_ps, _mm256_fnmadd_ps,
-                  _mm256_add_ps, _mm256_min_ps, _mm256_max_ps, R256, _mm256_cvtps_epi32,
-                  _mm256_slli_epi32, ADDI256, _mm256_castsi256_ps, _mm256_div_ps);
+            _mm256_add_ps, _mm256_min_ps, _mm256_max_ps, R256, _mm256_cvtps_epi32,
+            _mm256_slli_epi32, ADDI256, _mm256_castsi256_ps, _mm256_div_ps);
         _mm256_storeu_ps(out + i, _mm256_mul_ps(g, _mm256_loadu_ps(mul + i)));
     }
     gelu_scalar(out + i, y + i, mul + i, n - i);
@@ -101,8 +101,8 @@ static SL_TARGET_AVX512 void gelu_avx512(float* out, const float* y, const float
         const __m512 x = _mm512_maskz_loadu_ps(m, y + i);
         __m512 g;
         GELU_BODY(__m512, _mm512_set1_ps, _mm512_mul_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps,
-                  _mm512_add_ps, _mm512_min_ps, _mm512_max_ps, R512, _mm512_cvtps_epi32,
-                  _mm512_slli_epi32, ADDI512, _mm512_castsi512_ps, _mm512_div_ps);
+            _mm512_add_ps, _mm512_min_ps, _mm512_max_ps, R512, _mm512_cvtps_epi32,
+            _mm512_slli_epi32, ADDI512, _mm512_castsi512_ps, _mm512_div_ps);
         _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, mul + i)));
     }
 }
@@ -114,14 +114,14 @@ int l_gelu_init(int which)
 {
     const char* why;
     if (which == L_GELU_AUTO)
-        which = sl_have_avx512(&why) ? L_GELU_AVX512 : sl_have_avx2(&why) ? L_GELU_AVX2
-                                                                         : L_GELU_SCALAR;
+        which = sl_have_avx512(&why) ? L_GELU_AVX512
+            : sl_have_avx2(&why)     ? L_GELU_AVX2
+                                     : L_GELU_SCALAR;
     if (which == L_GELU_AVX512 && !sl_have_avx512(&why))
         sl_unsupported("--gelu avx512: %s", why);
     if (which == L_GELU_AVX2 && !sl_have_avx2(&why))
         sl_unsupported("--gelu avx2: %s", why);
-    gelu_fn = which == L_GELU_AVX512 ? gelu_avx512 : which == L_GELU_AVX2 ? gelu_avx2
-                                                                          : gelu_scalar;
+    gelu_fn = which == L_GELU_AVX512 ? gelu_avx512 : which == L_GELU_AVX2 ? gelu_avx2 : gelu_scalar;
     return which;
 }
 

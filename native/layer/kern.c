@@ -74,8 +74,8 @@ static float* widen_x(const uint16_t* x, size_t n)
     return xw;
 }
 
-static void gemv_scalar(const uint16_t* w, int rows, int cols, const float* x, int batch, float* y,
-                        int ldy)
+static void gemv_scalar(
+    const uint16_t* w, int rows, int cols, const float* x, int batch, float* y, int ldy)
 {
     for (int r = 0; r < rows; r++) {
         const uint16_t* wr = w + (size_t)r * cols;
@@ -110,7 +110,7 @@ void l_kernel_thread_done(int kernel)
 }
 
 void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x, int batch,
-            float* y, int ldy)
+    float* y, int ldy)
 {
     if (rows <= 0)
         return;
@@ -121,8 +121,12 @@ void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x
     case G_AVX2:
         gemv_avx2_bf16(w, rows, cols, x, batch, y, ldy);
         break;
-    case G_AVX512: gemv_avx512_bf16_rows(w, rows, cols, x, batch, y, ldy); break;
-    case G_AVX512_VNNI: gemv_avx512_bf16(w, (rows + 15) / 16, cols, x, batch, y, ldy); break;
+    case G_AVX512:
+        gemv_avx512_bf16_rows(w, rows, cols, x, batch, y, ldy);
+        break;
+    case G_AVX512_VNNI:
+        gemv_avx512_bf16(w, (rows + 15) / 16, cols, x, batch, y, ldy);
+        break;
     case G_AMX:
 #ifdef SL_AMX_EMULATE
         pthread_mutex_lock(&emu_lock);

@@ -21,8 +21,31 @@ enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_PG, M_PP, M_R, NMAT };
 /* op boundaries checked against the FP32 reference (ref_layer.py's names; the MoE block's
  * rs rw xn3 moe come after down in its order, last here); l_dump.has says which a layer has */
 enum {
-    B_XN, B_Q, B_QN, B_K, B_V, B_KN, B_VN, B_ATTN, B_O, B_H1, B_XN2, B_GATE, B_UP, B_ACT, B_DOWN,
-    B_H2, B_PG, B_PACT, B_PP, B_OUT, B_RS, B_RW, B_XN3, B_MOE, NBND
+    B_XN,
+    B_Q,
+    B_QN,
+    B_K,
+    B_V,
+    B_KN,
+    B_VN,
+    B_ATTN,
+    B_O,
+    B_H1,
+    B_XN2,
+    B_GATE,
+    B_UP,
+    B_ACT,
+    B_DOWN,
+    B_H2,
+    B_PG,
+    B_PACT,
+    B_PP,
+    B_OUT,
+    B_RS,
+    B_RW,
+    B_XN3,
+    B_MOE,
+    NBND
 };
 extern const char* const l_matrix_names[NMAT]; /* HF state-dict names */
 extern const char* const l_bnd_names[NBND];
@@ -77,7 +100,7 @@ void l_pack(int kernel, uint16_t* dst, const uint16_t* w, int r0, int rows, int 
 /* y[b * ldy + r] = sum_k W[r][k] x[b * cols + k] for r < rows, b < batch; x is bf16.
  * Padded kernels write whole 16-row blocks, so ldy >= rows rounded up to 16. */
 void l_gemv(int kernel, const uint16_t* w, int rows, int cols, const uint16_t* x, int batch,
-            float* y, int ldy);
+    float* y, int ldy);
 /* rows the padded kernels write (>= rows) */
 int l_rows_written(int kernel, int rows);
 /* 1 for the kernels on 16-row VNNI blocks (avx512-vnni, amx) */
@@ -109,8 +132,8 @@ typedef struct {
     uint8_t* fid[L_MAX_NODES][2]; /* fid: per node, per step parity */
 } l_vec;
 /* partition: producer w's elements; the buffers are allocated by l_vec_alloc_node */
-void l_vec_init(l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off,
-                const int* len);
+void l_vec_init(
+    l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off, const int* len);
 /* called by one worker of each node after pinning (first touch homes them there) */
 void l_vec_alloc_node(l_vec* v, int node);
 /* producer w publishes src ([batch][len] packed) */

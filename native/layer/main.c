@@ -12,87 +12,103 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage[] =
-    "usage: layer --dump DIR [options]\n"
-    "One decoder layer (a ref_layer.py-format dump: manifest.txt, raw tensors, meta.json) as a\n"
-    "weight-stationary stage: one worker per listed CPU, pinned before it allocates; every GEMV's\n"
-    "output rows split over the workers (4-row units, 16-row tiles with amx), each worker's slices\n"
-    "and KV positions in one arena it touches first; split-K attention with (max, sum, partial)\n"
-    "partials and a distributed combine. A step has 8 exchanges:\n"
-    "  qkv | attention | combine | o | gate,up,act | down | ple gate | ple proj\n"
-    "and recomputes the same token, so outputs repeat. Numerics follow ref_layer.py's BF16 mode.\n"
-    "  --dump DIR          the dump (rows 1..B-1 in DIR/row<i>)\n"
-    "  --batch B           1..16 distinct rows (default 1)\n"
-    "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
-    "  --gemv K            scalar | avx2 (portable, FP32 FMA on widened bf16) | avx512 (VDPBF16PS\n"
-    "                      on row-major rows, the published AVX path) | amx (TDPBF16PS, weights\n"
-    "                      packed to VNNI tiles at load) | avx512-vnni (VDPBF16PS on AMX's\n"
-    "                      16-row VNNI blocks, rows padded to whole blocks: for comparison)\n"
-    "                      (default avx2); attention: avx512* and amx on VNNI-packed KV\n"
-    "  --xchg M            direct | rep | repcld | repnt | fid (default direct)\n"
-    "  --nobcast           after step 0 every worker reads private snapshots of the exchanged\n"
-    "                      vectors (same values: the step repeats): the all-gather leaves the timing\n"
-    "  --barrier B         diss (dissemination) | hier (per node, then node leaders) (default diss)\n"
-    "  --steps N           steps (default 200; the first 10%% are excluded from the statistics)\n"
-    "  --page MODE         4k | thp | hugetlb for the worker arenas (default thp)\n"
-    "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256; 0 = one\n"
-    "                      tile of all the worker's positions)\n"
-    "  --prefetch-dist N   software prefetch N KV rows ahead (default 8; 0 = off)\n"
-    "  --prefetch-hint H   t0 | t1 | t2 | nta (default t0; nta = PREFETCHNTA: the same numerics)\n"
-    "  --kv-copies N       N copies of every worker's KV; step s reads copy s %% N, so with N x\n"
-    "                      the KV above the L3 every step reads it cold from DRAM (P4 path A;\n"
-    "                      1 = path B, default); the gate checks every copy's output\n"
-    "  --kv-cold-mib M     as many copies as make the rotated KV of the whole layer >= M MiB\n"
-    "                      (path A / C: M = 3.2 x the L3, as published)\n"
-    "  --kv-stage-kib K    staging: at the step's start, before the qkv GEMV, prefetch (with\n"
-    "                      --prefetch-hint) the first K KiB of this step's K and V per KV head\n"
-    "  --attn-only         skip every weight GEMV (attention, combine and the exchanges alone;\n"
-    "                      numerics are not checked)\n"
-    "  --ctx N             attend the last N cached positions (default: all of the dump's KV)\n"
-    "  --ctx-repeat N      tile the KV N times (timing only: numerics are not checked)\n"
-    "  --resident-kib K    per worker, weight bytes beyond K KiB (FFN rows last) stream with\n"
-    "                      PREFETCHNTA instead of staying resident (default 0 = all resident)\n"
-    "  --slice W/N         run only what workers W.. of an N-worker layer own (one per listed CPU):\n"
-    "                      their rows, their KV positions; exchanges become local copies of the\n"
-    "                      same byte counts, no barriers; numerics are not checked\n"
-    "  --gelu ISA          auto | scalar | avx2 | avx512: gelu's kernel (default auto:\n"
-    "                      the widest this CPU has); the same bits, a cost independent of x\n"
-    "  --pv-unsplit        avx512*/amx: round P to one bf16 in the PV product (the gate catches it)\n"
-    "  --lock              pin each worker's resident weight bytes (its slice in its arena; with\n"
-    "                      --resident-kib only the resident part) into its own core's L2 through\n"
-    "                      /dev/pseudo_lock (pseudo_lock_sram.ko; exit 3 where it is not loaded)\n"
-    "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
-    "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
-    "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 to\n"
-    "                      one q_proj row after loading) | corrupt-copy (add 1 to one K element\n"
-    "                      of the KV copy the middle step reads) | swap-expert (MoE: row 0's\n"
-    "                      first pick runs the next expert) | drop-rest (TP slice: o and down\n"
-    "                      without the other ranks' share): planted errors for the gate\n"
-    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
-    "A dump may be a MoE layer (26B-A4B: router, pinned top-k experts; phases 4-6 run them),\n"
-    "a layer without per-layer input or with attention_k_eq_v (12B / 31B), or one rank of a\n"
-    "tensor-parallel slice (meta tp > 1: its o and down are partial sums, o_rest / down_rest\n"
-    "of each row are added where the cross-socket all-reduce lands).\n"
-    "  --help              this text\n"
-    "Gate: every boundary's rel RMS <= 1.5 x the BF16 reference's: the dump's\n"
-    "bf16_ref_err[b].rel_rms or, if larger, bf16_ref_spread.rel_rms_max[b] (other valid BF16\n"
-    "summation orders; limits below 1e-6 are raised to 1e-6: the FP32 rounding of the stage's own\n"
-    "norms), output cosine >= 0.99999, on the first and the last step, every row against its own\n"
-    "reference, the two steps identical; with --kv-copies every copy's last step's output equal\n"
-    "to the last step's.\n"
-    "Output: JSON lines: meta, step p50/p95/p99/max, per-phase compute/gemv/barrier, bytes, gate.\n"
-    "Exit: 0 ok, 1 gate failed (names the boundary), 2 usage error, 3 unsupported here.\n";
+static const char usage[]
+    = "usage: layer --dump DIR [options]\n"
+      "One decoder layer (a ref_layer.py-format dump: manifest.txt, raw tensors, meta.json) as a\n"
+      "weight-stationary stage: one worker per listed CPU, pinned before it allocates; every "
+      "GEMV's\n"
+      "output rows split over the workers (4-row units, 16-row tiles with amx), each worker's "
+      "slices\n"
+      "and KV positions in one arena it touches first; split-K attention with (max, sum, partial)\n"
+      "partials and a distributed combine. A step has 8 exchanges:\n"
+      "  qkv | attention | combine | o | gate,up,act | down | ple gate | ple proj\n"
+      "and recomputes the same token, so outputs repeat. Numerics follow ref_layer.py's BF16 "
+      "mode.\n"
+      "  --dump DIR          the dump (rows 1..B-1 in DIR/row<i>)\n"
+      "  --batch B           1..16 distinct rows (default 1)\n"
+      "  --cpus LIST         workers in kernel cpulist syntax (default: CPU 0)\n"
+      "  --gemv K            scalar | avx2 (portable, FP32 FMA on widened bf16) | avx512 "
+      "(VDPBF16PS\n"
+      "                      on row-major rows, the published AVX path) | amx (TDPBF16PS, weights\n"
+      "                      packed to VNNI tiles at load) | avx512-vnni (VDPBF16PS on AMX's\n"
+      "                      16-row VNNI blocks, rows padded to whole blocks: for comparison)\n"
+      "                      (default avx2); attention: avx512* and amx on VNNI-packed KV\n"
+      "  --xchg M            direct | rep | repcld | repnt | fid (default direct)\n"
+      "  --nobcast           after step 0 every worker reads private snapshots of the exchanged\n"
+      "                      vectors (same values: the step repeats): the all-gather leaves the "
+      "timing\n"
+      "  --barrier B         diss (dissemination) | hier (per node, then node leaders) (default "
+      "diss)\n"
+      "  --steps N           steps (default 200; the first 10%% are excluded from the statistics)\n"
+      "  --page MODE         4k | thp | hugetlb for the worker arenas (default thp)\n"
+      "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256; 0 = one\n"
+      "                      tile of all the worker's positions)\n"
+      "  --prefetch-dist N   software prefetch N KV rows ahead (default 8; 0 = off)\n"
+      "  --prefetch-hint H   t0 | t1 | t2 | nta (default t0; nta = PREFETCHNTA: the same "
+      "numerics)\n"
+      "  --kv-copies N       N copies of every worker's KV; step s reads copy s %% N, so with N x\n"
+      "                      the KV above the L3 every step reads it cold from DRAM (P4 path A;\n"
+      "                      1 = path B, default); the gate checks every copy's output\n"
+      "  --kv-cold-mib M     as many copies as make the rotated KV of the whole layer >= M MiB\n"
+      "                      (path A / C: M = 3.2 x the L3, as published)\n"
+      "  --kv-stage-kib K    staging: at the step's start, before the qkv GEMV, prefetch (with\n"
+      "                      --prefetch-hint) the first K KiB of this step's K and V per KV head\n"
+      "  --attn-only         skip every weight GEMV (attention, combine and the exchanges alone;\n"
+      "                      numerics are not checked)\n"
+      "  --ctx N             attend the last N cached positions (default: all of the dump's KV)\n"
+      "  --ctx-repeat N      tile the KV N times (timing only: numerics are not checked)\n"
+      "  --resident-kib K    per worker, weight bytes beyond K KiB (FFN rows last) stream with\n"
+      "                      PREFETCHNTA instead of staying resident (default 0 = all resident)\n"
+      "  --slice W/N         run only what workers W.. of an N-worker layer own (one per listed "
+      "CPU):\n"
+      "                      their rows, their KV positions; exchanges become local copies of the\n"
+      "                      same byte counts, no barriers; numerics are not checked\n"
+      "  --gelu ISA          auto | scalar | avx2 | avx512: gelu's kernel (default auto:\n"
+      "                      the widest this CPU has); the same bits, a cost independent of x\n"
+      "  --pv-unsplit        avx512*/amx: round P to one bf16 in the PV product (the gate catches "
+      "it)\n"
+      "  --lock              pin each worker's resident weight bytes (its slice in its arena; "
+      "with\n"
+      "                      --resident-kib only the resident part) into its own core's L2 "
+      "through\n"
+      "                      /dev/pseudo_lock (pseudo_lock_sram.ko; exit 3 where it is not "
+      "loaded)\n"
+      "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
+      "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
+      "  --debug WHAT        drop-combine (combine without rescale and sum) | perturb-row (add 1 "
+      "to\n"
+      "                      one q_proj row after loading) | corrupt-copy (add 1 to one K element\n"
+      "                      of the KV copy the middle step reads) | swap-expert (MoE: row 0's\n"
+      "                      first pick runs the next expert) | drop-rest (TP slice: o and down\n"
+      "                      without the other ranks' share): planted errors for the gate\n"
+      "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "A dump may be a MoE layer (26B-A4B: router, pinned top-k experts; phases 4-6 run them),\n"
+      "a layer without per-layer input or with attention_k_eq_v (12B / 31B), or one rank of a\n"
+      "tensor-parallel slice (meta tp > 1: its o and down are partial sums, o_rest / down_rest\n"
+      "of each row are added where the cross-socket all-reduce lands).\n"
+      "  --help              this text\n"
+      "Gate: every boundary's rel RMS <= 1.5 x the BF16 reference's: the dump's\n"
+      "bf16_ref_err[b].rel_rms or, if larger, bf16_ref_spread.rel_rms_max[b] (other valid BF16\n"
+      "summation orders; limits below 1e-6 are raised to 1e-6: the FP32 rounding of the stage's "
+      "own\n"
+      "norms), output cosine >= 0.99999, on the first and the last step, every row against its "
+      "own\n"
+      "reference, the two steps identical; with --kv-copies every copy's last step's output equal\n"
+      "to the last step's.\n"
+      "Output: JSON lines: meta, step p50/p95/p99/max, per-phase compute/gemv/barrier, bytes, "
+      "gate.\n"
+      "Exit: 0 ok, 1 gate failed (names the boundary), 2 usage error, 3 unsupported here.\n";
 
 #define GATE_FACTOR 1.5
 #define GATE_FLOOR 1e-6
 #define GATE_COSINE 0.99999
 #define NPH 8
-static const char* const phase_names[NPH] = { "qkv",     "attention", "combine",  "o",
-                                              "gateup",  "down",      "ple_gate", "ple_proj" };
+static const char* const phase_names[NPH]
+    = { "qkv", "attention", "combine", "o", "gateup", "down", "ple_gate", "ple_proj" };
 /* a MoE layer (no per-layer input): the router beside gate/up, the experts' gate/up beside
  * down, their down rows in phase 6; phase 7 has no exchange (the output is formed after 6) */
-static const char* const phase_names_moe[NPH] = { "qkv",    "attention", "combine",     "o",
-                                                  "gateup", "down",      "expert_down", "output" };
+static const char* const phase_names_moe[NPH]
+    = { "qkv", "attention", "combine", "o", "gateup", "down", "expert_down", "output" };
 static const char* const hint_names[] = { "t0", "t1", "t2", "nta", NULL };
 enum { V_Q, V_K, V_V, V_ATTN, V_O, V_ACT, V_DOWN, V_PACT, V_PP, V_RS, V_EACT, V_MOE, NVEC };
 
@@ -102,9 +118,11 @@ typedef struct {
     int r0[NMAT], r1[NMAT];
     uint16_t* ws[NMAT];
     int nres[NMAT]; /* rows of the slice kept resident; the rest stream (--resident-kib) */
-    int p0, p1, np, last; /* KV positions [p0, p1) of the attended range; np incl. repeats, new row */
+    int p0, p1, np,
+        last; /* KV positions [p0, p1) of the attended range; np incl. repeats, new row */
     int e0, e1; /* combine's element slice of heads * head_dim */
-    int ga, gz, da, dz; /* MoE: this worker's rows of every expert's gate/up [ga, gz), down [da, dz) */
+    int ga, gz, da,
+        dz; /* MoE: this worker's rows of every expert's gate/up [ga, gz), down [da, dz) */
     uint16_t* wex; /* MoE: per expert its gate, up and down slices, packed (ex_bytes each) */
     size_t ex_gate_bytes, ex_down_bytes, ex_bytes;
     sl_buf arena;
@@ -221,17 +239,24 @@ static size_t kv_head_bytes(int np, int hd)
     /* packed: the 16-position K blocks and the tile-wide V blocks (the last tile round32 wide)
      * end within round32(np) positions, and the kernels read whole blocks only: no slack (it
      * would be multiplied by --kv-copies) */
-    return packed_kv() ? (size_t)round32(np) * hd * 2
-                       : (size_t)np * hd * 2;
+    return packed_kv() ? (size_t)round32(np) * hd * 2 : (size_t)np * hd * 2;
 }
 
 static inline void prefetch(const void* p)
 {
     switch (g.pf_hint) {
-    case 0: _mm_prefetch((const char*)p, _MM_HINT_T0); break;
-    case 1: _mm_prefetch((const char*)p, _MM_HINT_T1); break;
-    case 2: _mm_prefetch((const char*)p, _MM_HINT_T2); break;
-    default: _mm_prefetch((const char*)p, _MM_HINT_NTA); break;
+    case 0:
+        _mm_prefetch((const char*)p, _MM_HINT_T0);
+        break;
+    case 1:
+        _mm_prefetch((const char*)p, _MM_HINT_T1);
+        break;
+    case 2:
+        _mm_prefetch((const char*)p, _MM_HINT_T2);
+        break;
+    default:
+        _mm_prefetch((const char*)p, _MM_HINT_NTA);
+        break;
     }
 }
 
@@ -275,8 +300,8 @@ static void kv_put(worker* w, int b, int kh, int t, const uint16_t* krow, const 
         K[((size_t)blk * kpairs + kp) * 32 + 2 * r + 1] = krow[2 * kp + 1];
     }
     const int j = t / g.tile_pos, tt = t % g.tile_pos;
-    const int width = w->np - j * g.tile_pos < g.tile_pos ? round32(w->np - j * g.tile_pos)
-                                                          : g.tile_pos;
+    const int width
+        = w->np - j * g.tile_pos < g.tile_pos ? round32(w->np - j * g.tile_pos) : g.tile_pos;
     uint16_t* T = V + (size_t)j * g.tile_pos * hd;
     const int tpairs = width / 2;
     for (int dd = 0; dd < hd; dd++)
@@ -373,8 +398,8 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
                     l_gemv(kv_kernel(), K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
                     for (int h = 0; h < gc; h++)
                         for (int t = 0; t < tn; t++)
-                            sc[(size_t)h * g.tile_pos + t] =
-                                (s->tmp[(size_t)h * ldy + t] + s->tmp[(size_t)(gc + h) * ldy + t])
+                            sc[(size_t)h * g.tile_pos + t]
+                                = (s->tmp[(size_t)h * ldy + t] + s->tmp[(size_t)(gc + h) * ldy + t])
                                 * scale;
                 } else {
                     for (int t = 0; t < tn; t++) {
@@ -416,13 +441,14 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
                             const float p = t < tn ? sc[(size_t)h * g.tile_pos + t] : 0.0f;
                             const uint16_t hi = sl_f32_to_bf16(p);
                             s->xp[(size_t)h * width + t] = hi;
-                            if (!g.pv_unsplit) /* P = hi + lo: the TMUL's bf16 inputs stay FP32-exact */
-                                s->xp[(size_t)(gc + h) * width + t] =
-                                    sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
+                            if (!g.pv_unsplit) /* P = hi + lo: the TMUL's bf16 inputs stay
+                                                  FP32-exact */
+                                s->xp[(size_t)(gc + h) * width + t]
+                                    = sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
                         }
                     const int ldy = hd + 16;
                     l_gemv(kv_kernel(), V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows,
-                           s->tmp, ldy);
+                        s->tmp, ldy);
                     for (int h = 0; h < gc; h++)
                         for (int dd = 0; dd < hd; dd++)
                             acc[(size_t)h * hd + dd] += s->tmp[(size_t)h * ldy + dd]
@@ -442,7 +468,8 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
             for (int h = 0; h < gc; h++) {
                 pm[hb + h] = m[h];
                 pl[hb + h] = l[h];
-                memcpy(po + (size_t)(hb + h) * hd, acc + (size_t)h * hd, sizeof(float) * (size_t)hd);
+                memcpy(
+                    po + (size_t)(hb + h) * hd, acc + (size_t)h * hd, sizeof(float) * (size_t)hd);
             }
         }
     }
@@ -461,7 +488,8 @@ static const void* gather(scratch* sc, worker* w, int v, int s, uint32_t tag)
     l_vec* vec = &g.vec[v];
     const size_t bytes = (size_t)vec->batch * vec->n * vec->esz; /* eact: B x top_k rows */
     if (g.slice) { /* the same bytes moved, from a local source */
-        memcpy(sc->loc[v], g.slice_src[v], l_vec_gather_bytes(vec) < bytes ? l_vec_gather_bytes(vec) : bytes);
+        memcpy(sc->loc[v], g.slice_src[v],
+            l_vec_gather_bytes(vec) < bytes ? l_vec_gather_bytes(vec) : bytes);
         return sc->loc[v];
     }
     if (g.nobcast && s > 0)
@@ -491,8 +519,8 @@ static void pack_rows(float* pub, const float* y, int ldy, int rows)
 
 /* the phases whose GEMV output is exchanged as it is (q, k, v, o, down, ple proj): this
  * worker's rows of matrix m, captured at boundary bnd and published as vector v */
-static void gemv_publish(scratch* sc, worker* w, int m, const uint16_t* x, int ldy, int bnd, int v,
-                         int s, uint32_t tag)
+static void gemv_publish(
+    scratch* sc, worker* w, int m, const uint16_t* x, int ldy, int bnd, int v, int s, uint32_t tag)
 {
     const int rows = w->r1[m] - w->r0[m];
     gemv_timed(sc, m, w, x, sc->y, ldy);
@@ -505,8 +533,7 @@ static void gemv_publish(scratch* sc, worker* w, int m, const uint16_t* x, int l
 /* the gated phases (gate/up -> act, ple gate -> pact): act = gelu_tanh(y) * mul per row b
  * (mul[b]: this worker's rows), captured (y at bnd_y, act at bnd_act) and published as bf16 */
 static void gelu_publish(scratch* sc, worker* w, int m, const float* y, int ldy,
-                         const float* const* mul, int bnd_y, int bnd_act, int v, int s,
-                         uint32_t tag)
+    const float* const* mul, int bnd_y, int bnd_act, int v, int s, uint32_t tag)
 {
     const int rows = w->r1[m] - w->r0[m];
     for (int b = 0; b < g.batch; b++) {
@@ -521,8 +548,8 @@ static void gelu_publish(scratch* sc, worker* w, int m, const float* y, int ldy,
 }
 
 /* a residual block's end, per row: h = base + rms_norm(x, wn) */
-static void residual(float* h, const float* base, const float* x, int n, const float* wn,
-                     double eps)
+static void residual(
+    float* h, const float* base, const float* x, int n, const float* wn, double eps)
 {
     rms_norm(h, x, n, wn, eps);
     for (int i = 0; i < n; i++)
@@ -536,7 +563,7 @@ static const uint16_t* ex_w(const worker* w, int e, int which)
 {
     const uint8_t* p = (const uint8_t*)w->wex + (size_t)e * w->ex_bytes;
     return (const uint16_t*)(p + (size_t)(which > 0) * w->ex_gate_bytes
-                             + (size_t)(which > 1) * w->ex_gate_bytes);
+        + (size_t)(which > 1) * w->ex_gate_bytes);
 }
 
 /* phase 5's MoE part: per row the router's softmax (rs: [B][experts], gathered), the pinned
@@ -589,7 +616,7 @@ static void experts_down(scratch* sc, worker* w, const uint16_t* eact, int s, ui
     for (int b = 0; b < B && nd; b++)
         for (int j = 0; j < K; j++) {
             l_gemv(g.kernel, ex_w(w, d->row[b].router_idx[j], 2), nd, EI,
-                   eact + ((size_t)b * K + j) * EI, 1, sc->ey, l_rows_written(g.kernel, nd) + 16);
+                eact + ((size_t)b * K + j) * EI, 1, sc->ey, l_rows_written(g.kernel, nd) + 16);
             const float wj = sc->rw[(size_t)b * K + j];
             float* m = sc->moe + (size_t)b * nd;
             for (int r = 0; r < nd; r++)
@@ -614,8 +641,8 @@ static const float* all_reduce(float* out, const float* x, const float* rest)
 
 /* the layer's h2 per row: h1 + rms(ffn, post_ff), ffn = down, or with the MoE block
  * rms(down, post_ff_1) + rms(moe, post_ff_2) */
-static void ffn_residual(float* h2, const float* h1, const float* down, const float* moe,
-                         float* tmp)
+static void ffn_residual(
+    float* h2, const float* h1, const float* down, const float* moe, float* tmp)
 {
     const l_dump* d = &g.d;
     const int H = d->hidden;
@@ -696,7 +723,7 @@ static void* worker_main(void* arg)
         l_pack(g.kernel, (uint16_t*)ex_w(w, e, 0), gu, w->ga, w->gz - w->ga, H);
         l_pack(g.kernel, (uint16_t*)ex_w(w, e, 1), gu + EI * H, w->ga, w->gz - w->ga, H);
         l_pack(g.kernel, (uint16_t*)ex_w(w, e, 2), d->w_dn + (size_t)e * H * EI, w->da,
-               w->dz - w->da, (int)EI);
+            w->dz - w->da, (int)EI);
     }
     kv_select(w, 0);
     for (int b = 0; b < B; b++) {
@@ -715,8 +742,8 @@ static void* worker_main(void* arg)
     }
     w->page_size = sl_page_size_obtained(&w->arena, &w->thp_fraction);
     for (int k = 0; k < w->nlk; k++) /* --lock, after the first touch: this node's pages */
-        lock_slice(&g.dev, &w->lk[k], base + w->lkrun[k][0], w->lkrun[k][1] - w->lkrun[k][0],
-                   w->cpu);
+        lock_slice(
+            &g.dev, &w->lk[k], base + w->lkrun[k][0], w->lkrun[k][1] - w->lkrun[k][0], w->cpu);
 
     scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -779,20 +806,20 @@ static void* worker_main(void* arg)
 
     uint64_t epoch = 0;
     const int skip = g.steps / 10;
-#define BARRIER(p)                                                                               \
-    do {                                                                                         \
-        const uint64_t tc = sl_rdtsc();                                                          \
-        if (!g.slice && (g.xmode != X_FID || (p) == 1))                                          \
-            l_barrier_wait(&g.bar, w->id, ++epoch);                                              \
-        const uint64_t tb = sl_rdtsc();                                                          \
-        if (s >= skip) {                                                                         \
-            w->ph[p] += tc - prev;                                                               \
-            w->wt[p] += tb - tc;                                                                 \
-            w->gm[p] += sc.gcyc;                                                                 \
-        }                                                                                        \
-        w->gm_step[(size_t)s * NPH + (p)] = sc.gcyc;                                             \
-        sc.gcyc = 0;                                                                             \
-        prev = tb;                                                                               \
+#define BARRIER(p)                                                                                 \
+    do {                                                                                           \
+        const uint64_t tc = sl_rdtsc();                                                            \
+        if (!g.slice && (g.xmode != X_FID || (p) == 1))                                            \
+            l_barrier_wait(&g.bar, w->id, ++epoch);                                                \
+        const uint64_t tb = sl_rdtsc();                                                            \
+        if (s >= skip) {                                                                           \
+            w->ph[p] += tc - prev;                                                                 \
+            w->wt[p] += tb - tc;                                                                   \
+            w->gm[p] += sc.gcyc;                                                                   \
+        }                                                                                          \
+        w->gm_step[(size_t)s * NPH + (p)] = sc.gcyc;                                               \
+        sc.gcyc = 0;                                                                               \
+        prev = tb;                                                                                 \
     } while (0)
     for (int s = 0; s < g.steps; s++) {
         const uint32_t tag = (uint32_t)s + 1;
@@ -810,13 +837,14 @@ static void* worker_main(void* arg)
                 capture(s, B_XN, b, 0, tmpv, H);
             to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
         }
-        const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V }, qkvv[3] = { V_Q, V_K, V_V };
+        const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V },
+                  qkvv[3] = { V_Q, V_K, V_V };
         for (int i = 0; i < 3 - d->kv_eq; i++)
             gemv_publish(&sc, w, qkv[i], sc.xb, ldy, qkvb[i], qkvv[i], s, tag);
         if (d->kv_eq) /* attention_k_eq_v: V is the raw K projection (pub still holds k's rows) */
             for (int b = 0; b < B; b++)
                 capture(s, B_V, b, w->r0[M_K], sc.pub + (size_t)b * (w->r1[M_K] - w->r0[M_K]),
-                        w->r1[M_K] - w->r0[M_K]);
+                    w->r1[M_K] - w->r0[M_K]);
         BARRIER(0);
         /* 1: attention (norms and RoPE redundantly on every worker) */
         const float* q = gather(&sc, w, V_Q, s, tag);
@@ -824,7 +852,8 @@ static void* worker_main(void* arg)
         const float* v = d->kv_eq ? k : gather(&sc, w, V_V, s, tag);
         for (int b = 0; b < B; b++) {
             const l_row* r = &d->row[b];
-            float *qn = sc.qn + (size_t)b * QD, *kn = sc.kn + (size_t)b * KD, *vn = sc.vn + (size_t)b * KD;
+            float *qn = sc.qn + (size_t)b * QD, *kn = sc.kn + (size_t)b * KD,
+                  *vn = sc.vn + (size_t)b * KD;
             for (int h = 0; h < NH; h++) {
                 rms_norm(qn + h * hd, q + (size_t)b * QD + h * hd, hd, d->w_qn, d->eps);
                 rope(qn + h * hd, r->cos, r->sin, hd);
@@ -883,9 +912,9 @@ static void* worker_main(void* arg)
                 }
                 capture(s, B_ATTN, b, w->e0, sc.pub + (size_t)b * n, n);
                 if (g.copy_attn && s >= g.steps - g.copy_window) /* the copy's FP32 attention */
-                    memcpy(g.copy_attn
-                               + ((size_t)(s - (g.steps - g.copy_window)) * B + b) * QD + w->e0,
-                           sc.pub + (size_t)b * n, sizeof(float) * (size_t)n);
+                    memcpy(g.copy_attn + ((size_t)(s - (g.steps - g.copy_window)) * B + b) * QD
+                            + w->e0,
+                        sc.pub + (size_t)b * n, sizeof(float) * (size_t)n);
             }
             to_bf16(sc.pubh, sc.pub, (size_t)B * n);
             publish(&sc, w, V_ATTN, sc.pubh, tag);
@@ -899,8 +928,8 @@ static void* worker_main(void* arg)
         const float* o = gather(&sc, w, V_O, s, tag);
         for (int b = 0; b < B; b++) {
             float* h1 = sc.h1 + (size_t)b * H;
-            residual(h1, d->row[b].x_in, all_reduce(sc.ar, o + (size_t)b * H, d->row[b].o_rest),
-                     H, d->w_pa, d->eps);
+            residual(h1, d->row[b].x_in, all_reduce(sc.ar, o + (size_t)b * H, d->row[b].o_rest), H,
+                d->w_pa, d->eps);
             rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
             if (w->id == 0) {
                 capture(s, B_H1, b, 0, h1, H);
@@ -950,8 +979,8 @@ static void* worker_main(void* arg)
         for (int b = 0; b < B; b++) {
             float* h2 = sc.h2 + (size_t)b * H;
             ffn_residual(h2, sc.h1 + (size_t)b * H,
-                         all_reduce(sc.ar, down + (size_t)b * H, d->row[b].down_rest),
-                         moe ? moe + (size_t)b * H : NULL, tmpv);
+                all_reduce(sc.ar, down + (size_t)b * H, d->row[b].down_rest),
+                moe ? moe + (size_t)b * H : NULL, tmpv);
             if (w->id == 0)
                 capture(s, B_H2, b, 0, h2, H);
             to_bf16(sc.xb + (size_t)b * H, h2, (size_t)H);
@@ -1064,8 +1093,10 @@ static int gate_copies(char* why, size_t len)
     sl_json_bool("pass", worst == 0);
     sl_json_end();
     if (!(worst == 0)) {
-        snprintf(why, len, "gate failed at kv copy %d: its attention differs from the last "
-                 "step's by up to %.3g (every copy holds the same KV)", worst_copy, worst);
+        snprintf(why, len,
+            "gate failed at kv copy %d: its attention differs from the last "
+            "step's by up to %.3g (every copy holds the same KV)",
+            worst_copy, worst);
         return 1;
     }
     return 0;
@@ -1126,9 +1157,9 @@ static int gate(int numerics)
     char why[256] = "";
     /* ref_layer.py's order (the MoE block between down and h2): the first failure named is the
      * first boundary the error reaches */
-    static const int order[NBND] = { B_XN,   B_Q,   B_QN,   B_K,   B_V,  B_KN,   B_VN,   B_ATTN,
-                                     B_O,    B_H1,  B_XN2,  B_GATE, B_UP, B_ACT,  B_DOWN, B_RS,
-                                     B_RW,   B_XN3, B_MOE,  B_H2,  B_PG, B_PACT, B_PP,   B_OUT };
+    static const int order[NBND]
+        = { B_XN, B_Q, B_QN, B_K, B_V, B_KN, B_VN, B_ATTN, B_O, B_H1, B_XN2, B_GATE, B_UP, B_ACT,
+              B_DOWN, B_RS, B_RW, B_XN3, B_MOE, B_H2, B_PG, B_PACT, B_PP, B_OUT };
     for (int oi = 0; oi < NBND; oi++) {
         const int bnd = order[oi];
         if (!g.d.has[bnd])
@@ -1143,8 +1174,8 @@ static int gate(int numerics)
             /* the BF16 reference's error: one realization's (bar) or, where larger, the worst of
              * the other valid ones the generator computed (socketlab.layer.spread) */
             const double ref_err = spread > bar ? spread : bar;
-            const double limit = GATE_FACTOR * ref_err > GATE_FLOOR ? GATE_FACTOR * ref_err
-                                                                   : GATE_FLOOR;
+            const double limit
+                = GATE_FACTOR * ref_err > GATE_FLOOR ? GATE_FACTOR * ref_err : GATE_FLOOR;
             for (int which = 0; which < 2; which++) {
                 const float* got = g.snap[which][bnd] + (size_t)b * g.blen[bnd];
                 sl_match mt = { 0 };
@@ -1168,30 +1199,33 @@ static int gate(int numerics)
                 if (!(rr <= limit)) {
                     pass = false;
                     if (failed < 0)
-                        snprintf(why, sizeof(why), "rel RMS %.3g > %.3g (1.5 x the BF16 "
-                                 "reference's %.3g: bar %.3g, spread %.3g), row %d, %s step", rr,
-                                 limit, ref_err, bar, spread, b, which ? "last" : "first");
+                        snprintf(why, sizeof(why),
+                            "rel RMS %.3g > %.3g (1.5 x the BF16 "
+                            "reference's %.3g: bar %.3g, spread %.3g), row %d, %s step",
+                            rr, limit, ref_err, bar, spread, b, which ? "last" : "first");
                 }
                 if (bnd == B_OUT && !(cs >= GATE_COSINE)) {
                     pass = false;
                     if (failed < 0)
                         snprintf(why, sizeof(why), "cosine %.9f < %.5f, row %d, %s step", cs,
-                                 GATE_COSINE, b, which ? "last" : "first");
+                            GATE_COSINE, b, which ? "last" : "first");
                 }
                 if (!pass && failed < 0)
                     failed = bnd;
             }
             for (int i = 0; i < g.blen[bnd]; i++) {
                 const double e = fabs((double)g.snap[0][bnd][(size_t)b * g.blen[bnd] + i]
-                                      - g.snap[1][bnd][(size_t)b * g.blen[bnd] + i]);
+                    - g.snap[1][bnd][(size_t)b * g.blen[bnd] + i]);
                 repeat = e > repeat || e != e ? e : repeat;
             }
         }
         if (!(repeat == 0)) {
             if (pass && failed < 0) {
                 failed = bnd;
-                snprintf(why, sizeof(why), "the first and the last step differ by up to %.3g "
-                         "(every step recomputes the same token)", repeat);
+                snprintf(why, sizeof(why),
+                    "the first and the last step differ by up to %.3g "
+                    "(every step recomputes the same token)",
+                    repeat);
             }
             pass = false;
         }
@@ -1250,47 +1284,82 @@ int main(int argc, char** argv)
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
     double timeout = 600;
-    static const char* const debug_names[] = { "drop-combine", "perturb-row", "corrupt-copy",
-                                               "swap-expert", "drop-rest", NULL };
-    static const struct option opts[] = {
-        { "dump", required_argument, 0, 'd' }, { "batch", required_argument, 0, 'b' },
-        { "cpus", required_argument, 0, 'C' }, { "gemv", required_argument, 0, 'g' },
-        { "xchg", required_argument, 0, 'x' }, { "nobcast", no_argument, 0, 'n' },
-        { "barrier", required_argument, 0, 'B' }, { "steps", required_argument, 0, 's' },
-        { "page", required_argument, 0, 'p' }, { "kv-tile-kib", required_argument, 0, 'K' },
-        { "prefetch-dist", required_argument, 0, 'D' }, { "prefetch-hint", required_argument, 0, 'H' },
-        { "ctx", required_argument, 0, 'c' }, { "ctx-repeat", required_argument, 0, 'R' },
-        { "resident-kib", required_argument, 0, 'r' }, { "slice", required_argument, 0, 'S' },
-        { "pv-unsplit", no_argument, 0, 'u' }, { "debug", required_argument, 0, 'G' },
-        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
-        { "gelu", required_argument, 0, 'E' }, { "lock", no_argument, 0, 'L' },
-        { "device", required_argument, 0, 'V' }, { "lock-ways", required_argument, 0, 'W' },
-        { "kv-copies", required_argument, 0, 'Y' }, { "kv-cold-mib", required_argument, 0, 'Z' },
-        { "kv-stage-kib", required_argument, 0, 'Q' }, { "attn-only", no_argument, 0, 'A' },
-        { 0, 0, 0, 0 }
-    };
+    static const char* const debug_names[]
+        = { "drop-combine", "perturb-row", "corrupt-copy", "swap-expert", "drop-rest", NULL };
+    static const struct option opts[] = { { "dump", required_argument, 0, 'd' },
+        { "batch", required_argument, 0, 'b' }, { "cpus", required_argument, 0, 'C' },
+        { "gemv", required_argument, 0, 'g' }, { "xchg", required_argument, 0, 'x' },
+        { "nobcast", no_argument, 0, 'n' }, { "barrier", required_argument, 0, 'B' },
+        { "steps", required_argument, 0, 's' }, { "page", required_argument, 0, 'p' },
+        { "kv-tile-kib", required_argument, 0, 'K' },
+        { "prefetch-dist", required_argument, 0, 'D' },
+        { "prefetch-hint", required_argument, 0, 'H' }, { "ctx", required_argument, 0, 'c' },
+        { "ctx-repeat", required_argument, 0, 'R' }, { "resident-kib", required_argument, 0, 'r' },
+        { "slice", required_argument, 0, 'S' }, { "pv-unsplit", no_argument, 0, 'u' },
+        { "debug", required_argument, 0, 'G' }, { "timeout", required_argument, 0, 'T' },
+        { "help", no_argument, 0, 'h' }, { "gelu", required_argument, 0, 'E' },
+        { "lock", no_argument, 0, 'L' }, { "device", required_argument, 0, 'V' },
+        { "lock-ways", required_argument, 0, 'W' }, { "kv-copies", required_argument, 0, 'Y' },
+        { "kv-cold-mib", required_argument, 0, 'Z' }, { "kv-stage-kib", required_argument, 0, 'Q' },
+        { "attn-only", no_argument, 0, 'A' }, { 0, 0, 0, 0 } };
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': dump = optarg; break;
-        case 'b': g.batch = (int)sl_parse_long("--batch", optarg, 1, L_MAX_BATCH); break;
-        case 'C': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
-        case 'g': g.kernel = sl_parse_choice("--gemv", optarg, l_gemv_names); break;
-        case 'x': g.xmode = sl_parse_choice("--xchg", optarg, l_xchg_names); break;
-        case 'n': g.nobcast = 1; break;
-        case 'B': g.barrier = sl_parse_choice("--barrier", optarg, l_barrier_names); break;
-        case 's': g.steps = (int)sl_parse_long("--steps", optarg, 2, 10000000); break;
-        case 'p': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'K': g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 0, 1 << 20); break;
-        case 'D': g.pf_dist = (int)sl_parse_long("--prefetch-dist", optarg, 0, 4096); break;
-        case 'H': g.pf_hint = sl_parse_choice("--prefetch-hint", optarg, hint_names); break;
-        case 'c': g.ctx = (int)sl_parse_long("--ctx", optarg, 0, 1 << 24); break;
-        case 'R': g.ctx_repeat = (int)sl_parse_long("--ctx-repeat", optarg, 1, 1 << 16); break;
-        case 'r': g.resident_kib = (int)sl_parse_long("--resident-kib", optarg, 0, 1 << 24); break;
-        case 'S': slice_arg = optarg; break;
-        case 'u': g.pv_unsplit = 1; break;
-        case 'E': g.gelu = sl_parse_choice("--gelu", optarg, l_gelu_names); break;
+        case 'd':
+            dump = optarg;
+            break;
+        case 'b':
+            g.batch = (int)sl_parse_long("--batch", optarg, 1, L_MAX_BATCH);
+            break;
+        case 'C':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            break;
+        case 'g':
+            g.kernel = sl_parse_choice("--gemv", optarg, l_gemv_names);
+            break;
+        case 'x':
+            g.xmode = sl_parse_choice("--xchg", optarg, l_xchg_names);
+            break;
+        case 'n':
+            g.nobcast = 1;
+            break;
+        case 'B':
+            g.barrier = sl_parse_choice("--barrier", optarg, l_barrier_names);
+            break;
+        case 's':
+            g.steps = (int)sl_parse_long("--steps", optarg, 2, 10000000);
+            break;
+        case 'p':
+            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
+            break;
+        case 'K':
+            g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 0, 1 << 20);
+            break;
+        case 'D':
+            g.pf_dist = (int)sl_parse_long("--prefetch-dist", optarg, 0, 4096);
+            break;
+        case 'H':
+            g.pf_hint = sl_parse_choice("--prefetch-hint", optarg, hint_names);
+            break;
+        case 'c':
+            g.ctx = (int)sl_parse_long("--ctx", optarg, 0, 1 << 24);
+            break;
+        case 'R':
+            g.ctx_repeat = (int)sl_parse_long("--ctx-repeat", optarg, 1, 1 << 16);
+            break;
+        case 'r':
+            g.resident_kib = (int)sl_parse_long("--resident-kib", optarg, 0, 1 << 24);
+            break;
+        case 'S':
+            slice_arg = optarg;
+            break;
+        case 'u':
+            g.pv_unsplit = 1;
+            break;
+        case 'E':
+            g.gelu = sl_parse_choice("--gelu", optarg, l_gelu_names);
+            break;
         case 'G': {
             const int which = sl_parse_choice("--debug", optarg, debug_names);
             g.drop_combine |= which == 0;
@@ -1300,16 +1369,35 @@ int main(int argc, char** argv)
             g.drop_rest |= which == 4;
             break;
         }
-        case 'Y': g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16); break;
-        case 'Z': g.kv_cold_mib = (int)sl_parse_long("--kv-cold-mib", optarg, 1, 1 << 24); break;
-        case 'Q': g.stage_kib = (int)sl_parse_long("--kv-stage-kib", optarg, 1, 1 << 20); break;
-        case 'A': g.attn_only = 1; break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'L': g.lock = 1; break;
-        case 'V': device = optarg; break;
-        case 'W': lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'Y':
+            g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16);
+            break;
+        case 'Z':
+            g.kv_cold_mib = (int)sl_parse_long("--kv-cold-mib", optarg, 1, 1 << 24);
+            break;
+        case 'Q':
+            g.stage_kib = (int)sl_parse_long("--kv-stage-kib", optarg, 1, 1 << 20);
+            break;
+        case 'A':
+            g.attn_only = 1;
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'L':
+            g.lock = 1;
+            break;
+        case 'V':
+            device = optarg;
+            break;
+        case 'W':
+            lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -1328,7 +1416,8 @@ int main(int argc, char** argv)
         if (*end || g.slice_n < 1 || g.slice_n > L_MAX_WORKERS || g.slice_w < 0
             || g.slice_w + g.cpus.n > g.slice_n)
             sl_usage_error("--slice '%s': expected W/N with 0 <= W and W + (CPUs in --cpus) <= N "
-                           "<= %d", slice_arg, L_MAX_WORKERS);
+                           "<= %d",
+                slice_arg, L_MAX_WORKERS);
         g.slice = 1;
     }
     if (g.kv_copies > 1 && g.kv_cold_mib)
@@ -1361,21 +1450,22 @@ int main(int argc, char** argv)
         d->row[0].router_idx[0] = (d->row[0].router_idx[0] + 1) % d->experts;
     if (d->moe && d->ple)
         sl_usage_error("%s: a MoE layer with a per-layer input (ple %d): Gemma-4's MoE layers "
-                       "(26B-A4B) have none, and the stage's phases 6-7 hold either", dump, d->ple);
+                       "(26B-A4B) have none, and the stage's phases 6-7 hold either",
+            dump, d->ple);
     if (g.ctx < 0)
         g.ctx = d->cache_len;
     if (g.ctx > d->cache_len)
         sl_usage_error("--ctx %d: larger than the dump's KV (%s/meta.json cache_len = %d)", g.ctx,
-                       dump, d->cache_len);
+            dump, d->cache_len);
     if (packed_kv() || g.kernel == G_AVX2)
         for (int m = 0; m < NMAT; m++)
             if (d->cols[m] % (g.kernel == G_AVX2 ? 16 : 32))
                 sl_usage_error("%s: %s has %d columns; --gemv %s needs a multiple of %d", dump,
-                               l_matrix_names[m], d->cols[m], l_gemv_names[g.kernel],
-                               g.kernel == G_AVX2 ? 16 : 32);
+                    l_matrix_names[m], d->cols[m], l_gemv_names[g.kernel],
+                    g.kernel == G_AVX2 ? 16 : 32);
     if (packed_kv() && d->head_dim % 32)
         sl_usage_error("%s: head_dim %d; --gemv %s needs a multiple of 32", dump, d->head_dim,
-                       l_gemv_names[g.kernel]);
+            l_gemv_names[g.kernel]);
     if (d->head_dim > 1024)
         sl_usage_error("%s: head_dim %d > 1024", dump, d->head_dim);
     g.nrun = g.cpus.n;
@@ -1388,7 +1478,7 @@ int main(int argc, char** argv)
     }
     if (g.nw > units_max)
         sl_usage_error("%d workers but the largest matrix has only %d %d-row units: use at most %d",
-                       g.nw, units_max, unit, units_max);
+            g.nw, units_max, unit, units_max);
     if (g.perturb) /* planted error: one q_proj row off by +1 in every column */
         for (int k = 0; k < d->cols[M_Q]; k++) {
             uint16_t* p = &d->w[M_Q][(size_t)7 * d->cols[M_Q] + k];
@@ -1418,12 +1508,12 @@ int main(int argc, char** argv)
         g.kv_copies = (int)(((size_t)g.kv_cold_mib * 1048576 + kv_layer - 1) / kv_layer);
     if (g.kv_copies > 1 && numerics) {
         g.copy_window = g.steps < g.kv_copies ? g.steps : g.kv_copies;
-        g.copy_attn = calloc((size_t)g.copy_window * g.batch * d->heads * d->head_dim,
-                             sizeof(float));
+        g.copy_attn
+            = calloc((size_t)g.copy_window * g.batch * d->heads * d->head_dim, sizeof(float));
     }
     if (g.corrupt_copy && g.kv_copies < 2)
-        sl_usage_error("--debug corrupt-copy: --kv-cold-mib %d gives 1 copy; it needs >= 2",
-                       g.kv_cold_mib);
+        sl_usage_error(
+            "--debug corrupt-copy: --kv-cold-mib %d gives 1 copy; it needs >= 2", g.kv_cold_mib);
 
     const int B = g.batch, NH = d->heads, hd = d->head_dim, QD = NH * hd;
     g.w = calloc((size_t)g.nrun, sizeof(worker));
@@ -1445,29 +1535,29 @@ int main(int argc, char** argv)
     int offs[NVEC][L_MAX_WORKERS], lens[NVEC][L_MAX_WORKERS];
     /* producers' rows: a matrix's (-1: the combine's element slices, -2 / -3: the experts'
      * gate/up rows of moe_inter / down rows of hidden, one slice per picked (row, expert)) */
-    static const int vec_mat[NVEC] = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R,
-                                       -2, -3 };
+    static const int vec_mat[NVEC]
+        = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R, -2, -3 };
     static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4, 4, 2, 4 };
     const int vec_n[NVEC] = { QD, d->kv_heads * hd, d->kv_heads * hd, QD, d->hidden, d->inter,
-                              d->hidden, d->ple, d->hidden, d->experts, d->moe_inter, d->hidden };
+        d->hidden, d->ple, d->hidden, d->experts, d->moe_inter, d->hidden };
     const int vec_rows[NVEC] = { B, B, B, B, B, B, B, B, B, B, B * d->top_k, B };
-    const int vused[NVEC] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, d->ple > 0, d->ple > 0, d->moe,
-                              d->moe, d->moe };
+    const int vused[NVEC]
+        = { 1, 1, !d->kv_eq, 1, 1, 1, 1, d->ple > 0, d->ple > 0, d->moe, d->moe, d->moe };
     for (int u = 0; u < g.nw; u++)
         for (int v = 0; v < NVEC; v++) {
             int a, b;
             if (vec_mat[v] == -1)
                 split_units(QD, 4, g.nw, u, &a, &b); /* combine slices: whole 4-element units */
             else
-                split_units(vec_mat[v] >= 0 ? d->rows[vec_mat[v]] : vec_n[v], unit, g.nw, u, &a,
-                            &b);
+                split_units(
+                    vec_mat[v] >= 0 ? d->rows[vec_mat[v]] : vec_n[v], unit, g.nw, u, &a, &b);
             offs[v][u] = a;
             lens[v][u] = b - a;
         }
     for (int v = 0; v < NVEC; v++)
         if ((g.vused[v] = vused[v]))
-            l_vec_init(&g.vec[v], g.xmode, vec_esz[v], vec_n[v], vec_rows[v], g.nw, offs[v],
-                       lens[v]);
+            l_vec_init(
+                &g.vec[v], g.xmode, vec_esz[v], vec_n[v], vec_rows[v], g.nw, offs[v], lens[v]);
     double wmax = 0, wsum = 0;
     size_t kv_step = 0;
     for (int u = 0; u < g.nw; u++) {
@@ -1478,7 +1568,8 @@ int main(int argc, char** argv)
             wb += 2.0 * (b - a) * d->cols[m];
         }
         /* every expert's slice stays on its worker (the stage holds the whole layer) */
-        wb += 2.0 * d->experts * (2.0 * lens[V_EACT][u] * d->hidden + lens[V_MOE][u] * d->moe_inter);
+        wb += 2.0 * d->experts
+            * (2.0 * lens[V_EACT][u] * d->hidden + lens[V_MOE][u] * d->moe_inter);
         wmax = wb > wmax ? wb : wmax;
         wsum += wb;
     }
@@ -1526,14 +1617,15 @@ int main(int argc, char** argv)
                 w->lock_bytes += w->lkrun[k][1] - w->lkrun[k][0];
             if (!w->nlk)
                 sl_usage_error("--lock --resident-kib %d: worker %d keeps no weight row resident "
-                               "(nothing to lock); raise --resident-kib", g.resident_kib, w->id);
+                               "(nothing to lock); raise --resident-kib",
+                    g.resident_kib, w->id);
             if (w->lock_bytes > g.dev.caps.l2_lock_bytes_per_core)
                 sl_usage_error("--lock: worker %d (cpu %d) has %zu resident weight bytes (in "
                                "pages), larger than the lockable L2 capacity per core, %llu bytes "
                                "(7/8 of the locked ways, L2 lock mask %#x): use more --cpus or a "
-                               "smaller --resident-kib", w->id, w->cpu, w->lock_bytes,
-                               (unsigned long long)g.dev.caps.l2_lock_bytes_per_core,
-                               g.dev.caps.l2_cbm_lock);
+                               "smaller --resident-kib",
+                    w->id, w->cpu, w->lock_bytes,
+                    (unsigned long long)g.dev.caps.l2_lock_bytes_per_core, g.dev.caps.l2_cbm_lock);
         }
     }
     l_barrier_init(&g.bar, g.barrier, g.nrun, node_of);
@@ -1545,10 +1637,10 @@ int main(int argc, char** argv)
     g.po = sl_zalloc_lines(nparts * g.po_stride * sizeof(float));
     for (size_t i = 0; i < nparts * g.pm_stride; i++)
         g.pm[i] = -INFINITY; /* workers that never run here (slice mode) have no positions */
-    const int blen[NBND] = { d->hidden, QD, QD, d->kv_heads * hd, d->kv_heads * hd, d->kv_heads * hd,
-                             d->kv_heads * hd, QD, d->hidden, d->hidden, d->hidden, d->inter,
-                             d->inter, d->inter, d->hidden, d->hidden, d->ple, d->ple, d->hidden,
-                             d->hidden, d->experts, d->top_k, d->hidden, d->hidden };
+    const int blen[NBND] = { d->hidden, QD, QD, d->kv_heads * hd, d->kv_heads * hd,
+        d->kv_heads * hd, d->kv_heads * hd, QD, d->hidden, d->hidden, d->hidden, d->inter, d->inter,
+        d->inter, d->hidden, d->hidden, d->ple, d->ple, d->hidden, d->hidden, d->experts, d->top_k,
+        d->hidden, d->hidden };
     for (int b = 0; b < NBND; b++) {
         g.blen[b] = blen[b];
         for (int k = 0; k < 2; k++) {
@@ -1558,14 +1650,14 @@ int main(int argc, char** argv)
     }
     if (g.slice) { /* local copy sources: the reference's values, so the compute sees real data */
         /* the experts' activations have no reference (one per picked expert): zeros */
-        static const int vec_bnd[NVEC] = { B_Q, B_K, B_V, B_ATTN, B_O, B_ACT, B_DOWN, B_PACT, B_PP,
-                                           B_RS, -1, B_MOE };
+        static const int vec_bnd[NVEC]
+            = { B_Q, B_K, B_V, B_ATTN, B_O, B_ACT, B_DOWN, B_PACT, B_PP, B_RS, -1, B_MOE };
         for (int v = 0; v < NVEC; v++) {
             if (!g.vused[v])
                 continue;
             const int n = vec_n[v];
-            g.slice_src[v] = calloc(1, (size_t)vec_rows[v] * n * 4 + g.vec[v].bytes
-                                           + (size_t)g.vec[v].lines * 64 + 128);
+            g.slice_src[v] = calloc(1,
+                (size_t)vec_rows[v] * n * 4 + g.vec[v].bytes + (size_t)g.vec[v].lines * 64 + 128);
             for (int b = 0; b < B && vec_bnd[v] >= 0; b++)
                 for (int i = 0; i < n; i++) {
                     const float x = d->row[b].ref[vec_bnd[v]][i];
@@ -1625,20 +1717,21 @@ int main(int argc, char** argv)
         sl_json_int("slice_of", g.slice_n);
     sl_json_bool("amx_emulated", g.kernel == G_AMX && l_amx_emulated);
     sl_json_bool("avx512_emulated",
-                 (g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI) && l_avx512_emulated);
+        (g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI) && l_avx512_emulated);
     sl_json_bool("pv_split", packed_kv() && !g.pv_unsplit);
     sl_json_bool("numerics_checked", numerics);
     if (!numerics)
-        sl_json_str("numerics", g.slice ? "not checked: slice mode (exchanges are local copies)"
-                                : g.attn_only
-                                ? "not checked: --attn-only skips every weight GEMV"
-                                : "not checked: --ctx-repeat tiles the KV");
+        sl_json_str("numerics",
+            g.slice           ? "not checked: slice mode (exchanges are local copies)"
+                : g.attn_only ? "not checked: --attn-only skips every weight GEMV"
+                              : "not checked: --ctx-repeat tiles the KV");
     if (g.drop_combine || g.perturb || g.corrupt_copy || g.swap_expert || g.drop_rest)
-        sl_json_str("debug", g.drop_combine ? "drop-combine"
-                             : g.perturb    ? "perturb-row"
-                             : g.swap_expert ? "swap-expert"
-                             : g.drop_rest  ? "drop-rest"
-                                            : "corrupt-copy");
+        sl_json_str("debug",
+            g.drop_combine      ? "drop-combine"
+                : g.perturb     ? "perturb-row"
+                : g.swap_expert ? "swap-expert"
+                : g.drop_rest   ? "drop-rest"
+                                : "corrupt-copy");
     if (g.lock)
         lock_meta(&g.dev);
     sl_json_end();
@@ -1685,7 +1778,8 @@ int main(int argc, char** argv)
         for (int s = skip; s < g.steps; s++) {
             uint64_t mx = 0;
             for (int i = 0; i < g.nrun; i++)
-                mx = g.w[i].gm_step[(size_t)s * NPH + p] > mx ? g.w[i].gm_step[(size_t)s * NPH + p] : mx;
+                mx = g.w[i].gm_step[(size_t)s * NPH + p] > mx ? g.w[i].gm_step[(size_t)s * NPH + p]
+                                                              : mx;
             us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
         }
         metric("phase_gemv_p50", sl_quantile(us, n, 0.5), "us");
@@ -1696,10 +1790,9 @@ int main(int argc, char** argv)
         sl_json_end();
     }
     /* bytes each worker's GEMVs read per phase, so a bench can turn phase_gemv into GB/s */
-    static const int phase_mats[NPH][3] = { { M_Q, M_K, M_V }, { -1, -1, -1 }, { -1, -1, -1 },
-                                            { M_O, -1, -1 },   { M_GATE, M_UP, M_R },
-                                            { M_DOWN, -1, -1 }, { M_PG, -1, -1 },
-                                            { M_PP, -1, -1 } };
+    static const int phase_mats[NPH][3]
+        = { { M_Q, M_K, M_V }, { -1, -1, -1 }, { -1, -1, -1 }, { M_O, -1, -1 },
+              { M_GATE, M_UP, M_R }, { M_DOWN, -1, -1 }, { M_PG, -1, -1 }, { M_PP, -1, -1 } };
     int picked = 0; /* MoE: distinct experts the batch picks (their slices are read once) */
     for (int e = 0; e < d->experts; e++) {
         int hit = 0;

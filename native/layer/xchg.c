@@ -18,20 +18,14 @@ const char* const l_barrier_names[] = { "diss", "hier", NULL };
 /* vectors, replicas and barrier flags on line pairs of their own (the adjacent-line prefetcher
  * fetches 128 B): a vector's first or last line shared with another allocation would be written
  * by two cores; first touch homes the pages on the caller's node */
-static void* zalloc(size_t bytes)
-{
-    return sl_zalloc_lines(bytes);
-}
+static void* zalloc(size_t bytes) { return sl_zalloc_lines(bytes); }
 
 static bool fid_nt; /* 64-byte non-temporal line stores (AVX-512) or ordered plain stores */
 
-const char* l_fid_store(void)
-{
-    return fid_nt ? "nt64" : "plain";
-}
+const char* l_fid_store(void) { return fid_nt ? "nt64" : "plain"; }
 
-void l_vec_init(l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off,
-                const int* len)
+void l_vec_init(
+    l_vec* v, int mode, int esz, int n, int batch, int workers, const int* off, const int* len)
 {
     memset(v, 0, sizeof(*v));
     v->mode = mode;
@@ -144,7 +138,8 @@ const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag)
     uint8_t* d8 = local;
     const int esz = v->esz;
     switch (v->mode) {
-    case X_DIRECT: return v->direct;
+    case X_DIRECT:
+        return v->direct;
     case X_REP:
     case X_REPCLD:
     case X_REPNT: {
@@ -168,7 +163,8 @@ const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag)
                 const uint8_t* src = base + (size_t)li * 64;
                 _Alignas(64) uint8_t line[64];
                 for (;;) {
-                    const uint32_t t1 = __atomic_load_n((const uint32_t*)(src + 60), __ATOMIC_ACQUIRE);
+                    const uint32_t t1
+                        = __atomic_load_n((const uint32_t*)(src + 60), __ATOMIC_ACQUIRE);
                     memcpy(line, src, 64);
                     uint32_t t0;
                     memcpy(&t0, line, 4);
@@ -183,7 +179,7 @@ const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag)
                     const int el = e + j, b = el / len, i = el % len;
                     const int run = len - i < c - j ? len - i : c - j;
                     memcpy(d8 + ((size_t)b * v->n + v->off[w] + i) * esz, line + 4 + j * esz,
-                           (size_t)run * esz);
+                        (size_t)run * esz);
                     j += run;
                 }
             }
@@ -197,9 +193,12 @@ const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag)
 size_t l_vec_gather_bytes(const l_vec* v)
 {
     switch (v->mode) {
-    case X_DIRECT: return (size_t)v->batch * v->n * v->esz;
-    case X_FID: return (size_t)v->lines * 64;
-    default: return v->bytes;
+    case X_DIRECT:
+        return (size_t)v->batch * v->n * v->esz;
+    case X_FID:
+        return (size_t)v->lines * 64;
+    default:
+        return v->bytes;
     }
 }
 
@@ -233,7 +232,8 @@ void l_barrier_wait(l_barrier* b, int id, uint64_t e)
         const int k = b->node_of[id];
         __atomic_fetch_add(&b->arrive[k].v, 1, __ATOMIC_ACQ_REL);
         if (id == b->node_first[k]) {
-            while (__atomic_load_n(&b->arrive[k].v, __ATOMIC_ACQUIRE) < (uint64_t)b->node_count[k] * e)
+            while (
+                __atomic_load_n(&b->arrive[k].v, __ATOMIC_ACQUIRE) < (uint64_t)b->node_count[k] * e)
                 _mm_pause();
             __atomic_store_n(&b->done[k].v, e, __ATOMIC_RELEASE);
             for (int m = 0; m < b->nnodes; m++)

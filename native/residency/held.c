@@ -65,7 +65,7 @@ static walk walk_of(uint64_t lines)
     unsigned k = 1;
     while ((1ull << k) < lines)
         k++;
-    return (walk){ lines, (1ull << k) - 1, k / 2 + 1 };
+    return (walk) { lines, (1ull << k) - 1, k / 2 + 1 };
 }
 
 static inline uint64_t walk_mix(const walk* w, uint64_t x)
@@ -175,7 +175,6 @@ static unsigned tsc_step(void)
     return g ? g : 1;
 }
 
-
 typedef struct {
     char *cal, *evict;
     size_t evict_bytes;
@@ -212,18 +211,15 @@ static void separation(const cal_bufs* b, hist* h, unsigned pad, double* f2, dou
     *f3 = m3 > m2 ? hist_above(&h3, (m2 + m3) / 2) : 1;
 }
 
-static double median_of(double* v, int n)
-{
-    return sl_quantile(v, n, 0.5);
-}
+static double median_of(double* v, int n) { return sl_quantile(v, n, 0.5); }
 
 size_t held_scratch_bytes(size_t l2_bytes)
 {
     return (size_t)CAL_LINES * SL_CACHE_LINE + 2 * (l2_bytes ? l2_bytes : (2u << 20));
 }
 
-void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes,
-                    unsigned stride)
+void held_calibrate(
+    held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes, unsigned stride)
 {
     const size_t cal_bytes = (size_t)CAL_LINES * SL_CACHE_LINE;
     cal_bufs b = { scratch, scratch + cal_bytes, 2 * (l2_bytes ? l2_bytes : (2u << 20)), stride };

@@ -32,8 +32,8 @@ size_t held_cache_bytes(int cpu, int level);
 size_t held_scratch_bytes(size_t l2_bytes);
 /* Run on the pinned owner core; scratch: node-local, first-touched, held_scratch_bytes() long.
  * stride: time the first line of every `stride` lines, here and in held_classify. */
-void held_calibrate(held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes,
-                    unsigned stride);
+void held_calibrate(
+    held_cal* c, char* scratch, size_t scratch_bytes, size_t l2_bytes, unsigned stride);
 void held_classify(const held_cal* c, const char* buf, size_t bytes, held_count* out);
 
 #endif

@@ -19,22 +19,21 @@ void lock_open(lock_dev* d, const char* path, size_t slice)
         if (errno == ENOENT)
             sl_unsupported("pseudo-lock driver not loaded (%s does not exist; load "
                            "pseudo_lock_sram.ko, roles/sram_driver)",
-                           path);
+                path);
         sl_unsupported("cannot open the pseudo-lock device %s: %s", path, strerror(errno));
     }
     if (ioctl(d->fd, PL_IOC_CAPS, &d->caps) != 0)
-        sl_unsupported("%s: PL_IOC_CAPS failed (%s): not the pseudo_lock_sram driver", path,
-                       strerror(errno));
+        sl_unsupported(
+            "%s: PL_IOC_CAPS failed (%s): not the pseudo_lock_sram driver", path, strerror(errno));
     if (d->caps.version != PL_ABI_VERSION)
-        sl_unsupported("%s speaks ABI v%u, this build needs v%d", path, d->caps.version,
-                       PL_ABI_VERSION);
+        sl_unsupported(
+            "%s speaks ABI v%u, this build needs v%d", path, d->caps.version, PL_ABI_VERSION);
     if (!d->caps.l2_cbm_lock)
         sl_unsupported("%s: the module was loaded with l2_ways=0 (no L2 locking)", path);
     if (slice > d->caps.l2_lock_bytes_per_core)
         sl_usage_error("--slice %zu: larger than the lockable L2 capacity per core, %llu bytes "
                        "(7/8 of the locked ways, L2 lock mask %#x)",
-                       slice, (unsigned long long)d->caps.l2_lock_bytes_per_core,
-                       d->caps.l2_cbm_lock);
+            slice, (unsigned long long)d->caps.l2_lock_bytes_per_core, d->caps.l2_cbm_lock);
 }
 
 void lock_check_ways(const lock_dev* d, int want_ways)
@@ -43,7 +42,7 @@ void lock_check_ways(const lock_dev* d, int want_ways)
     if (want_ways > 0 && have != want_ways)
         sl_unsupported("%s reserves %d L2 ways (lock mask %#x), --lock-ways asks for %d: reload "
                        "the module with l2_ways=%d (roles/sram_driver)",
-                       d->path, have, d->caps.l2_cbm_lock, want_ways, want_ways);
+            d->path, have, d->caps.l2_cbm_lock, want_ways, want_ways);
 }
 
 static _Noreturn void lock_failed(const char* what, int cpu, int err)
@@ -52,12 +51,13 @@ static _Noreturn void lock_failed(const char* what, int cpu, int err)
     case ENOSPC:
         sl_usage_error("--lock: cpu %d: the core's lockable L2 budget is used up (ENOSPC; "
                        "another region on this core or its SMT sibling?)",
-                       cpu);
+            cpu);
     case EXDEV:
         sl_check_failed("--lock: cpu %d: slice pages are not on the cpu's node (EXDEV)", cpu);
     case EOPNOTSUPP:
         sl_unsupported("--lock: the driver has no lock ways at level 2 (EOPNOTSUPP)");
-    default: sl_check_failed("--lock: cpu %d: %s failed: %s", cpu, what, strerror(err));
+    default:
+        sl_check_failed("--lock: cpu %d: %s failed: %s", cpu, what, strerror(err));
     }
 }
 

@@ -16,41 +16,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char usage[] =
-    "usage: residency --slice BYTES --cpus LIST [options]\n"
-    "Each worker streams its own weight slice every step under an interference scenario:\n"
-    "  A none; B per-node 256 B slot broadcast (32 slots) + a shared hidden vector;\n"
-    "  C KV stream from DRAM (--kv-step per step from a --kv-bytes buffer per worker);\n"
-    "  D LLC-resident KV (--llc-kv per worker) + DRAM streamers on --hk-cpus; E = C + a q block.\n"
-    "  --slice BYTES       weight bytes per worker, a multiple of 4 KiB (e.g. 256K, 1280K)\n"
-    "  --cpus LIST         workers, one per core (default: CPU 0)\n"
-    "  --scenario X        A | B | C | D | E (default A)\n"
-    "  --kernel K          auto | amx | avx512 | avx2 (default auto: the best this CPU has)\n"
-    "  --seconds S         timed run length (default 1); --steps N instead runs N steps\n"
-    "  --warmup N          untimed weight passes first (default 3)\n"
-    "  --kv-bytes B        C/E: per-worker KV buffer (default 256M)\n"
-    "  --kv-step B         C/E: KV bytes read per step (default 256K)\n"
-    "  --llc-kv B          D: per-worker LLC-resident KV read per step (default 2M)\n"
-    "  --hk-cpus LIST      D: CPUs running DRAM streamers (required for D; ignored by A-C, E,\n"
-    "                      so one command line can serve every scenario)\n"
-    "  --stream-bytes B    D: buffer of each streamer (default 256M)\n"
-    "  --q-bytes B         E: q block read per step (default 64K)\n"
-    "  --hidden-bytes B    B: shared hidden vector (default 10K)\n"
-    "  --gap-ns N          spin N ns after each interference phase, before the weight pass\n"
-    "                      (default 0)\n"
-    "  --no-held           skip the held-fraction measurement\n"
-    "  --held-stride N     time one line of every N (default 4: a timed miss brings its\n"
-    "                      neighbours in, adjacent-line / region prefetch)\n"
-    "  --lock              lock each slice into its owner's L2 with /dev/pseudo_lock\n"
-    "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
-    "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
-    "  --page MODE         4k | thp | hugetlb (default thp)\n"
-    "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
-    "  --help              this text\n"
-    "Output: JSON lines; meta, then per worker (dim cpu): weight_bw (GB/s), step_p50, step_p99,\n"
-    "step_max, first_mean, last_mean (us), drift (%), cal_l1..cal_dram and thresholds (cycles),\n"
-    "held_fraction, lines_*; then summary records (dim cpu \"all\"). Exit: 0 ok, 1 check failed,\n"
-    "2 usage error, 3 unsupported here.\n";
+static const char usage[]
+    = "usage: residency --slice BYTES --cpus LIST [options]\n"
+      "Each worker streams its own weight slice every step under an interference scenario:\n"
+      "  A none; B per-node 256 B slot broadcast (32 slots) + a shared hidden vector;\n"
+      "  C KV stream from DRAM (--kv-step per step from a --kv-bytes buffer per worker);\n"
+      "  D LLC-resident KV (--llc-kv per worker) + DRAM streamers on --hk-cpus; E = C + a q "
+      "block.\n"
+      "  --slice BYTES       weight bytes per worker, a multiple of 4 KiB (e.g. 256K, 1280K)\n"
+      "  --cpus LIST         workers, one per core (default: CPU 0)\n"
+      "  --scenario X        A | B | C | D | E (default A)\n"
+      "  --kernel K          auto | amx | avx512 | avx2 (default auto: the best this CPU has)\n"
+      "  --seconds S         timed run length (default 1); --steps N instead runs N steps\n"
+      "  --warmup N          untimed weight passes first (default 3)\n"
+      "  --kv-bytes B        C/E: per-worker KV buffer (default 256M)\n"
+      "  --kv-step B         C/E: KV bytes read per step (default 256K)\n"
+      "  --llc-kv B          D: per-worker LLC-resident KV read per step (default 2M)\n"
+      "  --hk-cpus LIST      D: CPUs running DRAM streamers (required for D; ignored by A-C, E,\n"
+      "                      so one command line can serve every scenario)\n"
+      "  --stream-bytes B    D: buffer of each streamer (default 256M)\n"
+      "  --q-bytes B         E: q block read per step (default 64K)\n"
+      "  --hidden-bytes B    B: shared hidden vector (default 10K)\n"
+      "  --gap-ns N          spin N ns after each interference phase, before the weight pass\n"
+      "                      (default 0)\n"
+      "  --no-held           skip the held-fraction measurement\n"
+      "  --held-stride N     time one line of every N (default 4: a timed miss brings its\n"
+      "                      neighbours in, adjacent-line / region prefetch)\n"
+      "  --lock              lock each slice into its owner's L2 with /dev/pseudo_lock\n"
+      "  --device PATH       the pseudo-lock device (default /dev/pseudo_lock)\n"
+      "  --lock-ways N       with --lock: the module must reserve N L2 ways (else exit 3)\n"
+      "  --page MODE         4k | thp | hugetlb (default thp)\n"
+      "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --help              this text\n"
+      "Output: JSON lines; meta, then per worker (dim cpu): weight_bw (GB/s), step_p50, step_p99,\n"
+      "step_max, first_mean, last_mean (us), drift (%), cal_l1..cal_dram and thresholds (cycles),\n"
+      "held_fraction, lines_*; then summary records (dim cpu \"all\"). Exit: 0 ok, 1 check "
+      "failed,\n"
+      "2 usage error, 3 unsupported here.\n";
 
 static const char* const scenario_names[] = { "A", "B", "C", "D", "E", NULL };
 static const char* const kernel_names[] = { "auto", "amx", "avx512", "avx2", NULL };
@@ -124,9 +126,12 @@ static long context_switches(void)
 static double weight_pass(const worker* w)
 {
     switch (g.kernel) {
-    case K_AMX_BF16_STREAM: return run_amx_bf16_stream(w->slice.base, g.slice, 1);
-    case K_AVX512_READ: return run_avx512_read(w->slice.base, g.slice, 1);
-    default: return run_avx2_read(w->slice.base, g.slice, 1);
+    case K_AMX_BF16_STREAM:
+        return run_amx_bf16_stream(w->slice.base, g.slice, 1);
+    case K_AVX512_READ:
+        return run_avx512_read(w->slice.base, g.slice, 1);
+    default:
+        return run_avx2_read(w->slice.base, g.slice, 1);
     }
 }
 
@@ -143,14 +148,18 @@ static uint64_t interfere(worker* w)
         s += read_lines(g.hidden, g.hidden_bytes);
         break;
     }
-    case SC_E: s += read_lines(g.q, g.q_bytes); /* fall through: E = C + q */
+    case SC_E:
+        s += read_lines(g.q, g.q_bytes); /* fall through: E = C + q */
     /* fall through */
     case SC_C:
         s += read_lines((const char*)w->kv.base + w->kv_pos, g.kv_step);
         w->kv_pos = (w->kv_pos + g.kv_step) % g.kv_bytes;
         break;
-    case SC_D: s += read_lines(w->kv.base, g.llc_kv); break;
-    default: break;
+    case SC_D:
+        s += read_lines(w->kv.base, g.llc_kv);
+        break;
+    default:
+        break;
     }
     return s;
 }
@@ -314,49 +323,95 @@ int main(int argc, char** argv)
     int kchoice = KN_AUTO, have_hk = 0, lock_ways = 0;
     double timeout = 600;
     const char* slice_arg = NULL;
-    static const struct option opts[] = {
-        { "slice", required_argument, 0, 'S' }, { "cpus", required_argument, 0, 'c' },
-        { "scenario", required_argument, 0, 'x' }, { "kernel", required_argument, 0, 'k' },
-        { "seconds", required_argument, 0, 'd' }, { "steps", required_argument, 0, 'n' },
-        { "warmup", required_argument, 0, 'w' }, { "kv-bytes", required_argument, 0, 'K' },
-        { "kv-step", required_argument, 0, 'j' }, { "llc-kv", required_argument, 0, 'l' },
-        { "hk-cpus", required_argument, 0, 'H' }, { "stream-bytes", required_argument, 0, 'b' },
-        { "q-bytes", required_argument, 0, 'q' }, { "hidden-bytes", required_argument, 0, 'v' },
-        { "no-held", no_argument, 0, 'N' }, { "lock", no_argument, 0, 'L' },
-        { "device", required_argument, 0, 'D' }, { "page", required_argument, 0, 'P' },
-        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' },
-        { "lock-ways", required_argument, 0, 'W' }, { "gap-ns", required_argument, 0, 'g' },
-        { "held-stride", required_argument, 0, 's' },
-        { 0, 0, 0, 0 }
-    };
+    static const struct option opts[] = { { "slice", required_argument, 0, 'S' },
+        { "cpus", required_argument, 0, 'c' }, { "scenario", required_argument, 0, 'x' },
+        { "kernel", required_argument, 0, 'k' }, { "seconds", required_argument, 0, 'd' },
+        { "steps", required_argument, 0, 'n' }, { "warmup", required_argument, 0, 'w' },
+        { "kv-bytes", required_argument, 0, 'K' }, { "kv-step", required_argument, 0, 'j' },
+        { "llc-kv", required_argument, 0, 'l' }, { "hk-cpus", required_argument, 0, 'H' },
+        { "stream-bytes", required_argument, 0, 'b' }, { "q-bytes", required_argument, 0, 'q' },
+        { "hidden-bytes", required_argument, 0, 'v' }, { "no-held", no_argument, 0, 'N' },
+        { "lock", no_argument, 0, 'L' }, { "device", required_argument, 0, 'D' },
+        { "page", required_argument, 0, 'P' }, { "timeout", required_argument, 0, 'T' },
+        { "help", no_argument, 0, 'h' }, { "lock-ways", required_argument, 0, 'W' },
+        { "gap-ns", required_argument, 0, 'g' }, { "held-stride", required_argument, 0, 's' },
+        { 0, 0, 0, 0 } };
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
-        case 'S': slice_arg = optarg; break;
-        case 'c': sl_parse_cpus("--cpus", optarg, &g.cpus); break;
-        case 'x': g.scenario = sl_parse_choice("--scenario", optarg, scenario_names); break;
-        case 'k': kchoice = sl_parse_choice("--kernel", optarg, kernel_names); break;
-        case 'd': g.seconds = sl_parse_double("--seconds", optarg, 0.001, 1e6); break;
-        case 'n': g.steps_fixed = (int)sl_parse_long("--steps", optarg, 1, STEP_CAP); break;
-        case 'w': g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 1000000); break;
-        case 'K': g.kv_bytes = sl_parse_size("--kv-bytes", optarg); break;
-        case 'j': g.kv_step = sl_parse_size("--kv-step", optarg); break;
-        case 'l': g.llc_kv = sl_parse_size("--llc-kv", optarg); break;
-        case 'H': sl_parse_cpus("--hk-cpus", optarg, &g.hk); have_hk = 1; break;
-        case 'b': g.stream_bytes = sl_parse_size("--stream-bytes", optarg); break;
-        case 'q': g.q_bytes = sl_parse_size("--q-bytes", optarg); break;
-        case 'v': g.hidden_bytes = sl_parse_size("--hidden-bytes", optarg); break;
-        case 'N': g.held = 0; break;
-        case 's': g.held_stride = (unsigned)sl_parse_long("--held-stride", optarg, 1, 64); break;
-        case 'L': g.lock = 1; break;
-        case 'D': g.device = optarg; break;
-        case 'g': g.gap_ns = sl_parse_double("--gap-ns", optarg, 0, 1e9); break;
-        case 'W': lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31); break;
-        case 'P': g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names); break;
-        case 'T': timeout = sl_parse_double("--timeout", optarg, 0, 1e6); break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: sl_bad_option(argv, optind, optopt, c == ':');
+        case 'S':
+            slice_arg = optarg;
+            break;
+        case 'c':
+            sl_parse_cpus("--cpus", optarg, &g.cpus);
+            break;
+        case 'x':
+            g.scenario = sl_parse_choice("--scenario", optarg, scenario_names);
+            break;
+        case 'k':
+            kchoice = sl_parse_choice("--kernel", optarg, kernel_names);
+            break;
+        case 'd':
+            g.seconds = sl_parse_double("--seconds", optarg, 0.001, 1e6);
+            break;
+        case 'n':
+            g.steps_fixed = (int)sl_parse_long("--steps", optarg, 1, STEP_CAP);
+            break;
+        case 'w':
+            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 1000000);
+            break;
+        case 'K':
+            g.kv_bytes = sl_parse_size("--kv-bytes", optarg);
+            break;
+        case 'j':
+            g.kv_step = sl_parse_size("--kv-step", optarg);
+            break;
+        case 'l':
+            g.llc_kv = sl_parse_size("--llc-kv", optarg);
+            break;
+        case 'H':
+            sl_parse_cpus("--hk-cpus", optarg, &g.hk);
+            have_hk = 1;
+            break;
+        case 'b':
+            g.stream_bytes = sl_parse_size("--stream-bytes", optarg);
+            break;
+        case 'q':
+            g.q_bytes = sl_parse_size("--q-bytes", optarg);
+            break;
+        case 'v':
+            g.hidden_bytes = sl_parse_size("--hidden-bytes", optarg);
+            break;
+        case 'N':
+            g.held = 0;
+            break;
+        case 's':
+            g.held_stride = (unsigned)sl_parse_long("--held-stride", optarg, 1, 64);
+            break;
+        case 'L':
+            g.lock = 1;
+            break;
+        case 'D':
+            g.device = optarg;
+            break;
+        case 'g':
+            g.gap_ns = sl_parse_double("--gap-ns", optarg, 0, 1e9);
+            break;
+        case 'W':
+            lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31);
+            break;
+        case 'P':
+            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
+            break;
+        case 'T':
+            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            sl_bad_option(argv, optind, optopt, c == ':');
         }
     }
     sl_no_operands(argc, argv, optind);
@@ -438,10 +493,11 @@ int main(int argc, char** argv)
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
     sl_json_bool("lock", g.lock);
-    sl_json_str("held_method", g.held ? "userspace: rdtscp per sampled line, prefetchers as they "
-                                        "are, calibrated L1/L2/L3/DRAM medians, midpoint "
-                                        "thresholds"
-                                      : "none");
+    sl_json_str("held_method",
+        g.held ? "userspace: rdtscp per sampled line, prefetchers as they "
+                 "are, calibrated L1/L2/L3/DRAM medians, midpoint "
+                 "thresholds"
+               : "none");
     sl_json_int("held_stride", g.held ? g.held_stride : 0);
     if (g.lock)
         lock_meta(&g.dev);
@@ -526,6 +582,6 @@ int main(int argc, char** argv)
         lock_close(&g.dev);
     if (bad >= 0)
         sl_check_failed("residency: cpu %d: %d weight passes returned checksum %.17g, want %.17g",
-                        g.w[bad].cpu, g.w[bad].bad_checksum, g.w[bad].checksum, g.w[bad].expected);
+            g.w[bad].cpu, g.w[bad].bad_checksum, g.w[bad].checksum, g.w[bad].expected);
     return 0;
 }

@@ -33,9 +33,8 @@ static volatile int decoded; /* 1 operand decoded, 0 the fault was not at an LDT
 static unsigned char seen[64];
 
 /* ModRM/SIB register number (REX/VEX-extended) -> the ucontext slot holding it */
-static const int greg_of[16] = { REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP,
-                                 REG_RSI, REG_RDI, REG_R8,  REG_R9,  REG_R10, REG_R11,
-                                 REG_R12, REG_R13, REG_R14, REG_R15 };
+static const int greg_of[16] = { REG_RAX, REG_RCX, REG_RDX, REG_RBX, REG_RSP, REG_RBP, REG_RSI,
+    REG_RDI, REG_R8, REG_R9, REG_R10, REG_R11, REG_R12, REG_R13, REG_R14, REG_R15 };
 
 /* Effective address of LDTILECFG m512 at `p` (VEX.128.NP.0F38.W0 49 /0); 0 when the bytes at
  * p are not that instruction. Async-signal-safe: reads the instruction and the context only. */
@@ -145,9 +144,9 @@ static _Alignas(4096) unsigned char stream_buf[4096];
 static void call_stream(int batch) { (void)batch, run_amx_bf16_stream(stream_buf, 4096, 1); }
 static void call_compute(int batch) { (void)batch, run_amx_bf16_compute(NULL, 0, 1); }
 
-#define LADDER_SHAPES                                                                           \
-    { { 0, 16, 64 }, { 1, 16, 64 }, { 2, 16, 64 }, { 3, 16, 64 }, { 4, 16, 64 }, { 5, 16, 64 }, \
-      { 6, 16, 64 }, { 7, 16, 64 } },                                                          \
+#define LADDER_SHAPES                                                                              \
+    { { 0, 16, 64 }, { 1, 16, 64 }, { 2, 16, 64 }, { 3, 16, 64 }, { 4, 16, 64 }, { 5, 16, 64 },    \
+        { 6, 16, 64 }, { 7, 16, 64 } },                                                            \
         8
 #define GEMV_SHAPES(b) { { 0, b, 64 }, { 1, 16, 64 }, { 2, 16, 64 }, { 4, b, 64 }, { 5, b, 64 } }, 5
 
@@ -193,7 +192,7 @@ static void check_case(const tcase* c, int hardware)
         memcpy(got, &back, 64);
         path = "sttilecfg";
     } else if (!decoded && got_signal == SIGILL && !hardware && !c->config_only
-               && sl_cpu_features()->amx_tile) {
+        && sl_cpu_features()->amx_tile) {
         /* this CPU ran LDTILECFG without the permission and faulted at a later tile
          * instruction: the config-only cases and the hardware round check what it loaded */
         sl_metric_begin("tilecfg_wrong_bytes", 0, "bytes");
@@ -203,7 +202,7 @@ static void check_case(const tcase* c, int hardware)
         return;
     } else if (!decoded) {
         fprintf(stderr, "tilecfg_check: %s: signal %d at an instruction that is not LDTILECFG\n",
-                c->routine, (int)got_signal);
+            c->routine, (int)got_signal);
         failures++;
         return;
     } else {
@@ -226,10 +225,10 @@ static void check_case(const tcase* c, int hardware)
     if (first >= 0) {
         char what[96];
         snprintf(what, sizeof(what), "byte %d (%s) = 0x%02x, want 0x%02x", first, field(first),
-                 got[first], want[first]);
+            got[first], want[first]);
         sl_json_str("first_wrong", what);
         fprintf(stderr, "tilecfg_check: %s%s%.0d: %d of 64 config bytes wrong, first %s\n",
-                c->routine, c->batch ? " batch " : "", c->batch, wrong, what);
+            c->routine, c->batch ? " batch " : "", c->batch, wrong, what);
         failures++;
     }
     sl_json_end();
@@ -270,7 +269,7 @@ int main(int argc, char** argv)
     sl_json_str("reason", hw ? "AMX with XTILEDATA permission: LDTILECFG + STTILECFG" : why);
     sl_json_end();
     if (failures)
-        sl_check_failed("%d tile config case(s) wrong (gcc dropping stores to the config?)",
-                        failures);
+        sl_check_failed(
+            "%d tile config case(s) wrong (gcc dropping stores to the config?)", failures);
     return 0;
 }
