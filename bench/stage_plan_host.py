@@ -51,7 +51,12 @@ from socketlab.plan.stage import (  # noqa: E402
     Prediction,
     layer_stage,
 )
-from socketlab.plan.stage_constants import measured_constants, stored_runs  # noqa: E402
+from socketlab.plan.stage_constants import (  # noqa: E402
+    Measured,
+    measured_constants,
+    measured_kv_classes,
+    stored_runs,
+)
 from socketlab.plan.stage_model import layer_model, units  # noqa: E402
 from socketlab.store import RunRecord, Store  # noqa: E402
 
@@ -60,6 +65,11 @@ STAGES = [("tiny", 100), ("gemma4-e2b-l0", 2048), ("tiny-full", 16384)]
 KV_CTX = (1024, 4096, 8192, 12288)
 #: shapes run as slices only: more element-cost samples, none of them a predicted stage
 CALIB = [("gemma4-e2b-l4", 512), ("tiny-full", 512)]
+#: attention classes (head_dim, GQA group): one synthetic full-attention dump each (hidden 256,
+#: one KV head), run as kv-attn at CLASS_CTX: every shipped shape's (head_dim, group) is one of
+#: them or tiny-full's (128, 2) (the 16K dump above); the stage's attention rate is its class's
+ATTN_CLASSES = ((64, 2), (256, 2), (256, 4), (256, 8), (512, 4), (512, 8))
+CLASS_CTX = (64, 256, 1024, 2048)
 CAMPAIGN = "planner-host"
 
 
@@ -138,6 +148,21 @@ def main() -> None:
                             str(d), "--quiet"], check=True, timeout=900,
                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
         dumps[shape, ctx] = d
+    classes = {}
+    for hd, grp in ATTN_CLASSES:
+        name = f"attn-h{hd}-g{grp}"
+        shape_file = tmp / f"{name}.yaml"
+        shape_file.write_text(
+            f"version: 1\nmodel: {name}\nlayer: 0\nattention: full\nhidden: 256\n"
+            f"heads: {grp}\nkv_heads: 1\nhead_dim: {hd}\ninter: 256\nple: 64\n"
+            "rope_theta: 10000.0\nrope_type: default\neps: 1.0e-6\n")
+        d = tmp / f"{name}.c{CLASS_CTX[-1]}"
+        if not (d / "manifest.txt").is_file():
+            subprocess.run([sys.executable, "-m", "socketlab.cli", "layer-dump", str(shape_file),
+                            "--context", str(CLASS_CTX[-1]), "--batch", "16", "--seed", "1",
+                            "--out", str(d), "--quiet"], check=True, timeout=900,
+                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+        classes[hd, grp] = d
     layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", a.gemv, "--steps", str(a.steps)]
     full = dumps["tiny-full", 16384]
     stage_runs: dict[tuple, list[dict]] = {}
@@ -155,6 +180,12 @@ def main() -> None:
                 run_stored(store, a.host, "kv-attn",
                            [*layer, "--dump", str(full), "--slice", f"0/{workers}", "--batch",
                             str(b), "--ctx", str(n)], {"context": n, "batch": b}, rep)
+            for (hd, grp), d in classes.items():
+                for n in CLASS_CTX:
+                    run_stored(store, a.host, "kv-attn",
+                               [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch",
+                                str(b), "--ctx", str(n)],
+                               {"context": n, "batch": b, "head_dim": hd, "group": grp}, rep)
         for (shape, ctx), d in dumps.items():
             for b in (1, 16):
                 p = {"shape": shape, "context": ctx, "batch": b}
@@ -182,17 +213,30 @@ def predict_rep(a: argparse.Namespace, results: Path, workers: int, shape: str, 
     bud = Budget(cores=workers, batch=b, context=ctx)
     probe = layer_stage(us, 0, bud, Constants(gemv_gbps_per_core=1, exchange_us=0, kv_gbps=1,
                                               act_gbps=1, elem_ns=1, gelu_ns=1))
+    att = next(x for x in us if x.kind == "attn")
+    group = att.heads // max(att.kv_heads, 1)
     kw = {"kernel": a.gemv, "bytes_per_core": nbytes, "batch": b, "exclude_shape": shape,
-          "elems": probe.elem_us * 1e3 / b, "kv_bytes": probe.kv_us * 1e3}
+          "elems": probe.elem_us * 1e3 / b, "kv_bytes": probe.kv_us * 1e3,
+          "head_dim": att.head_dim, "group": group}
     # GEMV and KV rates (DRAM / L3 bandwidth, which drifts with the neighbours' load) from the
     # runs next to the stage; the element costs (CPU-bound, noisy per run) over all repetitions
     g = measured_constants(a.host, results=results, repetition=rep, **kw)
     g.update({k: v for k, v in measured_constants(a.host, results=results, **kw).items()
               if k in ("elem_ns", "gelu_ns")})
+    # the attention rate per class (head_dim, group, batch, KV bytes) of the same repetition:
+    # the stage's attention takes its own class's (Constants.kv_rate)
+    classes, detail = measured_kv_classes(a.host, results=results, kernel=a.gemv,
+                                          repetition=rep)
     cc = Constants(gemv_gbps_per_core=g["gemv_gbps_per_core"].value, exchange_us=0.0,
                    kv_gbps=g["kv_gbps"].value, act_gbps=float("inf"),
                    elem_ns=g["elem_ns"].value if "elem_ns" in g else 0.0,
-                   gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0)
+                   gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0, kv_classes=classes)
+    rate, cls = cc.kv_rate(att.head_dim, group, b, probe.kv_us * 1e3)
+    if cls is not None:
+        g["kv_class_gbps"] = Measured(rate, (), f"class (head_dim {cls.head_dim}, group "
+                                      f"{cls.group}) at B={cls.batch}, {cls.kv_bytes:,.0f} B "
+                                      f"per step (stage: head_dim {att.head_dim}, group {group},"
+                                      f" B={b}); {detail[:60]}...")
     if workers > 1:  # one worker has no peer to wait for or gather from
         cc = cc.replace(exchange_us=g["exchange_us"].value, act_gbps=g["act_gbps"].value)
     return layer_stage(us, 0, bud, cc), {k: g[k] for k in g}

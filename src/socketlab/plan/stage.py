@@ -10,9 +10,11 @@ Time per stage, each term kept apart so a prediction can be checked term by term
 
     gemv      = weight bytes per core / GEMV rate per core   (the tier the slice lives in)
     sync      = exchanges x exchange cost                     (all-core barrier + broadcast)
-    kv        = KV bytes read per step / KV rate              (B sequences, window or context)
+    kv        = KV bytes read per step / KV rate              (B sequences, window or context;
+                the rate of the attention's class: head_dim, GQA group, batch, KV bytes)
     act       = (B - 1) x activation bytes each core gathers per row / all-gather rate
-    allreduce = cross-socket all-reduces x all-reduce cost    (tensor parallelism, LM head)
+    allreduce = cross-socket all-reduces x all-reduce cost    (tensor parallelism, LM head;
+                with a link: latency + ring bytes / link rate, see `Link`)
     elem      = B x (vector elements per core x elem cost + gelu elements per core x gelu cost)
                 (norms, RoPE, residual adds, the combine, the activations: the non-GEMV work)
 
@@ -27,6 +29,7 @@ their own (L2 only, or L2 + L3 with `expert_tier="l3"`); the tied LM head is voc
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from socketlab.errors import PlanError
@@ -66,6 +69,9 @@ class Unit:
     elem_split: int = 0  #: ... work split over the cores (the attention combine)
     gelu_split: int = 0  #: gelu'd elements split over the cores, not with the rows (PLE gate)
     gelu_per_row: int = 0  #: gelu'd elements per split row (FFN: gelu(gate) x up)
+    head_dim: int = 0  #: attention: the KV heads' width (picks the KV rate's class)
+    out_bytes: int = 0  #: the residual vector a batch row carries out of the unit (FP32 hidden:
+    #: what a pipeline hop sends and a tensor-parallel all-reduce sums)
 
     @property
     def bytes(self) -> int:
@@ -89,6 +95,45 @@ class Budget:
 
 
 @dataclass(frozen=True)
+class KvRate:
+    """The attention rate of one shape class, measured (`layer --slice --ctx N` of a dump of
+    that class at two contexts): KV GB/s at `batch` sequences, around `kv_bytes` per step."""
+
+    head_dim: int
+    group: int  #: q heads per KV head (GQA)
+    batch: int
+    kv_bytes: float  #: per step (geometric mean of the two contexts' KV bytes)
+    gbps: float
+
+
+@dataclass(frozen=True)
+class Link:
+    """A socket-to-socket link: a message of N bytes costs latency_us + N / gbps."""
+
+    latency_us: float
+    gbps: float
+
+    def us(self, nbytes: float, messages: int = 1) -> float:
+        return messages * self.latency_us + nbytes / (self.gbps * 1e3)
+
+    def hop_us(self, row_bytes: int, batch: int) -> float:
+        """One pipeline hop: the stage's output vectors, B rows."""
+        return self.us(batch * row_bytes)
+
+    def allreduce_us(self, row_bytes: int, batch: int, sockets: int) -> float:
+        """One all-reduce of B rows over S sockets: each socket sends 2 (S - 1) / S of the
+        bytes, as a ring does (31B TP8 at B=16: 2 x 7/8 x 16 x 5,376 x 4 B = 588 KiB, the seed's
+        figure), with one latency (the seed's fixed 10 µs was one cost, not 2 (S - 1) steps)."""
+        if sockets < 2:
+            return 0.0
+        return self.us(2 * (sockets - 1) / sockets * batch * row_bytes)
+
+
+def _dist(a: float, b: float) -> float:
+    return abs(math.log2(max(a, 1e-9) / max(b, 1e-9)))
+
+
+@dataclass(frozen=True)
 class Constants:
     """The cost model's inputs. `provenance` says where each value came from (run keys, a file)."""
 
@@ -101,12 +146,32 @@ class Constants:
     elem_ns: float = 0.0  #: one vector element of a norm / RoPE / residual / combine (0: absent)
     gelu_ns: float = 0.0  #: one gelu'd activation element (0: absent)
     gemv_l3_gbps_per_core: float | None = None  #: GEMV from L3 (experts in L2 + L3)
+    #: per attention class (head_dim, group, batch, KV bytes); empty: kv_gbps for every shape
+    kv_classes: tuple[KvRate, ...] = ()
+    link: Link | None = None  #: hop and all-reduce as bytes over it (None: hop_us, allreduce_us)
     host: str = ""
     kernel: str = ""
     provenance: dict[str, str] = field(default_factory=dict)
 
     def replace(self, **kw) -> Constants:
         return dataclasses.replace(self, **kw)
+
+    def kv_rate(self, head_dim: int, group: int, batch: int, kv_bytes: float) -> tuple[
+            float, KvRate | None]:
+        """The KV GB/s of an attention of `head_dim` x `group` at `batch`, `kv_bytes` per step:
+        the nearest measured class (log2 distance in head_dim + in group; exact where
+        measured), its nearest batch, then its context pair nearest in KV bytes; kv_gbps where
+        no class is measured (or the unit has no head_dim)."""
+        if not self.kv_classes or not head_dim:
+            return self.kv_gbps, None
+        near = min(_dist(k.head_dim, head_dim) + _dist(k.group, group) for k in self.kv_classes)
+        cls = [k for k in self.kv_classes
+               if _dist(k.head_dim, head_dim) + _dist(k.group, group) == near]
+        cls = [k for k in cls if (k.head_dim, k.group) == (cls[0].head_dim, cls[0].group)]
+        nb = min(_dist(k.batch, batch) for k in cls)
+        cls = [k for k in cls if _dist(k.batch, batch) == nb]
+        best = min(cls, key=lambda k: _dist(k.kv_bytes, max(kv_bytes, 1.0)))
+        return best.gbps, best
 
 
 @dataclass(frozen=True)
@@ -139,6 +204,10 @@ class Load:
     tier: str = "l2"
     elems: float = 0.0  #: vector elements per core per batch row (norms, RoPE, combine)
     gelus: float = 0.0  #: gelu'd elements per core per batch row
+    #: the KV bytes by attention class: (head_dim, group, bytes) per attention unit
+    kv_parts: tuple[tuple[int, int, int], ...] = ()
+    out_bytes: int = 0  #: per batch row: the vector a hop sends / an all-reduce sums
+    sockets: int = 1  #: sockets of the stage's all-reduces (a TP group, the LM head's slices)
 
 
 @dataclass(frozen=True)
@@ -204,31 +273,62 @@ def predict(load: Load, budget: Budget, c: Constants) -> tuple[int, Prediction]:
     rate = c.gemv_gbps_per_core
     if load.tier == "l3":
         rate = c.gemv_l3_gbps_per_core or rate
+    kv_us = load.kv_bytes / (c.kv_gbps * 1e3)
+    if load.kv_parts and c.kv_classes:
+        # each attention at its class's rate; KV bytes of units without a class at kv_gbps
+        classed = sum(b for _, _, b in load.kv_parts)
+        kv_us = max(load.kv_bytes - classed, 0) / (c.kv_gbps * 1e3) + sum(
+            b / (c.kv_rate(hd, g, budget.batch, b)[0] * 1e3) for hd, g, b in load.kv_parts)
     return bpc, Prediction(
         gemv_us=bpc / (rate * 1e3),
         sync_us=load.exchanges * c.exchange_us,
-        kv_us=load.kv_bytes / (c.kv_gbps * 1e3),
+        kv_us=kv_us,
         act_us=max(budget.batch - 1, 0) * load.act_bytes / (c.act_gbps * 1e3),
-        allreduce_us=load.allreduces * c.allreduce_us,
+        allreduce_us=load.allreduces * allreduce_cost(c, load.out_bytes, budget.batch,
+                                                      load.sockets),
         elem_us=budget.batch * (load.elems * c.elem_ns + load.gelus * c.gelu_ns) / 1e3,
     )
 
 
+def allreduce_cost(c: Constants, row_bytes: int, batch: int, sockets: int) -> float:
+    """One cross-socket all-reduce: bytes over the link where the constants have one (a ring
+    over the stage's sockets), else the fixed allreduce_us."""
+    if c.link is not None:
+        return c.link.allreduce_us(row_bytes, batch, max(sockets, 2))
+    return c.allreduce_us
+
+
+def hop_cost(c: Constants, row_bytes: int, batch: int) -> float:
+    """One pipeline hop: bytes over the link where the constants have one, else hop_us."""
+    if c.link is not None:
+        return c.link.hop_us(row_bytes, batch)
+    return c.hop_us
+
+
+def _group(u: Unit, kv_heads: int | None = None, heads: int | None = None) -> int:
+    kvh = u.kv_heads if kv_heads is None else kv_heads
+    return max((u.heads if heads is None else heads) // max(kvh, 1), 1)
+
+
 def stage_load(units: list[Unit], pieces: list[Piece], budget: Budget) -> Load:
     """A single socket holding whole units and row pieces."""
-    nbytes = exchanges = kv = act = 0
+    nbytes = exchanges = kv = act = out = 0
     elems = gelus = 0.0
+    parts: list[tuple[int, int, int]] = []
     for p in pieces:
         u = units[p.unit]
         nbytes += p.bytes
         exchanges += u.exchanges
         act += u.act_fixed + u.act_split + u.act_per_row * (p.row1 - p.row0 if u.rows else 0)
         kv += _kv(u, budget, u.kv_row_bytes)
+        out = max(out, u.out_bytes)
+        if u.head_dim and u.kv_row_bytes:
+            parts.append((u.head_dim, _group(u), _kv(u, budget, u.kv_row_bytes)))
         elems += u.elem_fixed + u.elem_heads + u.elem_split / budget.cores
         gelus += (u.gelu_split + u.gelu_per_row * (p.row1 - p.row0 if u.rows else 0)) \
             / budget.cores
     return Load(bytes=nbytes, exchanges=exchanges, kv_bytes=kv, act_bytes=act, elems=elems,
-                gelus=gelus)
+                gelus=gelus, kv_parts=tuple(parts), out_bytes=out)
 
 
 def _kv(u: Unit, budget: Budget, row_bytes: int) -> int:
@@ -251,12 +351,14 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
     """One socket's share of dense units split S ways, or None where S does not divide them:
     whole q heads with their KV heads (a KV head replicated when S exceeds the KV heads), a
     block of FFN rows (a multiple of the tile rows), everything else whole on every socket."""
-    nbytes = exchanges = kv = act = 0
+    nbytes = exchanges = kv = act = out = 0
     elems = gelus = 0.0
+    parts: list[tuple[int, int, int]] = []
     for i in idx:
         u = units[i]
         exchanges += u.exchanges
         act += u.act_fixed
+        out = max(out, u.out_bytes)
         # attention's heads and the FFN's rows split S ways; everything else whole on each
         k = s if u.kind in ("attn", "ffn") else 1
         elems += u.elem_fixed + (u.elem_heads + u.elem_split / budget.cores) / k
@@ -271,6 +373,9 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
 
             nbytes += (u.fixed_bytes - u.kv_weight_bytes) // s + share(u.kv_weight_bytes)
             kv += _kv(u, budget, share(u.kv_row_bytes))
+            if u.head_dim and u.kv_row_bytes:  # a socket's q heads over its KV heads
+                parts.append((u.head_dim, _group(u, kvh, u.heads // s),
+                              _kv(u, budget, share(u.kv_row_bytes))))
             act += u.act_split // s
         elif u.kind == "ffn":
             if u.rows % (s * budget.min_rows_per_core):
@@ -281,7 +386,8 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
             nbytes += u.bytes
             act += u.act_split + u.act_per_row * u.rows
     return Load(bytes=nbytes, exchanges=exchanges, allreduces=2 if s > 1 else 0, kv_bytes=kv,
-                act_bytes=act, elems=elems, gelus=gelus)
+                act_bytes=act, elems=elems, gelus=gelus, kv_parts=tuple(parts), out_bytes=out,
+                sockets=s)
 
 
 class _Packer:
@@ -384,7 +490,8 @@ class _Packer:
         pairs = b.batch * u.top_k / sockets  # (token, expert) pairs per socket per step
         load = Load(bytes=int(active * u.row_bytes), exchanges=u.exchanges,
                     act_bytes=u.act_fixed + int(pairs / max(b.batch, 1) * u.act_per_row),
-                    tier="l3" if tier == "l3" and held * u.row_bytes > self.cap else "l2")
+                    tier="l3" if tier == "l3" and held * u.row_bytes > self.cap else "l2",
+                    out_bytes=u.out_bytes)
         self._push(f"L{layer}.experts x{sockets} ({held:.1f} per socket, {active:.1f} active)",
                    [self._whole(i)], sockets, load)
 
@@ -394,7 +501,8 @@ class _Packer:
         sockets = -(-u.bytes // self.cap)
         load = Load(bytes=-(-u.bytes // sockets), exchanges=u.exchanges,
                     allreduces=1 if sockets > 1 else 0,  # top-k merge over the vocab slices
-                    act_bytes=u.act_fixed)
+                    # the merge moves a few top-k candidates: the link's latency alone
+                    act_bytes=u.act_fixed, out_bytes=0, sockets=sockets)
         self._push(f"head x{sockets}" if sockets > 1 else "head", [self._whole(i)], sockets, load)
 
 
@@ -437,6 +545,7 @@ def plan(units: list[Unit], budget: Budget, c: Constants) -> Plan:
     stages = tuple(pk.stages)
     layers = len({u.layer for u in units if u.layer is not None})
     times = [s.pred.total_us for s in stages]
+    hops = [hop_cost(c, s.load.out_bytes, budget.batch) for s in stages]
     bn = max(times, default=0.0)
     return Plan(
         stages=stages,
@@ -448,8 +557,8 @@ def plan(units: list[Unit], budget: Budget, c: Constants) -> Plan:
             weight_bytes=sum(u.bytes for u in units),
             bottleneck_us=bn,
             bottleneck_stage=stages[times.index(bn)].label if stages else "",
-            token_latency_us=sum(times) + c.hop_us * max(len(stages) - 1, 0),
-            tokens_per_s=budget.batch * 1e6 / (bn + c.hop_us) if bn > 0 else 0.0,
+            token_latency_us=sum(times) + sum(hops[:-1]),
+            tokens_per_s=budget.batch * 1e6 / (bn + max(hops)) if bn > 0 else 0.0,
             sequences_in_flight=budget.batch * len(stages),
         ),
         budget=budget,

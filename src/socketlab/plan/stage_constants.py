@@ -15,6 +15,10 @@ runs stored ok:
 | exchange_us | `exchange` over >= 2 participants at the 2,560 B vector | latency_p50 (mode given, or the fastest) |
 | act_gbps | `exchange` at a larger vector, same mode and participants | (bytes - 2,560) / (latency_p50 difference) |
 | kv_gbps | `layer --slice --ctx N` at two contexts (experiment kv-attn: the stage's own attention), else `kvstream`, else a `ladder` run of experiment `kv-read` | KV bytes / attention p50, both as differences; kv_bw; bw_total (the largest context measured) |
+| kv_classes | the same kv-attn runs, per attention class: (head_dim, GQA group) from the run's params or its dump's shape file, per batch, per adjacent pair of contexts | as kv_gbps: one `KvRate` each; a stage's attention takes its class's rate (`Constants.kv_rate`) |
+
+Links (hop and all-reduce as bytes, `Constants.link`): a constants file's `link_us` and
+`link_gbps` (nothing multi-socket is measured on a single-socket guest).
 
 A host with none of them is one line naming the experiment to run.
 """
@@ -30,7 +34,7 @@ import yaml
 
 from socketlab import paths
 from socketlab.errors import SocketlabError, SpecError, StoreError
-from socketlab.plan.stage import Constants
+from socketlab.plan.stage import Constants, KvRate, Link
 from socketlab.store import ok_runs_in_folder
 
 CONSTANTS_DIR = paths.EXPERIMENTS / "models" / "constants"
@@ -71,12 +75,39 @@ def load_constants(path: str | Path) -> Constants:
             raise SpecError(f"{p}: {key}.value: expected a positive number, got {v!r}")
         values[key] = float(v)
         prov[key] = str(entry.get("source", p)) if isinstance(entry, dict) else str(p)
-    unknown = set(doc) - set(NUMERIC) - {"version", "host", "kernel", "note"}
+    extra = {"link_us", "link_gbps", "kv_classes"}
+    unknown = set(doc) - set(NUMERIC) - extra - {"version", "host", "kernel", "note"}
     if unknown:
         raise SpecError(f"{p}: {sorted(unknown)[0]}: unknown field; expected one of "
-                        f"{', '.join(NUMERIC)}, host, kernel, note")
+                        f"{', '.join(NUMERIC)}, {', '.join(sorted(extra))}, host, kernel, note")
+    link = None
+    if ("link_us" in doc) != ("link_gbps" in doc):
+        raise SpecError(f"{p}: link_us and link_gbps: expected both or neither")
+    if "link_us" in doc:
+        lv = {}
+        for key in ("link_us", "link_gbps"):
+            entry = doc[key]
+            v = entry.get("value") if isinstance(entry, dict) else entry
+            if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
+                raise SpecError(f"{p}: {key}.value: expected a positive number, got {v!r}")
+            lv[key] = float(v)
+            prov[key] = str(entry.get("source", p)) if isinstance(entry, dict) else str(p)
+        link = Link(latency_us=lv["link_us"], gbps=lv["link_gbps"])
+    classes: list[KvRate] = []
+    if "kv_classes" in doc:
+        entry = doc["kv_classes"]
+        rows = entry.get("value") if isinstance(entry, dict) else entry
+        for i, row in enumerate(rows if isinstance(rows, list) else [None]):
+            if (not isinstance(row, list) or len(row) != 5
+                    or any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0
+                           for x in row)):
+                raise SpecError(f"{p}: kv_classes.value[{i}]: expected [head_dim, group, batch, "
+                                f"kv_bytes, gbps], positive numbers, got {row!r}")
+            classes.append(KvRate(int(row[0]), int(row[1]), int(row[2]), float(row[3]),
+                                  float(row[4])))
+        prov["kv_classes"] = str(entry.get("source", p)) if isinstance(entry, dict) else str(p)
     return Constants(**values, host=str(doc.get("host", "")), kernel=str(doc.get("kernel", "")),
-                     provenance=prov)
+                     kv_classes=tuple(classes), link=link, provenance=prov)
 
 
 @dataclass(frozen=True)
@@ -134,16 +165,19 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
                        exclude_shape: str | None = None,
                        elems: float | None = None,
                        kv_bytes: float | None = None,
-                       repetition: int | None = None) -> dict[str, Measured]:
+                       repetition: int | None = None,
+                       head_dim: int | None = None,
+                       group: int | None = None) -> dict[str, Measured]:
     """What the store holds for `host`, constant by constant (missing ones absent). The GEMV
     rate depends on the tier a slice lives in: with `bytes_per_core` the slice run nearest that
     size gives it, else the median over all slice runs. The element costs (elem_ns, gelu_ns)
     come from slice runs of other shapes than `exclude_shape` (the stage being predicted); where
     there are some, the GEMV rate is the kernel's alone, else it absorbs the non-GEMV work;
     with `elems` (the stage's elements per row) from the shape nearest it. With `kv_bytes`, the
-    kv-attn rate of the contexts nearest the stage's KV bytes per step. With `repetition`, that
-    repetition's runs only (a bench pairs each stage run with the constants measured next to
-    it)."""
+    kv-attn rate of the contexts nearest the stage's KV bytes per step; with `head_dim` and
+    `group`, of the attention class nearest the stage's (else the class with the longest
+    context). With `repetition`, that repetition's runs only (a bench pairs each stage run with
+    the constants measured next to it)."""
     runs = _runs(Path(results or paths.RESULTS), host)
     if repetition is not None:
         runs = [r for r in runs if r["repetition"] == repetition]
@@ -220,7 +254,7 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
         vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
         found["kv_gbps"] = Measured(_median(vals), tuple(dict.fromkeys(k for _, k in vals)),
                                     f"{source}, {most} tokens: median of {len(vals)} values")
-    attn = _kv_attention(runs, kernel, batch, kv_bytes)
+    attn = _kv_attention(runs, kernel, batch, kv_bytes, head_dim, group)
     if attn:
         found["kv_gbps"] = attn
     return found
@@ -302,26 +336,108 @@ def _elements(slices: list[dict], batch: int | None, exclude_shape: str | None,
                                 f"{where}: gateup + ple_gate per gelu'd element")}
 
 
+def _kv_class(r: dict) -> tuple[int, int, str] | None:
+    """A kv-attn run's attention class: (head_dim, group, dump shape), from the run's params
+    (bench/stage_plan_host.py's class dumps) or the shape file its metrics name."""
+    from socketlab.layer.shapes import load_shape
+
+    shape = next((str(d.get("shape")) for n, _, d in r["metrics"] if n == "kv_bytes_per_step"),
+                 "")
+    p = r.get("params") or {}
+    if p.get("head_dim") and p.get("group"):
+        return int(p["head_dim"]), int(p["group"]), shape
+    try:
+        sh = load_shape(shape)
+    except SocketlabError:
+        return None
+    return sh.head_dim, max(sh.heads // max(sh.kv_heads, 1), 1), shape
+
+
+def _kv_points(runs: list[dict], kernel: str) -> dict[tuple[int, int, str], dict[
+        int, dict[int, list[tuple[float, float, str]]]]]:
+    """kv-attn runs by class (head_dim, group, shape), batch, context: (KV bytes per step,
+    attention phase_gemv_p50, run key)."""
+    out: dict = {}
+    for r in runs:
+        if not (_binary(r) == "layer" and _arg(r, "--slice") and _arg(r, "--ctx")
+                and (_arg(r, "--gemv") or "avx2") == kernel):
+            continue
+        kvb = [v for n, v, _ in r["metrics"] if n == "kv_bytes_per_step"]
+        att = [v for n, v, d in r["metrics"]
+               if n == "phase_gemv_p50" and d.get("phase") == "attention"]
+        cls = _kv_class(r)
+        if kvb and att and cls:
+            b = int(_arg(r, "--batch") or 1)
+            out.setdefault(cls, {}).setdefault(b, {}).setdefault(int(_arg(r, "--ctx")), []).append(
+                (kvb[0], att[0], r["key"]))
+    return out
+
+
+def _pair_rate(lo: list[tuple[float, float, str]],
+               hi: list[tuple[float, float, str]]) -> float | None:
+    # the median repetition at each context (repetitions of a loaded host spread widely)
+    dt = _median([(x[1], x[2]) for x in hi]) - _median([(x[1], x[2]) for x in lo])
+    if dt <= 0:
+        return None
+    return (hi[0][0] - lo[0][0]) / (dt * 1e3)
+
+
+def kv_classes(runs: list[dict], kernel: str) -> list[tuple[KvRate, tuple[str, ...]]]:
+    """Every class's attention rate per batch and adjacent pair of contexts (kv-attn runs):
+    (KV bytes difference) / (attention p50 difference), with the run keys."""
+    out = []
+    for (hd, grp, _), by_b in sorted(_kv_points(runs, kernel).items()):
+        for b, by_ctx in sorted(by_b.items()):
+            ctxs = sorted(by_ctx)
+            for c0, c1 in zip(ctxs, ctxs[1:], strict=False):
+                lo, hi = by_ctx[c0], by_ctx[c1]
+                rate = _pair_rate(lo, hi)
+                if rate:
+                    out.append((KvRate(hd, grp, b, math.sqrt(lo[0][0] * hi[0][0]), rate),
+                                tuple(x[2] for x in lo + hi)))
+    return out
+
+
+def measured_kv_classes(host: str, *, results: Path | None = None, kernel: str = "avx2",
+                        repetition: int | None = None) -> tuple[tuple[KvRate, ...], str]:
+    """`kv_classes` of a host's stored runs (one repetition's with `repetition`), and their
+    provenance (the run keys)."""
+    runs = _runs(Path(results or paths.RESULTS), host)
+    if repetition is not None:
+        runs = [r for r in runs if r["repetition"] == repetition]
+    found = kv_classes(runs, kernel)
+    keys = sorted({k[:12] for _, ks in found for k in ks})
+    classes = sorted({(k.head_dim, k.group) for k, _ in found})
+    return tuple(k for k, _ in found), (
+        f"layer --slice --ctx attention p50 (kv-attn) per class (head_dim, group) "
+        f"{', '.join(f'({h}, {g})' for h, g in classes)}: {len(found)} context pairs; runs "
+        f"{', '.join(keys)}")
+
+
 def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
-                  kv_bytes: float | None = None) -> Measured | None:
+                  kv_bytes: float | None = None, head_dim: int | None = None,
+                  group: int | None = None) -> Measured | None:
     """The stage's own attention rate: `layer --slice ... --ctx N` runs (experiment kv-attn) of
     one dump at two or more contexts and the same batch: (KV bytes per step at the longer -
     at the shorter) / (attention's phase_gemv_p50 difference). On the portable kernel this is
     the FP32 q.K / P.V arithmetic, 15x slower than a plain read of the same bytes, so it is
     preferred to kvstream / ladder where it was measured. The rate depends on the tier the KV
     bytes live in: with `kv_bytes` (the stage's KV bytes per step) the pair of adjacent
-    contexts whose geometric-mean bytes are nearest it, else the shortest and the longest."""
-    pts: dict[int, list[tuple[int, float, float, str]]] = {}
-    for r in runs:
-        if not (_binary(r) == "layer" and _arg(r, "--slice") and _arg(r, "--ctx")
-                and (_arg(r, "--gemv") or "avx2") == kernel):
-            continue
-        b = int(_arg(r, "--batch") or 1)
-        kvb = [v for n, v, _ in r["metrics"] if n == "kv_bytes_per_step"]
-        att = [v for n, v, d in r["metrics"]
-               if n == "phase_gemv_p50" and d.get("phase") == "attention"]
-        if kvb and att:
-            pts.setdefault(b, []).append((int(_arg(r, "--ctx")), kvb[0], att[0], r["key"]))
+    contexts whose geometric-mean bytes are nearest it, else the shortest and the longest.
+    Runs of one class only: with `head_dim` and `group` the nearest measured (log2 distances
+    summed), else the class with the longest context measured."""
+    by_cls = _kv_points(runs, kernel)
+    if not by_cls:
+        return None
+    if head_dim and group:
+        def d(c: tuple[int, int, str]) -> float:
+            return abs(math.log2(c[0] / head_dim)) + abs(math.log2(c[1] / group))
+        cls = min(by_cls, key=lambda c: (d(c), c))
+    else:
+        cls = max(by_cls, key=lambda c: (max(x for b in by_cls[c].values() for x in b), c))
+    pts: dict[int, list[tuple[int, float, float, str]]] = {
+        b: [(ctx, kvb, att, key) for ctx, xs in by_ctx.items() for kvb, att, key in xs]
+        for b, by_ctx in by_cls[cls].items()}
     if batch in pts:
         b = batch
     elif pts:
@@ -345,8 +461,9 @@ def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
     if dt <= 0:
         return None
     return Measured((hi[0][1] - lo[0][1]) / (dt * 1e3), tuple(x[3] for x in lo + hi),
-                    f"layer --slice --ctx attention p50 (kv-attn): {pair[0]} vs "
-                    f"{pair[1]} positions at B={b}, median of {len(lo)} / {len(hi)} runs")
+                    f"layer --slice --ctx attention p50 (kv-attn) of {cls[2]} (head_dim "
+                    f"{cls[0]}, group {cls[1]}): {pair[0]} vs {pair[1]} positions at B={b}, "
+                    f"median of {len(lo)} / {len(hi)} runs")
 
 
 def constants_from_store(host: str, *, results: Path | None = None, kernel: str = "avx2",
@@ -369,6 +486,7 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
     prov = {k: f"{m.detail}; runs {', '.join(x[:12] for x in m.run_keys)}"
             for k, m in found.items()}
     prov["hop_us"] = prov["allreduce_us"] = "assumed (flag): no multi-socket link measured"
+    classes, prov["kv_classes"] = measured_kv_classes(host, results=results, kernel=kernel)
     return Constants(
         gemv_gbps_per_core=found["gemv_gbps_per_core"].value,
         exchange_us=found["exchange_us"].value,
@@ -376,7 +494,8 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
         act_gbps=found["act_gbps"].value,
         elem_ns=found["elem_ns"].value if "elem_ns" in found else 0.0,
         gelu_ns=found["gelu_ns"].value if "gelu_ns" in found else 0.0,
-        hop_us=hop_us, allreduce_us=allreduce_us, host=host, kernel=kernel, provenance=prov)
+        hop_us=hop_us, allreduce_us=allreduce_us, kv_classes=classes, host=host, kernel=kernel,
+        provenance=prov)
 
 
 def _median(vals: list[tuple[float, str]]) -> float:

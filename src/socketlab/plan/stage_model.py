@@ -135,10 +135,11 @@ def units(model: Model) -> list[Unit]:
             return global_dim, global_kv if k_eq_v else kv_heads
         return head_dim, kv_heads
 
+    res = hidden * FP32  # the residual vector a hop sends / an all-reduce sums (6 KiB for E2B)
     out: list[Unit] = []
     if ple:
         out.append(Unit("ple_proj", None, rows=n * ple, row_bytes=hidden * BF16,
-                        fixed_bytes=ple * BF16, exchanges=1))
+                        fixed_bytes=ple * BF16, exchanges=1, out_bytes=res))
     for layer in range(n):
         hd, kvh = dims(layer)
         q, kv = heads * hd, kvh * hd
@@ -161,26 +162,30 @@ def units(model: Model) -> list[Unit]:
             # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
             # per head, the combine over q's elements
             elem_fixed=3 * hidden, elem_heads=q + (2 * kv if own else 0), elem_split=q,
+            head_dim=dims(src)[0], out_bytes=res,
         ))
         width = inter * (2 if double and not own else 1)
         out.append(Unit("ffn", layer, rows=width, row_bytes=3 * hidden * BF16,
                         fixed_bytes=2 * hidden * BF16, exchanges=2,
                         act_fixed=hidden * FP32, act_per_row=BF16,  # down (FP32), act (BF16)
-                        elem_fixed=3 * hidden, gelu_per_row=1))  # pre/post-FFN norms, residual
+                        elem_fixed=3 * hidden, gelu_per_row=1,  # pre/post-FFN norms, residual
+                        out_bytes=res))
         if ple:
             out.append(Unit("ple", layer, fixed_bytes=(2 * ple * hidden + hidden) * BF16,
                             exchanges=2, act_fixed=ple * BF16 + hidden * FP32,
                             act_out=hidden * FP32,
                             # gelu(gate) x per-layer input (split), output norm + residual
-                            elem_fixed=2 * hidden, gelu_split=ple))
+                            elem_fixed=2 * hidden, gelu_split=ple, out_bytes=res))
         if moe:
             out.append(Unit("router", layer,
                             fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
-                            exchanges=1, act_fixed=experts * FP32))
+                            exchanges=1, act_fixed=experts * FP32, out_bytes=res))
             out.append(Unit("experts", layer, rows=experts, row_bytes=3 * e_inter * hidden * BF16,
-                            exchanges=2, act_per_row=e_inter * BF16, top_k=top_k))
+                            exchanges=2, act_per_row=e_inter * BF16, top_k=top_k,
+                            out_bytes=res))
     out.append(Unit("head", None, rows=vocab, row_bytes=hidden * BF16, fixed_bytes=hidden * BF16,
-                    exchanges=1, act_fixed=hidden * FP32))
+                    exchanges=1, act_fixed=hidden * FP32,
+                    out_bytes=res))  # a pipe split's head stages pass the input vector on
     return out
 
 
