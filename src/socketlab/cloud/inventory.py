@@ -260,7 +260,7 @@ def _document(groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
     ordered = dict(sorted(groups.items()))
     children: dict[str, Any] = {"socketlab_cloud": {"children": ordered}}
     for tier, tier_group in TIER_GROUPS.items():
-        members = {
+        members: dict[str, dict[str, Any]] = {
             k: {} for k, g in ordered.items() if (g.get("vars") or {}).get("socketlab_tier") == tier
         }
         if members:

@@ -110,5 +110,5 @@ def api_error(action: str, exc: Exception) -> CloudError:
     )
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     error = CloudError(f"{action} failed: {code + ': ' if code else ''}{text}")
-    error.code = code  # type: ignore[attr-defined] - capacity errors are told apart by it
+    error.code = code  # type: ignore[attr-defined]  # capacity errors are told apart by it
     return error

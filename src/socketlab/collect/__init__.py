@@ -54,7 +54,7 @@ class CollectorOutput:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """JSON objects of a .jsonl file; other lines are skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         text = path.read_text(errors="replace")
     except OSError:

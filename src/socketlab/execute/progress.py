@@ -130,7 +130,7 @@ class RichReporter(Reporter):
             console=self.console,
             transient=False,
         )
-        self.task = None
+        self.task: Any = None  # a rich TaskID once started
         self.host_tasks: dict[str, Any] = {}
 
     def start(self, campaign: str, total: int, hosts: int, skipped: int) -> None:

@@ -39,7 +39,7 @@ _FLAGS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
 def ssh_options(args: str | None) -> dict[str, list[str]]:
     """ssh command-line options as ssh_config keys: ``-o ProxyJump=b -i k`` ->
     {"proxyjump": ["b"], "identityfile": ["k"]}. Values in the order given."""
-    words, out = shlex.split(args or ""), {}
+    words, out = shlex.split(args or ""), dict[str, list[str]]()
     i = 0
     while i < len(words):
         word, value = words[i], None
@@ -105,7 +105,7 @@ def connection(
     elif "proxycommand" in opts:
         gateway = opts["proxycommand"][0]
     keys = [*([key_file] if key_file else []), *opts.get("identityfile", [])]
-    kwargs = {"banner_timeout": connect_timeout, "auth_timeout": connect_timeout}
+    kwargs: dict[str, object] = {"banner_timeout": connect_timeout, "auth_timeout": connect_timeout}
     if keys:
         kwargs["key_filename"] = [os.path.expanduser(k) for k in keys]
     conn = Connection(

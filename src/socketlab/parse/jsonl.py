@@ -22,7 +22,7 @@ def parse_jsonl(stdout: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             continue
         try:
             record = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             errors.append(f"stdout line {number}: not valid JSON ({exc.msg})")
             continue
         if not isinstance(record, dict):

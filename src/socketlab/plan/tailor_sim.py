@@ -84,7 +84,7 @@ def parse_trace(text: str, source: str = "trace") -> Trace:
             where = f"{source}:{n}"
             try:
                 rec = json.loads(line)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise SpecError(f"{where}: not a JSON object ({exc.msg})") from None
             if not isinstance(rec, dict) or set(rec) != {"t", "workload", "cpus"}:
                 raise SpecError(f"{where}: expected an object with t, workload and cpus")
@@ -175,7 +175,8 @@ def generate_mix(
     share = peak * capacity
 
     def bursty(level: float) -> list[float]:
-        out, on = [], rng.random() < 0.5
+        out: list[float] = []
+        on = rng.random() < 0.5
         while len(out) < n:
             run = rng.randint(max(1, round(5 / period)), max(2, round(60 / period)))
             out += [level * (0.8 + 0.2 * rng.random()) if on else 0.05 * level] * run

@@ -400,7 +400,8 @@ class Store:
 
         True when there was one.
         """
-        sql, args = "DELETE FROM host_failures WHERE campaign = ? AND host = ?", (campaign, host)
+        sql = "DELETE FROM host_failures WHERE campaign = ? AND host = ?"
+        args: tuple[str, ...] = (campaign, host)
         if stage is not None:
             sql, args = sql + " AND stage = ?", (*args, stage)
         with self._lock, _writing(self.path, f"the note on host {host}"):
@@ -410,7 +411,7 @@ class Store:
 
     def host_failures(self, campaign: str | None = None) -> list[HostFailure]:
         """Hosts that could not be worked on in their last session, oldest failure first."""
-        sql, args = "SELECT * FROM host_failures", ()
+        sql, args = "SELECT * FROM host_failures", tuple[str, ...]()
         if campaign is not None:
             sql, args = sql + " WHERE campaign = ?", (campaign,)
         rows = self._query(sql + " ORDER BY first_failed, host", args)
