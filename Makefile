@@ -69,8 +69,20 @@ collection: setup
 wheel: setup
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
 
+# What `make lint` checks: Python (ruff's rules, ruff's format, 100 columns), src/'s types (mypy,
+# [tool.mypy] in pyproject.toml), native/'s C format (clang-format, native/.clang-format) and the
+# Ansible content (ansible-lint). `ruff format <paths>` and `$(CLANG_FORMAT) -i <files>` fix the
+# format; CONTRIBUTING.md says more.
+PY_TREE      := src tests bench collectors scripts playbooks ansible_collections setup.py
+CLANG_FORMAT ?= clang-format-16
+
 lint: setup
-	$(VENV)/bin/ruff check src tests bench collectors playbooks ansible_collections setup.py
+	$(VENV)/bin/ruff check $(PY_TREE)
+	$(VENV)/bin/ruff format --check $(PY_TREE)
+	$(VENV)/bin/mypy
+	find native -path native/build -prune -o -name '*.[ch]' -print | sort \
+		| xargs $(CLANG_FORMAT) --dry-run --Werror
+	@echo "clang-format: native/ formatted"
 	$(VENV)/bin/ansible-lint --profile production $(COLLECTION) playbooks roles isolate.yml verify.yml restore.yml
 
 test: setup guidellm-venv checkpatch-tool

@@ -6,6 +6,7 @@ pkgs=(
   openssh-server openssh-client iproute2 rsync procps   # sshd test hosts in network namespaces
   mmdebstrap                                             # pristine test hosts' image (tests/support/pristine.py)
   build-essential clang-16 make                          # native/ with gcc and clang
+  clang-format-16                                        # make lint: native/'s format (native/.clang-format)
   libsimde-dev                                           # native/ AVX-512 kernels on SIMDe (test-only builds)
   likwid sysbench fio iperf3 numactl hwloc               # reference tools and platform suite
   chromium                                               # screenshot of the HTML report
