@@ -12,8 +12,11 @@ planner section read them.
    - elements (norms, RoPE, residuals, combine, gelu): the same slice runs' per-phase timers
      (phase_compute - phase_gemv), of the *other* shapes only (the calibration shapes CALIB and
      the other stages), never of the stage predicted;
-   - KV: `layer --slice --ctx N` of the 16K dump at 1K, 4K, 8K, 12K (experiment kv-attn):
-     attention's own arithmetic, the pair of contexts nearest the stage's KV bytes per step;
+   - KV: `layer --slice --ctx N` (experiment kv-attn) of the 16K dump at 1K, 4K, 8K, 12K and
+     of one synthetic dump per attention class (head_dim, GQA group) in ATTN_CLASSES at
+     CLASS_CTX: attention's own arithmetic per class and batch; the stage's attention takes
+     its own class's rate at its batch, the pair of contexts nearest its KV bytes per step
+     (`Constants.kv_classes`; --one-kv-rate: the 16K dump's for every stage, as before);
    - exchange and all-gather: `exchange --mode diss` at 2,560 B and 37,376 B (W >= 2 only; one
      worker has no peer to wait for or gather from, both terms are 0).
 2. Stages: `layer --dump D --batch B --cpus CPUS --xchg direct` for every dump at B = 1 and 16.
@@ -23,7 +26,7 @@ planner section read them.
    predicted, measured, error, by term (measured terms: p50s of the stage's phases).
 
 usage: stage_plan_host.py BUILD_DIR [--cpus 0,1] [--host localhost] [--steps N] [--reps N]
-       [--gemv avx512|avx2] [--results DIR] [--table-only]
+       [--gemv avx512|avx2] [--results DIR] [--table-only [--one-kv-rate]]
 """
 
 from __future__ import annotations
@@ -122,6 +125,9 @@ def main() -> None:
     ap.add_argument("--dumps", help="keep the dumps here (reused when present)")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: the table from the runs already in the store")
+    ap.add_argument("--one-kv-rate", action="store_true",
+                    help="the model before attention classes: every stage's attention at the "
+                         "16K dump's kv-attn rate (for a before / after on the same runs)")
     a = ap.parse_args()
     build = Path(a.build)
     workers = len(a.cpus.split(","))
@@ -218,6 +224,8 @@ def predict_rep(a: argparse.Namespace, results: Path, workers: int, shape: str, 
     kw = {"kernel": a.gemv, "bytes_per_core": nbytes, "batch": b, "exclude_shape": shape,
           "elems": probe.elem_us * 1e3 / b, "kv_bytes": probe.kv_us * 1e3,
           "head_dim": att.head_dim, "group": group}
+    if a.one_kv_rate:
+        del kw["head_dim"], kw["group"]
     # GEMV and KV rates (DRAM / L3 bandwidth, which drifts with the neighbours' load) from the
     # runs next to the stage; the element costs (CPU-bound, noisy per run) over all repetitions
     g = measured_constants(a.host, results=results, repetition=rep, **kw)
@@ -227,6 +235,8 @@ def predict_rep(a: argparse.Namespace, results: Path, workers: int, shape: str, 
     # the stage's attention takes its own class's (Constants.kv_rate)
     classes, detail = measured_kv_classes(a.host, results=results, kernel=a.gemv,
                                           repetition=rep)
+    if a.one_kv_rate:
+        classes = ()
     cc = Constants(gemv_gbps_per_core=g["gemv_gbps_per_core"].value, exchange_us=0.0,
                    kv_gbps=g["kv_gbps"].value, act_gbps=float("inf"),
                    elem_ns=g["elem_ns"].value if "elem_ns" in g else 0.0,
@@ -291,15 +301,17 @@ def table(a: argparse.Namespace, results: Path, workers: int,
                         "rest_us": round(med - weight_p50 - att - elem, 1)}}
         rows.append(row)
         print(json.dumps(row))
-    print("\n| stage | B | predicted µs | measured p50 µs (range) | error | per-rep errors | "
-          "without elem | predicted gemv / kv / elem / sync / act | measured gemv / attention /"
-          " elem / rest |")
-    print("|---|---:|---:|---:|---:|---|---:|---|---|")
+    # "paired": the median of the repetitions' errors, each prediction from the constants
+    # measured next to its stage run (a neighbour's load hits both): the ratio of one run
+    print("\n| stage | B | predicted µs | measured p50 µs (range) | error | paired error | "
+          "per-rep errors | without elem | predicted gemv / kv / elem / sync / act | measured "
+          "gemv / attention / elem / rest |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---|---|")
     for r in rows:
         p, q = r["pred"], r["meas"]
         lo, hi = min(r["measured_reps_us"]), max(r["measured_reps_us"])
         print(f"| {r['stage']} | {r['batch']} | {r['predicted_us']:.1f} | {r['measured_us']:.1f}"
-              f" ({lo:.0f}-{hi:.0f}) | {r['error']:+.1%} | "
+              f" ({lo:.0f}-{hi:.0f}) | {r['error']:+.1%} | {r['median_rep_error']:+.1%} | "
               f"{' '.join(f'{e:+.0%}' for e in r['rep_errors'])} | "
               f"{r['error_without_elem']:+.1%} | {p['gemv_us']} / {p['kv_us']} / {p['elem_us']}"
               f" / {p['sync_us']} / {p['act_us']} | {q['gemv_us']} / {q['attention_us']} / "
