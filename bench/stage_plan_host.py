@@ -71,8 +71,9 @@ CALIB = [("gemma4-e2b-l4", 512), ("tiny-full", 512)]
 #: attention classes (head_dim, GQA group): one synthetic full-attention dump each (hidden 256,
 #: one KV head), run as kv-attn at CLASS_CTX: every shipped shape's (head_dim, group) is one of
 #: them or tiny-full's (128, 2) (the 16K dump above); the stage's attention rate is its class's
+#: at the context nearest its KV bytes per step (512: E2B L0 / E4B L0's window)
 ATTN_CLASSES = ((64, 2), (256, 2), (256, 4), (256, 8), (512, 4), (512, 8))
-CLASS_CTX = (64, 256, 1024, 2048)
+CLASS_CTX = (64, 256, 512, 1024, 2048)
 CAMPAIGN = "planner-host"
 
 

@@ -167,12 +167,13 @@ def test_store_reader_rates_per_class_and_batch():
         runs += [_run(256, 8, 16, ctx, 16 * ctx * 1024 * 1e-3),
                  _run(256, 8, 1, ctx, ctx * 1024 * 0.25e-3),
                  _run(128, 2, 16, ctx, 16 * ctx * 512 * 0.1e-3)]
-    got = {(k.head_dim, k.group, k.batch): k for k, _ in kv_classes(runs, "avx512")}
-    assert got[256, 8, 16].gbps == pytest.approx(1.0)
-    assert got[256, 8, 1].gbps == pytest.approx(4.0)
-    assert got[128, 2, 16].gbps == pytest.approx(10.0)
-    assert got[256, 8, 16].kv_bytes == pytest.approx(16 * 512 * 1024)  # geometric mean
+    got = {(k.head_dim, k.group, k.batch, k.kv_bytes): k for k, _ in kv_classes(runs, "avx512")}
+    assert len(got) == 6  # one rate per class, batch and context
+    assert got[256, 8, 16, 16 * 256 * 1024].gbps == pytest.approx(1.0)
+    assert got[256, 8, 1, 1024 * 1024].gbps == pytest.approx(4.0)
+    assert got[128, 2, 16, 16 * 1024 * 512].gbps == pytest.approx(10.0)
     assert kv_classes(runs, "avx2") == []
+    # the single kv_gbps (a difference of two contexts) of the stage's class
     m = _kv_attention(runs, "avx512", 16, None, 256, 8)
     assert m.value == pytest.approx(1.0) and "head_dim 256, group 8" in m.detail
     assert _kv_attention(runs, "avx512", 16, None, 128, 2).value == pytest.approx(10.0)
@@ -181,3 +182,14 @@ def test_store_reader_rates_per_class_and_batch():
     c = dataclasses.replace(BASE, kv_classes=tuple(k for k, _ in kv_classes(runs, "avx512")))
     p = layer_stage(units(layer_model("gemma4-e2b-l0")), 0, Budget(cores=1, batch=16), c)
     assert p.kv_us == pytest.approx(attn_load("gemma4-e2b-l0", 16, 2048).kv_bytes / 1e3)
+
+
+def test_store_reader_class_rate_keeps_the_fixed_work_and_takes_the_median_repetition():
+    """A ratio at one size: a 10 µs fixed cost per step stays in the rate (a short window's
+    attention is mostly that), and of three repetitions the median one counts."""
+    runs = [_run(64, 2, 16, 64, 10.0 + 16 * 64 * 256 * 1e-3, rep) for rep in range(2)]
+    runs.append(_run(64, 2, 16, 64, 1e6, 2))  # a descheduled repetition
+    (k, keys), = kv_classes(runs, "avx512")
+    kvb = 16 * 64 * 256
+    assert k.kv_bytes == kvb and len(keys) == 3
+    assert k.gbps == pytest.approx(kvb / ((10.0 + kvb * 1e-3) * 1e3))
