@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO))
 
-from socketlab.plan.cpuset import Job, node_distances, plan_jobs  # noqa: E402
-from socketlab.plan.isolation import plan_isolation  # noqa: E402
+from socketlab.placement.cpuset import Job, node_distances, plan_jobs  # noqa: E402
+from socketlab.placement.isolation import plan_isolation  # noqa: E402
 from socketlab.topology import topology_from_snapshot  # noqa: E402
 from tests.fixtures.topology import snapshot  # noqa: E402
 

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from socketlab.plan.isolation import plan_isolation
+from socketlab.placement.isolation import plan_isolation
 from socketlab.report.hosts import isolation_now
 from socketlab.topology import host_facts_module, topology_from_snapshot
 

@@ -1,4 +1,4 @@
-"""The locality-aware CPU-set planner (socketlab.plan.cpuset) on the recorded topologies, and
+"""The locality-aware CPU-set planner (socketlab.placement.cpuset) on the recorded topologies, and
 `orchestrate cpuset` run as the real CLI (shared/reference/isolation.md §9.3-9.6)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from socketlab.cpulist import format_cpulist, parse_cpulist
 from socketlab.errors import PlanError
-from socketlab.plan.cpuset import (
+from socketlab.placement.cpuset import (
     Job,
     make_view,
     node_distances,
@@ -23,7 +23,7 @@ from socketlab.plan.cpuset import (
     take_distributed,
     take_packed,
 )
-from socketlab.plan.isolation import plan_isolation
+from socketlab.placement.isolation import plan_isolation
 from socketlab.topology import Topology, read_topology, topology_from_snapshot
 from tests.fixtures.topology import FIXTURES, snapshot, topo
 

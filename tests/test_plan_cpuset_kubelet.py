@@ -19,7 +19,7 @@ import pytest
 
 from socketlab.cpulist import format_cpulist, parse_cpulist
 from socketlab.errors import PlanError
-from socketlab.plan.cpuset import make_view, take_distributed, take_packed
+from socketlab.placement.cpuset import make_view, take_distributed, take_packed
 from socketlab.topology import topology_from_snapshot
 from tests.fixtures.topology.make_fixtures import SILVER_FLAGS, synthetic
 

@@ -1,4 +1,4 @@
-"""The isolation planner (socketlab.plan.isolation) on every topology fixture, and the Ansible
+"""The isolation planner (socketlab.placement.isolation) on every topology fixture, and the Ansible
 filters that expose it to the playbooks."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 from socketlab import paths
 from socketlab.cpulist import parse_cpulist, parse_cpumask
 from socketlab.errors import PlanError
-from socketlab.plan import plan_isolation
+from socketlab.placement import plan_isolation
 from socketlab.topology import topology_from_snapshot
 from tests.fixtures.topology import FIXTURES, NAMES, snapshot, topo
 

@@ -1,5 +1,6 @@
-"""The controller's decisions (socketlab.plan.tailor), pure, on recorded topologies: estimates,
-hysteresis, water-fill, and the sets' invariants (disjoint, compact, never housekeeping)."""
+"""The controller's decisions (socketlab.tailor.controller), pure, on recorded topologies:
+estimates, hysteresis, water-fill, and the sets' invariants (disjoint, compact, never
+housekeeping)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import random
 import pytest
 
 from socketlab.errors import PlanError
-from socketlab.plan.isolation import plan_isolation
-from socketlab.plan.tailor import (
+from socketlab.placement.isolation import plan_isolation
+from socketlab.tailor.controller import (
     Estimator,
     EstimatorConfig,
     Tailor,

@@ -1,4 +1,4 @@
-"""The controller's simulator (socketlab.plan.tailor_sim) and `orchestrate tailor simulate`:
+"""The controller's simulator (socketlab.tailor.simulator) and `orchestrate tailor simulate`:
 traces in and out, the three policies' accounting, and what the controller buys on the
 recorded c8i topology and a 12-CCD one (numbers in docs/tailor.md)."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from socketlab.errors import PlanError, SpecError
-from socketlab.plan.cpuset import node_distances
-from socketlab.plan.isolation import plan_isolation
-from socketlab.plan.tailor_sim import (
+from socketlab.placement.cpuset import node_distances
+from socketlab.placement.isolation import plan_isolation
+from socketlab.tailor.simulator import (
     generate_mix,
     parse_trace,
     simulate,

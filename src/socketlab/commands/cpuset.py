@@ -26,7 +26,7 @@ from socketlab.commands._options import add_host_arguments
 from socketlab.errors import HostError, PlanError, SocketlabError
 from socketlab.facts import gather_all
 from socketlab.inventory import load_inventory
-from socketlab.plan.cpuset import (
+from socketlab.placement.cpuset import (
     DECREASING,
     ORDERS,
     POLICIES,
@@ -34,7 +34,7 @@ from socketlab.plan.cpuset import (
     node_distances,
     plan_jobs,
 )
-from socketlab.plan.isolation import plan_isolation
+from socketlab.placement.isolation import plan_isolation
 from socketlab.topology import Topology, read_snapshot, topology_from_snapshot
 
 #: ASCII digits only: \d would take "A=٤" (Arabic-Indic four) as 4.

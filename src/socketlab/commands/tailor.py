@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register_simulate(sub: argparse._SubParsersAction) -> None:
-    from socketlab.plan.tailor_sim import MIXES, POLICIES
+    from socketlab.tailor.simulator import MIXES, POLICIES
 
     p = sub.add_parser("simulate", help="replay a demand trace under cfs, static and tailor")
     p.add_argument("trace", nargs="?", help="CSV (t,workload,cpus) or JSON lines")
@@ -180,10 +180,10 @@ def _snapshot_topology(path: str):
 
 
 def simulate(args: argparse.Namespace) -> int:
-    from socketlab.plan.isolation import plan_isolation
-    from socketlab.plan.tailor import EstimatorConfig
-    from socketlab.plan.tailor_sim import POLICIES, generate_mix, load_trace, trace_csv
-    from socketlab.plan.tailor_sim import simulate as run_policy
+    from socketlab.placement.isolation import plan_isolation
+    from socketlab.tailor.controller import EstimatorConfig
+    from socketlab.tailor.simulator import POLICIES, generate_mix, load_trace, trace_csv
+    from socketlab.tailor.simulator import simulate as run_policy
 
     if bool(args.trace) == bool(args.generate):
         raise SocketlabError("simulate: expected a TRACE file or --generate MIX, one of them")

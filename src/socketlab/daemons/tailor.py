@@ -7,8 +7,9 @@
     ... restore --state-dir DIR      # after a SIGKILL: undo from the state file
 
 `orchestrate tailor` runs this file with its own interpreter on the machine it tailors; the
-decisions come from socketlab's pure planner (socketlab.plan.tailor, socketlab.plan.cpuset),
-the pidfile, detaching and stopping from collectors/_collector.py (socketlab.hostside).
+decisions come from socketlab's pure planners (socketlab.tailor.controller,
+socketlab.placement.cpuset), the pidfile, detaching and stopping from collectors/_collector.py
+(socketlab.hostside).
 
 Workloads are cgroups, given by their path below the hierarchy root: cgroup v2 when the
 unified hierarchy has the cpuset controller (``cpuset.cpus``, usage from ``cpu.stat``), else
@@ -32,9 +33,9 @@ import time
 from socketlab.cpulist import parse_cpulist
 from socketlab.errors import SocketlabError
 from socketlab.hostside import _collector
-from socketlab.plan.cpuset import node_distances
-from socketlab.plan.isolation import plan_isolation
-from socketlab.plan.tailor import EstimatorConfig, Tailor, demand_sample, universe_plan
+from socketlab.placement.cpuset import node_distances
+from socketlab.placement.isolation import plan_isolation
+from socketlab.tailor.controller import EstimatorConfig, Tailor, demand_sample, universe_plan
 from socketlab.topology import read_snapshot, topology_from_snapshot
 
 NAME = "tailor"
@@ -220,7 +221,7 @@ def parse_workloads(items: list[str]) -> dict[str, str]:
 
 
 def make_controller(args: argparse.Namespace):
-    """The topology, the managed CPUs and the controller (socketlab.plan.tailor)."""
+    """The topology, the managed CPUs and the controller (socketlab.tailor.controller)."""
 
     snap = read_snapshot("/")
     topology = topology_from_snapshot(snap)
@@ -313,7 +314,7 @@ def loop(args: argparse.Namespace, tailor, groups: dict, report) -> None:
     try:
         while not stopping and os.path.isdir(state_dir):
             # The runnable threads are counted SUBSAMPLES times per period; their mean is the
-            # demand that usage can't show (socketlab.plan.tailor.demand_sample).
+            # demand that usage can't show (socketlab.tailor.controller.demand_sample).
             ready_sum = dict.fromkeys(groups, 0)
             for _ in range(SUBSAMPLES):
                 time.sleep(args.period / SUBSAMPLES)

@@ -29,7 +29,7 @@ from typing import Any
 
 from socketlab.cpulist import format_cpulist
 from socketlab.errors import PlanError
-from socketlab.plan.isolation import IsolationPlan
+from socketlab.placement.isolation import IsolationPlan
 from socketlab.topology.model import Topology
 
 PACK = "pack"

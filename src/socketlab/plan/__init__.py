@@ -1,5 +1,3 @@
-"""Pure planning: functions of host facts that decide CPU sets; nothing here touches a host."""
-
-from socketlab.plan.isolation import IsolationPlan, plan_isolation
-
-__all__ = ["IsolationPlan", "plan_isolation"]
+"""The stage planner (pure): the decoder's stage model, its constants and the cluster projection
+(docs/planner.md). The CPU-set planners are in socketlab.placement, the tailor controller and
+its simulator in socketlab.tailor."""

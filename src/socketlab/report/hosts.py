@@ -14,7 +14,7 @@ from typing import Any
 from socketlab.errors import PlanError, SocketlabError
 from socketlab.facts import gather_all
 from socketlab.inventory import InventoryHost, load_inventory
-from socketlab.plan.isolation import plan_isolation
+from socketlab.placement.isolation import plan_isolation
 from socketlab.report.isolation import verify_text
 from socketlab.spec.hosts import isolation_applied
 from socketlab.topology import topology_from_snapshot

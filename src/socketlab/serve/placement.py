@@ -5,7 +5,7 @@
   go (plow-campaign.md §5.1: 13.83 ms TPOT without the siblings, 10.47 ms with them).
 - ``all``: every online CPU.
 
-The lists come from the isolation plan's facts (``socketlab.plan.isolation``), which the
+The lists come from the isolation plan's facts (``socketlab.placement.isolation``), which the
 orchestrator computes from the topology whether or not the plan is applied, so a spec means
 the same CPUs on a host that is not isolated yet (``placement_source`` records which).
 """

@@ -47,7 +47,7 @@ def host_entry(topology: Any, spec: Spec) -> dict[str, Any]:
     `isolation:` settings; a host the planner can't split (too few cores) gets no plan and
     the planner's reason, which templates using facts.workers then report.
     """
-    from socketlab.plan.isolation import plan_isolation
+    from socketlab.placement.isolation import plan_isolation
 
     facts = topology.facts()
     try:

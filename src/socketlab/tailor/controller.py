@@ -3,7 +3,7 @@
 Seed 002 (Ng et al., arXiv 2604.27915; shared/reference/isolation.md §7): a controller
 estimates each workload's CPU demand online and gives it a preferred CPU set sized to that
 demand, as disjoint as possible from the others and spanning as few LLCs as possible. Here the
-sets come from the multi-job planner (``socketlab.plan.cpuset.plan_jobs``, docs/cpuset.md) and
+sets come from the multi-job planner (``socketlab.placement.cpuset.plan_jobs``, docs/cpuset.md) and
 are applied as hard cgroup cpusets by the host side (socketlab/daemons/tailor.py); this module
 only decides. Rules (docs/tailor.md):
 
@@ -34,8 +34,8 @@ from typing import Any
 
 from socketlab.cpulist import format_cpulist
 from socketlab.errors import PlanError
-from socketlab.plan.cpuset import Job, plan_jobs
-from socketlab.plan.isolation import IsolationPlan
+from socketlab.placement.cpuset import Job, plan_jobs
+from socketlab.placement.isolation import IsolationPlan
 from socketlab.topology.model import Topology
 
 

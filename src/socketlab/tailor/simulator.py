@@ -11,7 +11,7 @@ Policies, every tick of the trace:
 - ``static``: hard partitions sized once, by an oracle, to each workload's 95th-percentile
   demand over the whole trace (water-filled to the managed cores), placed by the planner.
   Demand beyond a partition is not served.
-- ``tailor``: the controller (``socketlab.plan.tailor.Tailor``) fed the trace as its samples.
+- ``tailor``: the controller (``socketlab.tailor.controller.Tailor``) fed the trace as its samples.
   The sets in force at a tick are the ones it chose after the previous tick (it can't see the
   future), applied as hard sets; a parked workload and the spill margin use the CPUs no set
   holds.
@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from socketlab.errors import PlanError, SpecError
-from socketlab.plan.cpuset import Job, plan_jobs
-from socketlab.plan.isolation import IsolationPlan
-from socketlab.plan.tailor import EstimatorConfig, Tailor, percentile, water_fill
+from socketlab.placement.cpuset import Job, plan_jobs
+from socketlab.placement.isolation import IsolationPlan
+from socketlab.tailor.controller import EstimatorConfig, Tailor, percentile, water_fill
 from socketlab.topology.model import Topology
 
 POLICIES = ("cfs", "static", "tailor")

@@ -1,1 +1,1 @@
-"""socketlab.plan.isolation, linked (see ../__init__.py)."""
+"""socketlab.placement.isolation, linked (see ../__init__.py)."""

@@ -1,1 +1,1 @@
-../../../../../../../src/socketlab/plan/isolation.py
+../../../../../../../src/socketlab/placement/isolation.py
