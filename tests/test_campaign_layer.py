@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from socketlab.layer.shapes import load_shape
-from socketlab.report.build import build_report
 from socketlab.report.compare import (
     DEVIATES,
     DEVIATES_PER_CORE,
@@ -25,6 +24,7 @@ from socketlab.report.compare import (
     compare,
 )
 from socketlab.report.derived import derive
+from socketlab.report.gather import build_report
 from socketlab.report.published import PUBLISHED_DIR, load_published
 from socketlab.spec.expand import expand_points
 from socketlab.spec.hosts import host_entry

@@ -350,7 +350,6 @@ def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
     the noise makes it; on another core "core class differs"."""
     import yaml
 
-    from socketlab.report.build import build_report
     from socketlab.report.compare import (
         DEVIATES_PER_CORE,
         INCONCLUSIVE,
@@ -358,6 +357,7 @@ def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
         NOT_RUN,
         REPRODUCED_PER_CORE,
     )
+    from socketlab.report.gather import build_report
 
     if "avx512f" not in cpu_flags():
         pytest.skip("branch: this CPU lacks AVX-512: the ladder experiment is not planned here")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from socketlab.placement.isolation import plan_isolation
-from socketlab.report.build import build_report, write_report
+from socketlab.report.gather import build_report, write_report
 from socketlab.report.published import PUBLISHED_DIR, load_published
 from socketlab.store import Store, store_path
 from socketlab.topology import topology_from_snapshot

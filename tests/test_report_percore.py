@@ -14,7 +14,6 @@ import statistics
 
 import pytest
 
-from socketlab.report.build import build_report, write_report
 from socketlab.report.compare import (
     DEVIATES,
     DEVIATES_PER_CORE,
@@ -27,6 +26,7 @@ from socketlab.report.compare import (
     compare,
 )
 from socketlab.report.coreclass import core_class
+from socketlab.report.gather import build_report, write_report
 from socketlab.report.published import PUBLISHED_DIR, load_published
 from tests.published.c8i_fixture import topology_facts
 from tests.published.gnr_recorded import (

@@ -14,8 +14,8 @@ import yaml
 
 from socketlab.errors import PlanError
 from socketlab.paths import SCHEMAS
-from socketlab.report.build import build_report
 from socketlab.report.compare import NOT_COMPARABLE, NOT_RUN
+from socketlab.report.gather import build_report
 from socketlab.report.published import load_published
 from socketlab.spec.expand import expand_points
 from socketlab.spec.hosts import host_entry

@@ -16,7 +16,7 @@ import pytest
 
 from socketlab import results
 from socketlab.cli import main
-from socketlab.report.build import build_report
+from socketlab.report.gather import build_report
 from socketlab.results.comparison import (
     FASTER,
     HIGHER,

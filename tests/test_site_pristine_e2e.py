@@ -297,7 +297,7 @@ def test_site_on_pristine_hosts_from_prep_to_report_and_restore(work, moto, kern
             return re.sub(r"(?im)^.*generated.*$", "<generated>", body)
 
         assert comparable(fresh) == comparable(work / "results")
-        from socketlab.report.build import build_report
+        from socketlab.report.gather import build_report
 
         report = build_report(CAMPAIGN, results=work / "results", spec_path=spec)
         by_exp: dict[str, list] = {}

@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         lost = store.host_failures(args.campaign)
     text = render_tables(args.campaign, frame, dict(counts)) + _not_reached(lost)
     # published vs measured, when experiments/published/ has values for this campaign
-    from socketlab.report.build import build_report, write_report
+    from socketlab.report.gather import build_report, write_report
 
     # the plain tables go to measured.md beside the comparison (a layer campaign's run a
     # thousand metric rows: they would bury the verdicts)
@@ -159,7 +159,7 @@ def _not_reached(lost: list) -> str:
 def _isolation(campaign_dir: Path, runs: list) -> str:
     """Each host's isolation as its runs found it: applied or not, the plan, verify.yml's
     result ("verified ...", "not verified"), from the host records the runs stored."""
-    from socketlab.report.build import host_facts
+    from socketlab.report.gather import host_facts
     from socketlab.report.isolation import isolation_text
 
     hosts = {name: entry for name, entry in host_facts(campaign_dir, runs).items() if entry}

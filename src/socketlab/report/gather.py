@@ -250,8 +250,8 @@ def build_report(
         # each host's probe reference and how many runs it marked (socketlab.report.interference)
         "interference": interference_summary(stored),
     }
-    # the planner's predictions of the stages each host measured (socketlab.report.planner)
-    from socketlab.report.planner import planner_markdown
+    # the planner's predictions of the stages each host measured (socketlab.report.stage_plan)
+    from socketlab.report.stage_plan import planner_markdown
 
     planned = planner_markdown(
         campaign_dir.parent, campaign, sorted(set(hosts) | {r.host for r in runs})

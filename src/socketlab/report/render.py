@@ -1,6 +1,6 @@
 """Render the published-vs-measured comparison: markdown, and a standalone HTML with PNG plots.
 
-Input is a ``Report`` (what ``socketlab.report.build`` gathers from the store: comparison rows,
+Input is a ``Report`` (what ``socketlab.report.gather`` gathers from the store: comparison rows,
 host facts, provenance); ``socketlab.report.view`` arranges it (judged cells as rows, the rest
 one line per reason, counts per section) and the Jinja templates in ``templates/`` write it.
 Plots are drawn with matplotlib's Agg backend and embedded as base64 PNGs, so the HTML file is

@@ -63,7 +63,7 @@ class Results:
     def verdicts(self) -> pd.DataFrame:
         """The report's cells (VERDICTS): one row per published cell and host, as
         `orchestrate report` judges them; no rows when no published file names the campaign."""
-        from socketlab.report.build import build_report
+        from socketlab.report.gather import build_report
         from socketlab.results.verdicts import verdict_frame
 
         return verdict_frame(

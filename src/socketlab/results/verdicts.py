@@ -1,4 +1,4 @@
-"""The report's cells as a frame: built from the rows of ``socketlab.report.build.build_report``
+"""The report's cells as a frame: built from the rows of ``socketlab.report.gather.build_report``
 itself, so the API, `report --json` and the report can't disagree. And which cells a CI gate
 (`report --fail-on`) fails on.
 """
