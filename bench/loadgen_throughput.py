@@ -1,6 +1,6 @@
 """How many streamed tokens per second one client core sustains, and the timestamp error.
 
-The scripted endpoint (socketlab.serve.testserver) streams tokens as fast as it can (or paced,
+The scripted endpoint (socketlab.serve.scripted_server) streams tokens as fast as it can (or paced,
 ``--every-ms``) from its own CPU; the load generator runs pinned to one other CPU. Per level:
 tokens/s the client received, the client's CPU use (near 1.0 core = the client is the limit),
 and the timestamp error = client receive time - the server's write time of the same token
@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from socketlab.serve import metrics, testserver
+from socketlab.serve import metrics, scripted_server
 from socketlab.serve.loadgen import LoadConfig, Prompt, run_load
 
 
 def start_endpoint(
     cpu: int, tmp: Path, every_ms: float, batch: int
 ) -> tuple[subprocess.Popen, str]:
-    return testserver.launch(
+    return scripted_server.launch(
         ["--every-ms", str(every_ms), "--batch", str(batch if every_ms == 0 else 1)],
         tmp / f"port-{every_ms}",
         preexec_fn=lambda: os.sched_setaffinity(0, [cpu]),

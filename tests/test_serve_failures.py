@@ -60,7 +60,7 @@ def run_arm(tmp_path, command, *, requests=4, warmup=1, ready_timeout=20):
 
 
 def scripted(*args):
-    return ["{{ vars.python }}", "-m", "socketlab.serve.testserver", "--port", "{port}", *args]
+    return ["{{ vars.python }}", "-m", "socketlab.serve.scripted_server", "--port", "{port}", *args]
 
 
 def assert_tree_gone(tmp_path, run):
@@ -174,7 +174,7 @@ def test_host_state_drift_during_a_serving_run_marks_it_invalid(tmp_path, kernel
     flip = (
         f"import runpy, sys; open({THP!r}, 'w').write({other!r}); "
         "sys.argv = ['testserver', '--port', sys.argv[1]]; "
-        "runpy.run_module('socketlab.serve.testserver', run_name='__main__')"
+        "runpy.run_module('socketlab.serve.scripted_server', run_name='__main__')"
     )
     try:
         _, run = run_arm(tmp_path, ["{{ vars.python }}", "-c", flip, "{port}"])

@@ -1,6 +1,6 @@
 """Load generator and metric definitions against an endpoint with known, injected delays.
 
-The scripted endpoint (socketlab.serve.testserver, a real process on localhost) writes the
+The scripted endpoint (socketlab.serve.scripted_server, a real process on localhost) writes the
 first token D1 ms after the request arrives and then one every D2 ms; the client must recover
 TTFT = D1 and TPOT = D2 within 1 ms at p50, so the metric code can fail.
 """
@@ -12,7 +12,7 @@ from contextlib import contextmanager, suppress
 
 import pytest
 
-from socketlab.serve import metrics, testserver
+from socketlab.serve import metrics, scripted_server
 from socketlab.serve.loadgen import LoadConfig, Prompt, poisson_offsets, run_load
 from socketlab.serve.records import RequestRecord
 
@@ -41,7 +41,7 @@ def realtime():
 
 @contextmanager
 def scripted(tmp_path, *args):
-    proc, url = testserver.launch(list(args), tmp_path / "port", preexec_fn=_fifo)
+    proc, url = scripted_server.launch(list(args), tmp_path / "port", preexec_fn=_fifo)
     try:
         yield url
     finally:
@@ -169,4 +169,4 @@ def test_window_throughput_counts_only_events_inside():
 
 def test_scripted_endpoint_that_fails_to_start_is_reported(tmp_path):
     with pytest.raises(RuntimeError, match=r"scripted endpoint exited with code 2"):
-        testserver.launch(["--tokens", "many"], tmp_path / "port")
+        scripted_server.launch(["--tokens", "many"], tmp_path / "port")

@@ -159,8 +159,8 @@ def test_procstats_samples_this_process_tree():
 
 
 def test_generator_health_marks_invalid_levels():
-    from socketlab.serve.campaign import health
     from socketlab.serve.config import Level
+    from socketlab.serve.runkind import health
 
     ok = {"p99_queue_client_ms": 0.4, "output_lens": [16, 16], "errors": ["", ""], "completed": 2}
     assert health(Level(rate=2.0), ok, 16) is None

@@ -3,9 +3,10 @@ python3 3.9, nothing of the controller visible): the server runs on the host thr
 with the image's python3, the load generator runs on the controller, the server-side sampler
 (collectors/, copied by the runner) runs on the host, and no server process is left there.
 
-The server is socketlab's scripted OpenAI-compatible endpoint (src/socketlab/serve/testserver.py,
-stdlib only), copied onto the host as a user copies their server: on a real host the spec's
-command is llama.cpp's server (experiments/serving-tiny.yaml), which this image doesn't have.
+The server is socketlab's scripted OpenAI-compatible endpoint
+(src/socketlab/serve/scripted_server.py, stdlib only), copied onto the host as a user copies
+their server: on a real host the spec's command is llama.cpp's server
+(experiments/serving-tiny.yaml), which this image doesn't have.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.support.campaign import stored, write_spec
 from tests.support.pristine import pristine_available, pristine_hosts
 
 REPO = Path(__file__).resolve().parents[1]
-SERVER = REPO / "src" / "socketlab" / "serve" / "testserver.py"
+SERVER = REPO / "src" / "socketlab" / "serve" / "scripted_server.py"
 ON_HOST = "/home/ec2-user/testserver.py"
 
 pytestmark = [

@@ -21,7 +21,7 @@ from socketlab.parse import Metric, parse_output
 from socketlab.store.status import RunStatus
 
 #: kind -> module with ``run(context, point) -> Outcome``
-KINDS = {"command": __name__, "serving": "socketlab.serve.campaign"}
+KINDS = {"command": __name__, "serving": "socketlab.serve.runkind"}
 
 
 @dataclass

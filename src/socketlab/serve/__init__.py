@@ -10,5 +10,8 @@ the way vLLM's ``bench serve`` does, and compare arms.
 - ``prompts``: the pinned corpus and synthetic prompts of exact token lengths.
 - ``report``: the seed's comparison columns and the placement A/B table.
 - ``vllm_import``: a vLLM bench-serve JSON as a run.
-- ``campaign``: one serving point end to end (used by the orchestrator's runner).
+- ``runkind``: the serving run kind, one serving point end to end (used by the orchestrator's
+  runner).
+- ``scripted_server``: a scripted OpenAI-compatible endpoint with known timing and failure
+  modes, for testing without a model (docs/serving.md).
 """

@@ -39,8 +39,8 @@ import numpy as np
 from socketlab.errors import SpecError
 from socketlab.parse import Metric
 from socketlab.serve import metrics as metrics_mod
-from socketlab.serve.campaign import PARSER
 from socketlab.serve.records import RequestRecord
+from socketlab.serve.runkind import PARSER
 
 GUIDELLM_PARSER = "guidellm/1"
 NS = 1_000_000_000

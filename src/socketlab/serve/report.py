@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from socketlab.serve.campaign import PARSER
+from socketlab.serve.runkind import PARSER
 from socketlab.store.status import RunStatus
 
 SPREAD = 0.10

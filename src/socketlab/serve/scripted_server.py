@@ -12,7 +12,7 @@ Failure modes make the failure paths of the serving runner testable with a real 
 CODE), ``--die-after N`` (the process exits with code 3 in the middle of request N+1's stream),
 ``--spawn-child`` (a ``sleep`` child in the same process group, to prove the group is stopped).
 
-``python -m socketlab.serve.testserver --port 0 --port-file F`` writes the bound port to F.
+``python -m socketlab.serve.scripted_server --port 0 --port-file F`` writes the bound port to F.
 """
 
 from __future__ import annotations
@@ -151,7 +151,14 @@ def launch(
     """Start this endpoint as a process (own session) with ``args``; returns it and its base URL
     once it listens. On failure it is stopped by PID before the error is raised."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "socketlab.serve.testserver", "--port-file", str(port_file), *args],
+        [
+            sys.executable,
+            "-m",
+            "socketlab.serve.scripted_server",
+            "--port-file",
+            str(port_file),
+            *args,
+        ],
         start_new_session=True,
         preexec_fn=preexec_fn,
     )
@@ -173,7 +180,7 @@ def launch(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m socketlab.serve.testserver")
+    ap = argparse.ArgumentParser(prog="python -m socketlab.serve.scripted_server")
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file", type=Path)

@@ -4,7 +4,7 @@ Registered with socketlab.spec.kinds. ``prepare`` parses the `serving:` block an
 templates (arm commands, env, cpus); ``axes`` adds the `arm` and `placement` parameters, so
 each arm is its own run with its placement recorded as a parameter; ``render`` resolves the
 arm's command and the placement's CPU lists from the host facts (pure). The run itself - the
-server started once per run, every load level in order - is socketlab.serve.campaign.
+server started once per run, every load level in order - is socketlab.serve.runkind.
 """
 
 from __future__ import annotations

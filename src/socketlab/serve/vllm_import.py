@@ -27,8 +27,8 @@ from socketlab.errors import SpecError
 from socketlab.parse import Metric
 from socketlab.serve import metrics as metrics_mod
 from socketlab.serve import vllm_defs
-from socketlab.serve.campaign import PARSER
 from socketlab.serve.records import RequestRecord
+from socketlab.serve.runkind import PARSER
 from socketlab.store.status import RunStatus
 
 VLLM_PARSER = "vllm-bench/1"
