@@ -66,8 +66,10 @@ from socketlab.store import RunRecord, Store  # noqa: E402
 STAGES = [("tiny", 100), ("gemma4-e2b-l0", 2048), ("tiny-full", 16384)]
 #: kv-attn contexts of the 16K dump: adjacent pairs give the attention rate per KV tier
 KV_CTX = (1024, 4096, 8192, 12288)
-#: shapes run as slices only: more element-cost samples, none of them a predicted stage
-CALIB = [("gemma4-e2b-l4", 512), ("tiny-full", 512)]
+#: shapes run as slices only: more element-cost samples, none of them a predicted stage (tiny-full
+#: at 32 positions: tiny's few hundred KiB of KV per step at B=16, where 512 positions stream
+#: 8 MB, which evicts what the element work reads)
+CALIB = [("gemma4-e2b-l4", 512), ("tiny-full", 512), ("tiny-full", 32)]
 #: attention classes (head_dim, GQA group): one synthetic full-attention dump each (hidden 256,
 #: one KV head), run as kv-attn at CLASS_CTX: every shipped shape's (head_dim, group) is one of
 #: them or tiny-full's (128, 2) (the 16K dump above); the stage's attention rate is its class's
