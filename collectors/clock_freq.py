@@ -16,7 +16,7 @@ Stdlib only (runs on the target). Sources, best first:
 With APERF/MPERF and cpufreq the hottest hwmon core sensor (coretemp / k10temp) is sampled too.
 
 Where none works (a VM: no MSR driver, no cpufreq, turbostat refused) ``start`` writes one
-``{"unsupported": "<reason for each source>"}`` record. socketlab.collect.parsers.clock_freq turns
+``{"unsupported": "<reason for each source>"}`` record. socketlab.parse.collectors.clock_freq turns
 the records into busy_mhz_mean / _p5 / _min / _max and core_temp_max metrics.
 """
 

@@ -16,7 +16,7 @@ Stdlib only (runs on the target). Two perf processes, each ours by PID and stopp
   (shared/reference/measurement.md Part C).
 
 Both use ``perf stat -x, -I <ms>`` (CSV, one line per event per interval). The parser is
-socketlab.collect.parsers.perf_stat. Where a part has no counters (a VM: "<not supported>"), its
+socketlab.parse.collectors.perf_stat. Where a part has no counters (a VM: "<not supported>"), its
 reason is recorded; when neither works, ``start`` writes one ``{"unsupported": ...}`` record.
 """
 

@@ -7,7 +7,7 @@
 Stdlib only (runs on the target). Samples ``energy_uj`` of every zone under
 /sys/class/powercap/intel-rapl:* (names ``package-N`` and ``dram``; AMD's ``amd-rapl`` zones too
 where the kernel exposes them) each interval, with ``max_energy_range_uj`` so a reader can undo
-the counter's wraparound. socketlab.collect.parsers.rapl_power turns the samples into
+the counter's wraparound. socketlab.parse.collectors.rapl_power turns the samples into
 package_power and dram_power (W). ``--cpus`` is accepted for the contract and ignored: RAPL
 counts per package. Where there is no powercap RAPL zone (a VM), or energy_uj is not readable
 (root-only since Linux 5.10), ``start`` writes one ``{"unsupported": ...}`` record.

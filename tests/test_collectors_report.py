@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from socketlab.collect import collector_metrics
-from socketlab.collect.parsers.clock_freq import parse_turbostat
-from socketlab.collect.parsers.perf_stat import read_csv
+from socketlab.parse.collectors import collector_metrics
+from socketlab.parse.collectors.clock_freq import parse_turbostat
+from socketlab.parse.collectors.perf_stat import read_csv
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = REPO / "tests" / "fixtures" / "collectors"

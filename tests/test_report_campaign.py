@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from socketlab.collect import METRIC_SOURCES
 from socketlab.cpulist import parse_cpulist
 from socketlab.errors import SpecError
+from socketlab.parse.collectors import METRIC_SOURCES
 from socketlab.report.derived import DERIVED
 from socketlab.report.published import load_published
 from socketlab.spec.expand import expand_points

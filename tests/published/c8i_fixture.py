@@ -19,8 +19,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from socketlab.collect import METRIC_SOURCES
 from socketlab.parse import Metric
+from socketlab.parse.collectors import METRIC_SOURCES
 from socketlab.report.published import Published
 from socketlab.store import RunRecord, Store
 from socketlab.topology import topology_from_snapshot

@@ -8,6 +8,8 @@ Two kinds, named in a spec's ``parsers`` (socketlab.spec.points.ParserSpec):
 
 Every metric carries the parser that produced it (``jsonl/1``), so a parser change that alters
 numbers is visible in the store and old rows can be told apart from new ones.
+
+What collectors leave in a run's folder is parsed by ``socketlab.parse.collectors``.
 """
 
 from __future__ import annotations

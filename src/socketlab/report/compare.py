@@ -650,7 +650,7 @@ def compare(
 def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None:
     """Why stored runs of the cell's experiment and join parameters gave no value: the run
     failed ('failed: <reason>'), or the collector measuring the metric was unsupported."""
-    from socketlab.collect import METRIC_SOURCES
+    from socketlab.parse.collectors import METRIC_SOURCES
 
     collector = METRIC_SOURCES.get(cell.metric)
     for run in runs:

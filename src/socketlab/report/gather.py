@@ -91,7 +91,7 @@ def _skips(
 
 def collector_notes(campaign_dir: Path, raw_dir: str) -> dict[str, str]:
     """collector -> its "unsupported here" reason, from a run's raw collectors folder."""
-    from socketlab.collect import read_records
+    from socketlab.parse.collectors import read_records
 
     if not raw_dir:
         return {}

@@ -18,10 +18,10 @@ from typing import Any
 
 from socketlab import __version__
 from socketlab import probe as interference_probe
-from socketlab.collect import collector_metrics, read_records
 from socketlab.errors import HostError
 from socketlab.execute import Executor, HostUnreachable
 from socketlab.parse import Metric
+from socketlab.parse.collectors import collector_metrics, read_records
 from socketlab.parse.jsonl import VERSION as JSONL_VERSION
 from socketlab.runkinds import RunContext
 from socketlab.runkinds import run_point as run_kind
@@ -121,7 +121,7 @@ def run_point(
 
 def read_collected(folder: Path, errors: dict[str, str]) -> Collected:
     """The collectors' files fetched into ``folder``: their metrics (collectors with a parser
-    in socketlab.collect.parsers, such as clock, RAPL, perf and noise, are parsed there; the
+    in socketlab.parse.collectors, such as clock, RAPL, perf and noise, are parsed there; the
     others by the JSON-lines contract) and, with ``errors`` (starts and stops that failed),
     every collector whose daemon recorded an error before dying."""
     metrics: list[Metric] = []

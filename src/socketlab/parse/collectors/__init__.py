@@ -3,8 +3,10 @@
 Collectors (collectors/*.py) run on target hosts with the stdlib only and record raw samples
 (JSON lines, and for tool-backed ones the tool's own output such as ``perf stat -x,`` CSV or a
 turbostat table). ``collector_metrics(name, directory)`` parses them here, on the controller,
-with the parser in ``socketlab.collect.parsers.<name>``; a collector without one falls back to
-the native JSON-lines contract (metric records in ``<name>.jsonl``).
+with the parser in ``socketlab.parse.collectors.<name>``; a collector without one falls back to
+the native JSON-lines contract (metric records in ``<name>.jsonl``). One parser per collector,
+``parse(records, directory) -> CollectorOutput``: pure functions of the recorded files, tested on
+fixtures under tests/fixtures/collectors/.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: collectors with a parser module in socketlab.collect.parsers
+#: collectors with a parser module in socketlab.parse.collectors
 PARSERS = ("clock_freq", "rapl_power", "perf_stat", "proc_noise")
 #: metric name -> the collector that measures it (so a report can say which one was unsupported)
 METRIC_SOURCES = {
@@ -81,7 +83,7 @@ def collector_metrics(name: str, directory: str | Path) -> CollectorOutput:
     records = read_records(directory / f"{name}.jsonl")
     unsupported = next((str(r["unsupported"]) for r in records if "unsupported" in r), None)
     if name in PARSERS:
-        module = importlib.import_module(f"socketlab.collect.parsers.{name}")
+        module = importlib.import_module(f"socketlab.parse.collectors.{name}")
         out = module.parse(records, directory)
         out.unsupported = out.unsupported or unsupported
         return out

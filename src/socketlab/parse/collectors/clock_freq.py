@@ -11,8 +11,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from socketlab.collect import CollectorOutput, metric
-from socketlab.collect.parsers._stats import spread
+from socketlab.parse.collectors import CollectorOutput, metric
+from socketlab.parse.collectors._stats import spread
 
 
 def _aperfmperf(records: list[dict[str, Any]]) -> dict[str, float]:

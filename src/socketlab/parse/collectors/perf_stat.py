@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from socketlab.collect import CollectorOutput, metric
+from socketlab.parse.collectors import CollectorOutput, metric
 from socketlab.units import cas_bytes
 
 

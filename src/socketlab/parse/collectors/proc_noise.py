@@ -12,7 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from socketlab.collect import CollectorOutput, metric
+from socketlab.parse.collectors import CollectorOutput, metric
 
 KINDS = {
     "device_irqs_per_s": "device",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from socketlab.collect import CollectorOutput, metric
+from socketlab.parse.collectors import CollectorOutput, metric
 
 
 def parse(records: list[dict[str, Any]], directory: Path) -> CollectorOutput:
