@@ -2,6 +2,7 @@
 #include "sl.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -139,4 +140,82 @@ void sl_no_operands(int argc, char** argv, int optind_now)
 {
     if (optind_now < argc)
         sl_usage_error("unexpected argument '%s' (see --help)", argv[optind_now]);
+}
+
+static void parse_value(const sl_opt* o, const char* text)
+{
+    char flag[64];
+    snprintf(flag, sizeof(flag), "--%s", o->name);
+    switch (o->kind) {
+    case SL_OPTK_SET:
+        *(int*)o->dest = o->value;
+        break;
+    case SL_OPTK_STR:
+        *(const char**)o->dest = text;
+        break;
+    case SL_OPTK_INT:
+        *(int*)o->dest = (int)sl_parse_long(flag, text, (long)o->min, (long)o->max);
+        break;
+    case SL_OPTK_UINT:
+        *(unsigned*)o->dest = (unsigned)sl_parse_long(flag, text, (long)o->min, (long)o->max);
+        break;
+    case SL_OPTK_NUM:
+        *(double*)o->dest = sl_parse_double(flag, text, o->min, o->max);
+        break;
+    case SL_OPTK_SIZE:
+        *(size_t*)o->dest = sl_parse_size(flag, text);
+        break;
+    case SL_OPTK_KIB:
+        *(size_t*)o->dest = (size_t)(sl_parse_double(flag, text, o->min, o->max) * 1024);
+        break;
+    case SL_OPTK_CHOICE:
+        *(int*)o->dest = sl_parse_choice(flag, text, o->choices);
+        break;
+    case SL_OPTK_PAGE:
+        *(sl_page_mode*)o->dest = (sl_page_mode)sl_parse_choice(flag, text, sl_page_names);
+        break;
+    case SL_OPTK_CPUS:
+        sl_parse_cpus(flag, text, (sl_cpus*)o->dest);
+        break;
+    case SL_OPTK_CALL:
+        o->call(flag, text, o->dest);
+        break;
+    }
+    if (o->seen)
+        *o->seen = 1;
+}
+
+void sl_parse_options(int argc, char** argv, const char* usage, const sl_opt* opts)
+{
+    enum { FIRST = 256 }; /* getopt_long's value for opts[i] is FIRST + i */
+    int n = 0;
+    while (opts[n].name)
+        n++;
+    struct option* longs = calloc((size_t)n + 2, sizeof(*longs));
+    if (!longs)
+        sl_fatal("out of memory parsing options");
+    for (int i = 0; i < n; i++) {
+        if ((opts[i].has_arg == no_argument) != (opts[i].kind == SL_OPTK_SET))
+            sl_fatal("option table: --%s: has_arg does not match its value", opts[i].name);
+        longs[i].name = opts[i].name;
+        longs[i].has_arg = opts[i].has_arg;
+        longs[i].val = opts[i].letter ? opts[i].letter : FIRST + i;
+    }
+    longs[n] = (struct option) { "help", no_argument, 0, 'h' };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", longs, NULL)) != -1) {
+        if (c == 'h') {
+            fputs(usage, stdout);
+            exit(0);
+        }
+        int i = c - FIRST;
+        for (int j = 0; j < n && c < FIRST; j++)
+            i = c == opts[j].letter ? j : i;
+        if (i < 0 || i >= n)
+            sl_bad_option(argv, optind, optopt, c == ':');
+        parse_value(&opts[i], optarg);
+    }
+    free(longs);
+    sl_no_operands(argc, argv, optind);
 }

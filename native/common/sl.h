@@ -2,6 +2,7 @@
 #ifndef SL_H
 #define SL_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,6 +60,65 @@ int sl_parse_choice(const char* flag, const char* text, const char* const* choic
 _Noreturn void sl_bad_option(char** argv, int optind_now, int optopt_now, int missing_arg);
 /* Call after the getopt loop: a leftover operand is a usage error (exit 2). */
 void sl_no_operands(int argc, char** argv, int optind_now);
+
+/* The option table every binary's CLI is declared with: one row per flag, getopt's name and
+ * has_arg followed by how its value is parsed and where it goes (an SL_* below), ended by
+ * SL_OPT_END:
+ *     const sl_opt opts[] = { { "steps", required_argument, SL_INT(&g.steps, 1, 100000000) },
+ *         { "timeout", required_argument, SL_TIMEOUT(&timeout) },
+ *         { "lock", no_argument, SL_SET(&g.lock, 1) }, SL_OPT_END };
+ *     sl_parse_options(argc, argv, usage, opts);
+ * sl_parse_options walks argv with getopt_long, in argv order, parsing each value into its
+ * destination (a bad value is a usage error naming --flag); --help / -h prints `usage` and exits
+ * 0; an unknown option, a missing value or a leftover operand is a one-line usage error (exit 2).
+ * `.seen = &given` after the SL_* sets given to 1 when the flag is given; `.letter` (no_argument
+ * flags) below. */
+typedef enum {
+    SL_OPTK_SET = 1, /* no value: *(int*)dest = value */
+    SL_OPTK_STR, /* const char**: the text as given (parsed later by the binary) */
+    SL_OPTK_INT, /* int*: sl_parse_long in [min, max] */
+    SL_OPTK_UINT, /* unsigned*: sl_parse_long in [min, max] */
+    SL_OPTK_NUM, /* double*: sl_parse_double in [min, max] */
+    SL_OPTK_SIZE, /* size_t*: sl_parse_size */
+    SL_OPTK_KIB, /* size_t*: sl_parse_double in [min, max] KiB, in bytes */
+    SL_OPTK_CHOICE, /* int*: the index in the NULL-terminated `choices` */
+    SL_OPTK_PAGE, /* sl_page_mode*: one of sl_page_names */
+    SL_OPTK_CPUS, /* sl_cpus*: sl_parse_cpus */
+    SL_OPTK_CALL, /* call("--flag", text, dest) */
+} sl_opt_kind;
+typedef struct {
+    const char* name; /* "steps": the flag --steps */
+    int has_arg; /* no_argument for SL_SET, else required_argument */
+    sl_opt_kind kind;
+    void* dest;
+    double min, max; /* SL_INT, SL_UINT, SL_NUM, SL_KIB */
+    const char* const* choices; /* SL_CHOICE */
+    int value; /* SL_SET */
+    void (*call)(const char* flag, const char* text, void* dest); /* SL_CALL */
+    int* seen; /* optional: set to 1 when the flag is given */
+    /* optional, no_argument flags: getopt_long's value for the flag, so `--flag=x` stays
+     * "unknown option '-<letter>'" as with the getopt tables the binaries had */
+    char letter;
+} sl_opt;
+#define SL_SET(p, v) .kind = SL_OPTK_SET, .dest = (p), .value = (v)
+#define SL_STR(p) .kind = SL_OPTK_STR, .dest = (p)
+#define SL_INT(p, lo, hi) .kind = SL_OPTK_INT, .dest = (p), .min = (lo), .max = (hi)
+#define SL_UINT(p, lo, hi) .kind = SL_OPTK_UINT, .dest = (p), .min = (lo), .max = (hi)
+#define SL_NUM(p, lo, hi) .kind = SL_OPTK_NUM, .dest = (p), .min = (lo), .max = (hi)
+#define SL_SIZE(p) .kind = SL_OPTK_SIZE, .dest = (p)
+#define SL_KIB(p, lo, hi) .kind = SL_OPTK_KIB, .dest = (p), .min = (lo), .max = (hi)
+#define SL_CHOICE(p, names) .kind = SL_OPTK_CHOICE, .dest = (p), .choices = (names)
+#define SL_PAGE(p) .kind = SL_OPTK_PAGE, .dest = (p)
+#define SL_CPUS(p) .kind = SL_OPTK_CPUS, .dest = (p)
+#define SL_CALL(fn, p) .kind = SL_OPTK_CALL, .dest = (p), .call = (fn)
+/* the values the binaries share, with the one range each has everywhere */
+#define SL_TIMEOUT(p) SL_NUM(p, 0, 1e6)
+#define SL_MAX_REL_RMS(p) SL_NUM(p, 0, 1e9)
+#define SL_MIN_COSINE(p) SL_NUM(p, -1, 1)
+/* clang-format off */
+#define SL_OPT_END { .name = NULL }
+/* clang-format on */
+void sl_parse_options(int argc, char** argv, const char* usage, const sl_opt* opts);
 
 /* ---- CPU lists (cpu.c) ---- */
 typedef struct {

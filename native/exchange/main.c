@@ -2,7 +2,6 @@
  * (b) one all-to-all exchange of a V-byte vector among N pinned participants. */
 #include "sl.h"
 
-#include <getopt.h>
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -422,141 +421,135 @@ static void run_all_to_all(void)
     emit("latency_min", sl_quantile(us, g.iters, 0.0), -1, -1);
 }
 
-int main(int argc, char** argv)
+typedef int cpu_pair[2]; /* pingpong: two CPUs */
+
+/* the flags that aren't in g */
+typedef struct {
+    const char *mode_arg, *pairs_arg;
+    int have_cpus, iters, warmup;
+    double timeout;
+} exchange_args;
+
+static void parse_args(int argc, char** argv, exchange_args* a)
 {
-    sl_prog = "exchange";
-    const char* mode_arg = NULL;
-    const char* pairs_arg = NULL;
-    bool have_cpus = false;
-    int iters = -1, warmup = -1;
+    a->iters = -1;
+    a->warmup = -1;
     g.bytes = 2560;
     g.roundtrips = 100;
-    double timeout = 600;
-    static const struct option opts[] = { { "mode", required_argument, 0, 'm' },
-        { "cpus", required_argument, 0, 'c' }, { "pairs", required_argument, 0, 'P' },
-        { "bytes", required_argument, 0, 'b' }, { "groups", required_argument, 0, 'g' },
-        { "iters", required_argument, 0, 'i' }, { "warmup", required_argument, 0, 'w' },
-        { "roundtrips", required_argument, 0, 'k' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm':
-            mode_arg = optarg;
-            break;
-        case 'c':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            have_cpus = true;
-            break;
-        case 'P':
-            pairs_arg = optarg;
-            break;
-        case 'g':
-            groups_arg = optarg;
-            break;
-        case 'b':
-            g.bytes = sl_parse_size("--bytes", optarg);
-            break;
-        case 'i':
-            iters = (int)sl_parse_long("--iters", optarg, 1, 100000000);
-            break;
-        case 'w':
-            warmup = (int)sl_parse_long("--warmup", optarg, 1, 100000000);
-            break;
-        case 'k':
-            g.roundtrips = (int)sl_parse_long("--roundtrips", optarg, 1, 1000000);
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (!mode_arg)
+    a->timeout = 600;
+    const sl_opt opts[] = { { "mode", required_argument, SL_STR(&a->mode_arg) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus), .seen = &a->have_cpus },
+        { "pairs", required_argument, SL_STR(&a->pairs_arg) },
+        { "bytes", required_argument, SL_SIZE(&g.bytes) },
+        { "groups", required_argument, SL_STR(&groups_arg) },
+        { "iters", required_argument, SL_INT(&a->iters, 1, 100000000) },
+        { "warmup", required_argument, SL_INT(&a->warmup, 1, 100000000) },
+        { "roundtrips", required_argument, SL_INT(&g.roundtrips, 1, 1000000) },
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+static void check_args(const exchange_args* a)
+{
+    if (!a->mode_arg)
         sl_usage_error("--mode is required (see --help)");
-    g.mode = sl_parse_choice("--mode", mode_arg, mode_names);
-    if (pairs_arg && g.mode != M_PINGPONG)
+    g.mode = sl_parse_choice("--mode", a->mode_arg, mode_names);
+    if (a->pairs_arg && g.mode != M_PINGPONG)
         sl_usage_error("--pairs only applies to --mode pingpong");
     if (groups_arg && !is_hier(g.mode))
         sl_usage_error("--groups only applies to --mode hier and hier-umwait");
     if (g.bytes > (64u << 20))
         sl_usage_error("--bytes %zu: at most 64M", g.bytes);
+}
 
-    /* pingpong pairs: from --pairs, else every pair of --cpus */
-    int(*pairs)[2] = NULL;
+/* --pairs A:B[,C:D...]; without --cpus, --cpus is every CPU the pairs name */
+static cpu_pair* parse_pairs(const exchange_args* a, int* npairs_out)
+{
+    const char* pairs_arg = a->pairs_arg;
+    cpu_pair* pairs = NULL;
     int npairs = 0;
-    if (g.mode == M_PINGPONG) {
-        if (pairs_arg) {
-            char* copy = strdup(pairs_arg);
-            pairs = calloc(strlen(pairs_arg) / 2 + 2, sizeof(*pairs));
-            for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
-                 tok = strtok_r(NULL, ",", &save)) {
-                char* colon = strchr(tok, ':');
-                if (!colon)
-                    sl_usage_error("--pairs '%s': expected A:B[,C:D...]", pairs_arg);
-                *colon = 0;
-                sl_cpus one;
-                sl_parse_cpus("--pairs", tok, &one);
-                const int a = one.cpu[0];
-                if (one.n != 1)
-                    sl_usage_error("--pairs '%s': each side is one CPU", pairs_arg);
-                sl_parse_cpus("--pairs", colon + 1, &one);
-                if (one.n != 1 || one.cpu[0] == a)
-                    sl_usage_error("--pairs '%s': each pair is two different CPUs", pairs_arg);
-                pairs[npairs][0] = a;
-                pairs[npairs++][1] = one.cpu[0];
-            }
-            free(copy);
-            if (!have_cpus) {
-                g.cpus.n = 0;
-                for (int p = 0; p < npairs; p++)
-                    for (int s = 0; s < 2; s++) {
-                        bool seen = false;
-                        for (int i = 0; i < g.cpus.n; i++)
-                            seen |= g.cpus.cpu[i] == pairs[p][s];
-                        if (!seen)
-                            g.cpus.cpu[g.cpus.n++] = pairs[p][s];
-                    }
-            }
-        } else {
-            if (!have_cpus)
-                sl_usage_error("--cpus or --pairs is required (see --help)");
-            if (g.cpus.n < 2)
-                sl_usage_error("--cpus: pingpong needs at least 2 CPUs");
-            pairs = calloc((size_t)g.cpus.n * g.cpus.n, sizeof(*pairs));
-            for (int i = 0; i < g.cpus.n; i++)
-                for (int j = i + 1; j < g.cpus.n; j++) {
-                    pairs[npairs][0] = g.cpus.cpu[i];
-                    pairs[npairs++][1] = g.cpus.cpu[j];
-                }
-        }
-        g.iters = iters > 0 ? iters : 300;
-        g.warmup = warmup > 0 ? warmup : 10;
-    } else {
-        if (!have_cpus)
-            sl_usage_error("--cpus is required (see --help)");
-        if (g.cpus.n < 2)
-            sl_usage_error("--cpus: an exchange needs at least 2 participants");
-        const char* why = "";
-        if (g.mode == M_REP) {
-            g.nt64 = sl_have_avx512(&why);
-            if (!g.nt64 && !sl_have_avx2(&why))
-                sl_unsupported("--mode rep needs AVX-512 or AVX2 non-temporal stores: %s", why);
-        }
-        if (g.mode == M_HIER_UMWAIT && !sl_have_waitpkg(&why))
-            sl_unsupported("--mode hier-umwait: %s", why);
-        g.iters = iters > 0 ? iters : 20000;
-        g.warmup = warmup > 0 ? warmup : 2000;
-        setup_nodes();
+    char* copy = strdup(pairs_arg);
+    pairs = calloc(strlen(pairs_arg) / 2 + 2, sizeof(*pairs));
+    for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        char* colon = strchr(tok, ':');
+        if (!colon)
+            sl_usage_error("--pairs '%s': expected A:B[,C:D...]", pairs_arg);
+        *colon = 0;
+        sl_cpus one;
+        sl_parse_cpus("--pairs", tok, &one);
+        const int first = one.cpu[0];
+        if (one.n != 1)
+            sl_usage_error("--pairs '%s': each side is one CPU", pairs_arg);
+        sl_parse_cpus("--pairs", colon + 1, &one);
+        if (one.n != 1 || one.cpu[0] == first)
+            sl_usage_error("--pairs '%s': each pair is two different CPUs", pairs_arg);
+        pairs[npairs][0] = first;
+        pairs[npairs++][1] = one.cpu[0];
     }
-    sl_watchdog(timeout);
-    sl_tsc_ghz();
+    free(copy);
+    if (!a->have_cpus) {
+        g.cpus.n = 0;
+        for (int p = 0; p < npairs; p++)
+            for (int s = 0; s < 2; s++) {
+                bool seen = false;
+                for (int i = 0; i < g.cpus.n; i++)
+                    seen |= g.cpus.cpu[i] == pairs[p][s];
+                if (!seen)
+                    g.cpus.cpu[g.cpus.n++] = pairs[p][s];
+            }
+    }
+    *npairs_out = npairs;
+    return pairs;
+}
+
+/* pingpong pairs: from --pairs, else every pair of --cpus */
+static cpu_pair* plan_pingpong(const exchange_args* a, int* npairs_out)
+{
+    cpu_pair* pairs = NULL;
+    int npairs = 0;
+    if (a->pairs_arg) {
+        pairs = parse_pairs(a, &npairs);
+    } else {
+        if (!a->have_cpus)
+            sl_usage_error("--cpus or --pairs is required (see --help)");
+        if (g.cpus.n < 2)
+            sl_usage_error("--cpus: pingpong needs at least 2 CPUs");
+        pairs = calloc((size_t)g.cpus.n * g.cpus.n, sizeof(*pairs));
+        for (int i = 0; i < g.cpus.n; i++)
+            for (int j = i + 1; j < g.cpus.n; j++) {
+                pairs[npairs][0] = g.cpus.cpu[i];
+                pairs[npairs++][1] = g.cpus.cpu[j];
+            }
+    }
+    g.iters = a->iters > 0 ? a->iters : 300;
+    g.warmup = a->warmup > 0 ? a->warmup : 10;
+    *npairs_out = npairs;
+    return pairs;
+}
+
+/* the all-to-all modes: participants, ISA, node groups */
+static void plan_all_to_all(const exchange_args* a)
+{
+    if (!a->have_cpus)
+        sl_usage_error("--cpus is required (see --help)");
+    if (g.cpus.n < 2)
+        sl_usage_error("--cpus: an exchange needs at least 2 participants");
+    const char* why = "";
+    if (g.mode == M_REP) {
+        g.nt64 = sl_have_avx512(&why);
+        if (!g.nt64 && !sl_have_avx2(&why))
+            sl_unsupported("--mode rep needs AVX-512 or AVX2 non-temporal stores: %s", why);
+    }
+    if (g.mode == M_HIER_UMWAIT && !sl_have_waitpkg(&why))
+        sl_unsupported("--mode hier-umwait: %s", why);
+    g.iters = a->iters > 0 ? a->iters : 20000;
+    g.warmup = a->warmup > 0 ? a->warmup : 2000;
+    setup_nodes();
+}
+
+static void report_meta(int npairs)
+{
     sl_meta_begin(&g.cpus);
     sl_json_str("mode", mode_names[g.mode]);
     sl_json_int("iters", g.iters);
@@ -576,6 +569,23 @@ int main(int argc, char** argv)
         sl_json_str("groups", groups_arg ? groups_arg : "numa-nodes");
     sl_json_int("page_size", 4096);
     sl_json_end();
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "exchange";
+    exchange_args a = { 0 };
+    parse_args(argc, argv, &a);
+    check_args(&a);
+    cpu_pair* pairs = NULL;
+    int npairs = 0;
+    if (g.mode == M_PINGPONG)
+        pairs = plan_pingpong(&a, &npairs);
+    else
+        plan_all_to_all(&a);
+    sl_watchdog(a.timeout);
+    sl_tsc_ghz();
+    report_meta(npairs);
     if (g.mode == M_PINGPONG) {
         g.pp_samples = calloc((size_t)g.iters, sizeof(double));
         for (int p = 0; p < npairs; p++)

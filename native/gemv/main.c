@@ -2,7 +2,6 @@
 #include "gemv.h"
 #include "sl.h"
 
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -206,12 +205,15 @@ static int layer_balance(const char* shapes, int unit, int workers)
     return 0;
 }
 
-int main(int argc, char** argv)
+/* the flags that aren't in g */
+typedef struct {
+    const char *kernel_arg, *layer_arg;
+    int row_unit, layer_workers;
+    double max_rel_rms, min_cosine, timeout;
+} gemv_args;
+
+static void parse_args(int argc, char** argv, gemv_args* a)
 {
-    sl_prog = "gemv";
-    const char* kernel_arg = NULL;
-    const char* layer_arg = NULL;
-    int row_unit = 0, layer_workers = 0;
     g.rows = 1536;
     g.cols = 2560;
     g.batch = 1;
@@ -220,80 +222,29 @@ int main(int argc, char** argv)
     g.page = SL_PAGE_THP;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
-    double max_rel_rms = 1e-3, min_cosine = 0.9999, timeout = 600;
-    static const struct option opts[] = { { "kernel", required_argument, 0, 'k' },
-        { "rows", required_argument, 0, 'r' }, { "cols", required_argument, 0, 'c' },
-        { "batch", required_argument, 0, 'b' }, { "cpus", required_argument, 0, 'C' },
-        { "steps", required_argument, 0, 's' }, { "warmup", required_argument, 0, 'w' },
-        { "max-rel-rms", required_argument, 0, 'e' }, { "min-cosine", required_argument, 0, 'o' },
-        { "page", required_argument, 0, 'p' }, { "timeout", required_argument, 0, 'T' },
-        { "layer", required_argument, 0, 'L' }, { "row-unit", required_argument, 0, 'U' },
-        { "workers", required_argument, 0, 'N' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'k':
-            kernel_arg = optarg;
-            break;
-        case 'r':
-            g.rows = (int)sl_parse_long("--rows", optarg, 1, 1 << 20);
-            break;
-        case 'c':
-            g.cols = (int)sl_parse_long("--cols", optarg, 1, 1 << 20);
-            break;
-        case 'b':
-            g.batch = (int)sl_parse_long("--batch", optarg, 1, GEMV_MAX_BATCH);
-            break;
-        case 'C':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            break;
-        case 's':
-            g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000);
-            break;
-        case 'w':
-            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000);
-            break;
-        case 'e':
-            max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9);
-            break;
-        case 'o':
-            min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1);
-            break;
-        case 'p':
-            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'L':
-            layer_arg = optarg;
-            break;
-        case 'U':
-            row_unit = (int)sl_parse_long("--row-unit", optarg, 1, 4096);
-            break;
-        case 'N':
-            layer_workers = (int)sl_parse_long("--workers", optarg, 1, 1 << 20);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (!kernel_arg)
-        sl_usage_error("--kernel is required (see --help)");
-    g.kernel = sl_parse_choice("--kernel", kernel_arg, kernel_names);
-    if (!layer_arg && (row_unit || layer_workers))
-        sl_usage_error("--row-unit and --workers only apply with --layer");
-    if (layer_arg)
-        return layer_balance(layer_arg,
-            row_unit                ? row_unit
-                : g.kernel == K_AMX ? 16
-                                    : 4,
-            layer_workers ? layer_workers : g.cpus.n);
+    a->max_rel_rms = 1e-3;
+    a->min_cosine = 0.9999;
+    a->timeout = 600;
+    const sl_opt opts[] = { { "kernel", required_argument, SL_STR(&a->kernel_arg) },
+        { "rows", required_argument, SL_INT(&g.rows, 1, 1 << 20) },
+        { "cols", required_argument, SL_INT(&g.cols, 1, 1 << 20) },
+        { "batch", required_argument, SL_INT(&g.batch, 1, GEMV_MAX_BATCH) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus) },
+        { "steps", required_argument, SL_INT(&g.steps, 1, 100000000) },
+        { "warmup", required_argument, SL_INT(&g.warmup, 0, 100000000) },
+        { "max-rel-rms", required_argument, SL_MAX_REL_RMS(&a->max_rel_rms) },
+        { "min-cosine", required_argument, SL_MIN_COSINE(&a->min_cosine) },
+        { "page", required_argument, SL_PAGE(&g.page) },
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) },
+        { "layer", required_argument, SL_STR(&a->layer_arg) },
+        { "row-unit", required_argument, SL_INT(&a->row_unit, 1, 4096) },
+        { "workers", required_argument, SL_INT(&a->layer_workers, 1, 1 << 20) }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+/* --cols for the kernels, and whether this host runs the kernel */
+static void check_kernel(void)
+{
     if (g.cols % 32)
         sl_usage_error("--cols %d: must be a multiple of 32 (one AMX tile row of bf16)", g.cols);
     const char* why = "";
@@ -304,9 +255,12 @@ int main(int argc, char** argv)
                              : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_names[g.kernel], why);
-    sl_watchdog(timeout);
+}
 
-    /* 16-row blocks spread as evenly as they go: the first (blocks % n) workers get one more */
+/* 16-row blocks spread as evenly as they go: the first (blocks % n) workers get one more; the
+ * input rows and the output. Returns the most rows a worker has. */
+static int plan(void)
+{
     const int n = g.cpus.n;
     g.nblocks = (g.rows + 15) / 16;
     g.ldy = g.nblocks * 16;
@@ -327,7 +281,6 @@ int main(int argc, char** argv)
         w->t0 = g.t0 + (size_t)i * g.steps;
         w->t1 = g.t1 + (size_t)i * g.steps;
     }
-    const double rows_max_over_mean = max_rows / ((double)g.rows / n);
     g.x16 = aligned_alloc(64, (size_t)g.batch * g.cols * 2 + 64);
     g.x32 = aligned_alloc(64, (size_t)g.batch * g.cols * 4 + 64);
     for (int b = 0; b < g.batch; b++)
@@ -338,16 +291,11 @@ int main(int argc, char** argv)
     g.y = aligned_alloc(64, (size_t)g.batch * g.ldy * 4 + 64);
     memset(g.y, 0xff, (size_t)g.batch * g.ldy * 4); /* NaN until written */
 
-    pthread_barrier_init(&g.phase, NULL, (unsigned)n + 1);
-    sl_barrier_init(&g.step, n);
-    sl_tsc_ghz();
-    for (int i = 0; i < n; i++)
-        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
-            sl_fatal("pthread_create failed");
-    pthread_barrier_wait(&g.phase);
-    size_t page_min = g.w[0].page_size;
-    for (int i = 1; i < n; i++)
-        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    return max_rows;
+}
+
+static void report_meta(size_t page_min, int max_rows)
+{
     const size_t elem = g.kernel == K_FP32 ? 4 : 2;
     const double weight_bytes = (double)g.rows * g.cols * elem;
     sl_meta_begin(&g.cpus);
@@ -364,9 +312,33 @@ int main(int argc, char** argv)
     if (g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS)
         sl_json_bool("avx512_emulated", avx512_emulated);
     sl_json_end();
+}
+
+/* the workers: set up (phase), the meta record, the timed steps */
+static void run(int max_rows)
+{
+    const int n = g.cpus.n;
+    pthread_barrier_init(&g.phase, NULL, (unsigned)n + 1);
+    sl_barrier_init(&g.step, n);
+    sl_tsc_ghz();
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    pthread_barrier_wait(&g.phase);
+    size_t page_min = g.w[0].page_size;
+    for (int i = 1; i < n; i++)
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    report_meta(page_min, max_rows);
     for (int i = 0; i < n; i++)
         pthread_join(g.w[i].thread, NULL);
+}
 
+/* the metric records, then the numerics gate */
+static int report(const gemv_args* a, int max_rows)
+{
+    const int n = g.cpus.n;
+    const double weight_bytes = (double)g.rows * g.cols * (g.kernel == K_FP32 ? 4 : 2);
+    const double rows_max_over_mean = max_rows / ((double)g.rows / n);
     /* numerics: the last step's output against the FP32 reference */
     double* ref = malloc(sizeof(double) * (size_t)g.batch * g.rows);
     gemv_reference(ref, g.rows, g.cols, g.batch);
@@ -387,9 +359,32 @@ int main(int argc, char** argv)
     metric("rows_max_over_mean", rows_max_over_mean, "ratio");
     metric("rel_rms_err", rel_rms, "ratio");
     metric("cosine", cosine, "ratio");
-    if (!(rel_rms <= max_rel_rms) || !(cosine >= min_cosine))
+    if (!(rel_rms <= a->max_rel_rms) || !(cosine >= a->min_cosine))
         sl_check_failed("gemv %s batch %d: rel RMS error %.3g (max %.3g), cosine %.9f (min %.9f) "
                         "against the FP32 reference",
-            kernel_names[g.kernel], g.batch, rel_rms, max_rel_rms, cosine, min_cosine);
+            kernel_names[g.kernel], g.batch, rel_rms, a->max_rel_rms, cosine, a->min_cosine);
     return 0;
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "gemv";
+    gemv_args a = { 0 };
+    parse_args(argc, argv, &a);
+    if (!a.kernel_arg)
+        sl_usage_error("--kernel is required (see --help)");
+    g.kernel = sl_parse_choice("--kernel", a.kernel_arg, kernel_names);
+    if (!a.layer_arg && (a.row_unit || a.layer_workers))
+        sl_usage_error("--row-unit and --workers only apply with --layer");
+    if (a.layer_arg)
+        return layer_balance(a.layer_arg,
+            a.row_unit              ? a.row_unit
+                : g.kernel == K_AMX ? 16
+                                    : 4,
+            a.layer_workers ? a.layer_workers : g.cpus.n);
+    check_kernel();
+    sl_watchdog(a.timeout);
+    const int max_rows = plan();
+    run(max_rows);
+    return report(&a, max_rows);
 }

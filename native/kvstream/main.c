@@ -3,7 +3,6 @@
  * combined by one worker. Checked against a double-precision softmax reference. */
 #include "sl.h"
 
-#include <getopt.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -198,9 +197,15 @@ static void metric(const char* name, double v, const char* unit)
     sl_json_end();
 }
 
-int main(int argc, char** argv)
+/* the flags that aren't in g */
+typedef struct {
+    const char* tokens_arg;
+    size_t tile_bytes;
+    double max_rel_rms, min_cosine, timeout;
+} kv_args;
+
+static void parse_args(int argc, char** argv, kv_args* a)
 {
-    sl_prog = "kvstream";
     g.heads = 8;
     g.dim = 128;
     g.steps = 200;
@@ -208,80 +213,47 @@ int main(int argc, char** argv)
     g.page = SL_PAGE_THP;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
-    size_t tile_bytes = 16384;
-    double max_rel_rms = 1e-4, min_cosine = 0.99999, timeout = 600;
-    const char* tokens_arg = NULL;
-    static const struct option opts[] = { { "tokens", required_argument, 0, 'L' },
-        { "heads", required_argument, 0, 'H' }, { "head-dim", required_argument, 0, 'D' },
-        { "cpus", required_argument, 0, 'c' }, { "tile-kib", required_argument, 0, 't' },
-        { "prefetch-kib", required_argument, 0, 'p' }, { "steps", required_argument, 0, 's' },
-        { "warmup", required_argument, 0, 'w' }, { "max-rel-rms", required_argument, 0, 'e' },
-        { "min-cosine", required_argument, 0, 'o' }, { "page", required_argument, 0, 'P' },
-        { "timeout", required_argument, 0, 'T' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 } };
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'L':
-            tokens_arg = optarg;
-            break;
-        case 'H':
-            g.heads = (int)sl_parse_long("--heads", optarg, 1, 1024);
-            break;
-        case 'D':
-            g.dim = (int)sl_parse_long("--head-dim", optarg, 16, 256);
-            break;
-        case 'c':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            break;
-        case 't':
-            tile_bytes = (size_t)(sl_parse_double("--tile-kib", optarg, 0.0625, 65536) * 1024);
-            break;
-        case 'p':
-            g.prefetch = (size_t)(sl_parse_double("--prefetch-kib", optarg, 0, 65536) * 1024);
-            break;
-        case 's':
-            g.steps = (int)sl_parse_long("--steps", optarg, 1, 100000000);
-            break;
-        case 'w':
-            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 100000000);
-            break;
-        case 'e':
-            max_rel_rms = sl_parse_double("--max-rel-rms", optarg, 0, 1e9);
-            break;
-        case 'o':
-            min_cosine = sl_parse_double("--min-cosine", optarg, -1, 1);
-            break;
-        case 'P':
-            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (!tokens_arg)
+    a->tile_bytes = 16384;
+    a->max_rel_rms = 1e-4;
+    a->min_cosine = 0.99999;
+    a->timeout = 600;
+    const sl_opt opts[] = { { "tokens", required_argument, SL_STR(&a->tokens_arg) },
+        { "heads", required_argument, SL_INT(&g.heads, 1, 1024) },
+        { "head-dim", required_argument, SL_INT(&g.dim, 16, 256) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus) },
+        { "tile-kib", required_argument, SL_KIB(&a->tile_bytes, 0.0625, 65536) },
+        { "prefetch-kib", required_argument, SL_KIB(&g.prefetch, 0, 65536) },
+        { "steps", required_argument, SL_INT(&g.steps, 1, 100000000) },
+        { "warmup", required_argument, SL_INT(&g.warmup, 0, 100000000) },
+        { "max-rel-rms", required_argument, SL_MAX_REL_RMS(&a->max_rel_rms) },
+        { "min-cosine", required_argument, SL_MIN_COSINE(&a->min_cosine) },
+        { "page", required_argument, SL_PAGE(&g.page) },
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+/* --tokens, the tile, and whether this host has AVX-512 */
+static void check_args(const kv_args* a)
+{
+    if (!a->tokens_arg)
         sl_usage_error("--tokens is required (see --help)");
-    const size_t tokens = sl_parse_size("--tokens", tokens_arg);
+    const size_t tokens = sl_parse_size("--tokens", a->tokens_arg);
     if (tokens > (1u << 24))
         sl_usage_error("--tokens %zu: at most 16M", tokens);
     g.tokens = (int)tokens;
     if (g.dim % 16)
         sl_usage_error("--head-dim %d: must be a multiple of 16", g.dim);
-    g.tile_tokens = (int)(tile_bytes / ((size_t)g.dim * 2));
+    g.tile_tokens = (int)(a->tile_bytes / ((size_t)g.dim * 2));
     if (g.tile_tokens < 1 || g.tile_tokens > 4096)
         sl_usage_error("--tile-kib: a tile must hold 1..4096 tokens of %d B keys", g.dim * 2);
     const char* why = "";
     if (!sl_have_avx512(&why))
         sl_unsupported("kvstream needs AVX-512: %s", why);
-    sl_watchdog(timeout);
+}
 
+/* the workers' token ranges, q, the partials and the output */
+static void plan(void)
+{
     g.n = g.cpus.n;
     g.w = calloc((size_t)g.n, sizeof(*g.w));
     g.t0 = calloc((size_t)g.n * g.steps, sizeof(uint64_t));
@@ -299,6 +271,11 @@ int main(int argc, char** argv)
             g.q[(size_t)h * g.dim + d] = sl_bf16_to_f32(kv_value(2, h, 0, d)) * 2.0f;
     g.part = aligned_alloc(64, sizeof(float) * ((size_t)g.n * g.heads * (g.dim + 2) + 16));
     g.out = aligned_alloc(64, sizeof(float) * ((size_t)g.heads * g.dim + 16));
+}
+
+/* the workers: set up (phase), the meta record, the timed steps */
+static void run(void)
+{
     pthread_barrier_init(&g.phase, NULL, (unsigned)g.n + 1);
     sl_barrier_init(&g.step, g.n);
     sl_tsc_ghz();
@@ -323,9 +300,11 @@ int main(int argc, char** argv)
     sl_json_end();
     for (int i = 0; i < g.n; i++)
         pthread_join(g.w[i].thread, NULL);
+}
 
-    /* reference: plain softmax in double over all tokens */
-    sl_match match = { 0 };
+/* the reference (plain softmax in double over all tokens) against the output */
+static void check_output(sl_match* match)
+{
     double* sc = malloc(sizeof(double) * (size_t)g.tokens);
     double* o = malloc(sizeof(double) * (size_t)g.dim);
     const double scale = 1.0 / sqrt((double)g.dim);
@@ -347,8 +326,16 @@ int main(int argc, char** argv)
                 o[d] += p * sl_bf16_to_f32(kv_value(1, h, t, d));
         }
         for (int d = 0; d < g.dim; d++)
-            sl_match_add(&match, g.out[(size_t)h * g.dim + d], o[d] / l);
+            sl_match_add(match, g.out[(size_t)h * g.dim + d], o[d] / l);
     }
+}
+
+/* the metric records, then the numerics gate */
+static int report(const kv_args* a)
+{
+    const double kv_bytes = 2.0 * g.heads * (double)g.tokens * g.dim * 2;
+    sl_match match = { 0 };
+    check_output(&match);
     const double rel_rms = sl_match_rel_rms(&match), cosine = sl_match_cosine(&match);
     double* us = malloc(sizeof(double) * (size_t)g.steps);
     sl_step_spans_us(g.t0, g.t1, g.n, g.steps, us);
@@ -358,9 +345,21 @@ int main(int argc, char** argv)
     metric("step_p99", sl_quantile(us, g.steps, 0.99), "us");
     metric("rel_rms_err", rel_rms, "ratio");
     metric("cosine", cosine, "ratio");
-    if (!(rel_rms <= max_rel_rms) || !(cosine >= min_cosine))
+    if (!(rel_rms <= a->max_rel_rms) || !(cosine >= a->min_cosine))
         sl_check_failed("kvstream: rel RMS error %.3g (max %.3g), cosine %.9f (min %.9f) against "
                         "the double-precision reference",
-            rel_rms, max_rel_rms, cosine, min_cosine);
+            rel_rms, a->max_rel_rms, cosine, a->min_cosine);
     return 0;
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "kvstream";
+    kv_args a = { 0 };
+    parse_args(argc, argv, &a);
+    check_args(&a);
+    sl_watchdog(a.timeout);
+    plan();
+    run();
+    return report(&a);
 }

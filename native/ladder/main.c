@@ -3,7 +3,6 @@
 #include "kernels.h"
 #include "sl.h"
 
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -347,84 +346,50 @@ static int run_probe(const char* size_arg)
     return 0;
 }
 
-int main(int argc, char** argv)
+/* the flags that aren't in g */
+typedef struct {
+    const char *kernel_arg, *size_arg;
+    double timeout;
+    int probe, seconds_set;
+} ladder_args;
+
+static void parse_args(int argc, char** argv, ladder_args* a)
 {
-    sl_prog = "ladder";
-    const char* kernel_names[K_COUNT + 1];
-    for (int k = 0; k < K_COUNT; k++)
-        kernel_names[k] = kernel_table[k].name;
-    kernel_names[K_COUNT] = NULL;
-    const char* kernel_arg = NULL;
-    const char* size_arg = NULL;
     g.seconds = 1;
     g.reps = 3;
     g.page = SL_PAGE_4K;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
-    double timeout = 600;
-    static const struct option opts[] = { { "kernel", required_argument, 0, 'k' },
-        { "size", required_argument, 0, 's' }, { "cpus", required_argument, 0, 'c' },
-        { "seconds", required_argument, 0, 't' }, { "reps", required_argument, 0, 'r' },
-        { "page", required_argument, 0, 'p' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { "probe", no_argument, 0, 'P' }, { 0, 0, 0, 0 } };
-    bool probe = false;
-    bool seconds_set = false;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'k':
-            kernel_arg = optarg;
-            break;
-        case 's':
-            size_arg = optarg;
-            break;
-        case 'c':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            break;
-        case 't':
-            g.seconds = sl_parse_double("--seconds", optarg, 0.001, 3600);
-            seconds_set = true;
-            break;
-        case 'P':
-            probe = true;
-            break;
-        case 'r':
-            g.reps = (int)sl_parse_long("--reps", optarg, 1, 1000);
-            break;
-        case 'p':
-            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (probe) {
-        if (kernel_arg)
-            sl_usage_error("--probe runs its own kernels: leave out --kernel");
-        if (!seconds_set)
-            g.seconds = 0.01;
-        sl_watchdog(timeout);
-        return run_probe(size_arg);
-    }
-    if (!kernel_arg)
+    a->timeout = 600;
+    const sl_opt opts[] = { { "kernel", required_argument, SL_STR(&a->kernel_arg) },
+        { "size", required_argument, SL_STR(&a->size_arg) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus) },
+        { "seconds", required_argument, SL_NUM(&g.seconds, 0.001, 3600), .seen = &a->seconds_set },
+        { "reps", required_argument, SL_INT(&g.reps, 1, 1000) },
+        { "page", required_argument, SL_PAGE(&g.page) },
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) },
+        { "probe", no_argument, SL_SET(&a->probe, 1), .letter = 'P' }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+/* --kernel and --size, and whether this host runs the kernel */
+static void check_kernel(ladder_args* a)
+{
+    const char* kernel_names[K_COUNT + 1];
+    for (int k = 0; k < K_COUNT; k++)
+        kernel_names[k] = kernel_table[k].name;
+    kernel_names[K_COUNT] = NULL;
+    if (!a->kernel_arg)
         sl_usage_error("--kernel is required (see --help)");
-    g.kernel = (kernel_id)sl_parse_choice("--kernel", kernel_arg, kernel_names);
-    if (!size_arg && is_compute())
-        size_arg = "4096";
-    if (!size_arg)
+    g.kernel = (kernel_id)sl_parse_choice("--kernel", a->kernel_arg, kernel_names);
+    if (!a->size_arg && is_compute())
+        a->size_arg = "4096";
+    if (!a->size_arg)
         sl_usage_error("--size is required (see --help)");
     const size_t block = kernel_table[g.kernel].block;
-    g.size = sl_parse_size("--size", size_arg) / block * block;
+    g.size = sl_parse_size("--size", a->size_arg) / block * block;
     if (g.size == 0)
-        sl_usage_error("--size '%s' is smaller than the %s block of %zu bytes", size_arg,
+        sl_usage_error("--size '%s' is smaller than the %s block of %zu bytes", a->size_arg,
             kernel_table[g.kernel].name, block);
     const char* why = "";
     const bool ok = g.kernel == K_AVX512_READ ? sl_have_avx512(&why)
@@ -434,14 +399,13 @@ int main(int argc, char** argv)
                                               : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_table[g.kernel].name, why);
-    sl_watchdog(timeout);
+}
 
-    const int n = g.cpus.n;
-    sl_tsc_ghz(); /* calibrate before threads start */
-    start_workers();
+static void report_meta(void)
+{
     size_t page_min = g.w[0].page_size;
     double thp_min = g.w[0].thp_fraction;
-    for (int i = 1; i < n; i++) {
+    for (int i = 1; i < g.cpus.n; i++) {
         page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
         thp_min = g.w[i].thp_fraction < thp_min ? g.w[i].thp_fraction : thp_min;
     }
@@ -455,85 +419,125 @@ int main(int argc, char** argv)
     sl_json_num("thp_fraction", thp_min);
     sl_json_str("statistic", compute_meta_statistic());
     sl_json_end();
+}
 
-    double* totals = calloc((size_t)g.reps, sizeof(double));
-    double* per = calloc((size_t)n, sizeof(double));
-    const double ghz = sl_tsc_ghz();
-    /* streams: bytes per pass -> GB/s; compute: flops per pass / 1000 -> TFLOP/s */
+/* streams: bytes per pass -> GB/s; compute: flops per pass / 1000 -> TFLOP/s */
+typedef struct {
+    bool compute;
+    double per_pass;
+    const char *unit, *total, *mean, *min, *p50, *max;
+} ladder_units;
+
+static ladder_units kernel_units(void)
+{
     const bool compute = is_compute();
-    const double per_pass = compute ? kernel_table[g.kernel].flops_per_pass / 1e3 : (double)g.size;
-    const char* unit = compute ? "TFLOP/s" : "GB/s";
-    const char* n_total = compute ? "tflops_total" : "bw_total";
-    const char* n_mean = compute ? "tflops_per_core_mean" : "bw_per_core_mean";
-    const char* n_min = compute ? "tflops_per_core_min" : "bw_per_core_min";
-    const char* n_p50 = compute ? "tflops_per_core_p50" : "bw_per_core_p50";
-    const char* n_max = compute ? "tflops_per_core_max" : "bw_per_core_max";
+    return (ladder_units) {
+        .compute = compute,
+        .per_pass = compute ? kernel_table[g.kernel].flops_per_pass / 1e3 : (double)g.size,
+        .unit = compute ? "TFLOP/s" : "GB/s",
+        .total = compute ? "tflops_total" : "bw_total",
+        .mean = compute ? "tflops_per_core_mean" : "bw_per_core_mean",
+        .min = compute ? "tflops_per_core_min" : "bw_per_core_min",
+        .p50 = compute ? "tflops_per_core_p50" : "bw_per_core_p50",
+        .max = compute ? "tflops_per_core_max" : "bw_per_core_max",
+    };
+}
+
+/* one rep's records, once its workers are done (per: n slots); returns the rep's total */
+static double report_rep(int rep, const ladder_units* u, double* per)
+{
+    const int n = g.cpus.n;
+    const double ghz = sl_tsc_ghz();
+    uint64_t first = UINT64_MAX, last = 0;
+    double amount = 0, mean = 0, clock_mean = 0, clock_min = 1e30;
+    int min_i = 0;
+    for (int i = 0; i < n; i++) {
+        const worker* w = &g.w[i];
+        check_worker(w);
+        first = w->t0 < first ? w->t0 : first;
+        last = w->t1 > last ? w->t1 : last;
+        const double b = (double)w->passes * u->per_pass;
+        amount += b;
+        per[i] = b / ((double)(w->t1 - w->t0) / ghz); /* per ns: GB/s or TFLOP/s */
+        mean += per[i] / n;
+        min_i = per[i] < per[min_i] ? i : min_i;
+        clock_mean += w->clock_ghz * 1e3 / n;
+        clock_min = w->clock_ghz * 1e3 < clock_min ? w->clock_ghz * 1e3 : clock_min;
+    }
+    const double total = amount / ((double)(last - first) / ghz);
+    const double min_v = per[min_i];
+    const int min_cpu = g.w[min_i].cpu;
+    sl_metric_begin(u->total, total, u->unit);
+    dims(rep);
+    sl_json_end();
+    sl_metric_begin(u->mean, mean, u->unit);
+    dims(rep);
+    sl_json_end();
+    sl_metric_begin(u->min, min_v, u->unit);
+    dims(rep);
+    sl_json_int("cpu", min_cpu);
+    sl_json_end();
+    const double max_v = sl_quantile(per, n, 1.0); /* sorts per */
+    sl_metric_begin(u->p50, sl_quantile(per, n, 0.5), u->unit);
+    dims(rep);
+    sl_json_end();
+    sl_metric_begin(u->max, max_v, u->unit);
+    dims(rep);
+    sl_json_end();
+    if (kernel_table[g.kernel].flops_per_byte > 0) {
+        sl_metric_begin("gflops_total", total * kernel_table[g.kernel].flops_per_byte, "GFLOP/s");
+        dims(rep);
+        sl_json_end();
+    }
+    if (u->compute) {
+        /* the core clock (not the TSC's reference clock), from 3-cycle IMUL chains run
+         * right after each thread's timed loop */
+        sl_metric_begin("core_clock_mean", clock_mean, "MHz");
+        dims(rep);
+        sl_json_str("method", "imul-chain-after-loop");
+        sl_json_end();
+        sl_metric_begin("core_clock_min", clock_min, "MHz");
+        dims(rep);
+        sl_json_str("method", "imul-chain-after-loop");
+        sl_json_end();
+    }
+    return total;
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "ladder";
+    ladder_args a = { 0 };
+    parse_args(argc, argv, &a);
+    if (a.probe) {
+        if (a.kernel_arg)
+            sl_usage_error("--probe runs its own kernels: leave out --kernel");
+        if (!a.seconds_set)
+            g.seconds = 0.01;
+        sl_watchdog(a.timeout);
+        return run_probe(a.size_arg);
+    }
+    check_kernel(&a);
+    sl_watchdog(a.timeout);
+
+    sl_tsc_ghz(); /* calibrate before threads start */
+    start_workers();
+    report_meta();
+    double* totals = calloc((size_t)g.reps, sizeof(double));
+    double* per = calloc((size_t)g.cpus.n, sizeof(double));
+    const ladder_units u = kernel_units();
     for (int rep = 0; rep < g.reps; rep++) {
         pthread_barrier_wait(&g.phase);
         pthread_barrier_wait(&g.phase);
-        uint64_t first = UINT64_MAX, last = 0;
-        double amount = 0, mean = 0, clock_mean = 0, clock_min = 1e30;
-        int min_i = 0;
-        for (int i = 0; i < n; i++) {
-            const worker* w = &g.w[i];
-            check_worker(w);
-            first = w->t0 < first ? w->t0 : first;
-            last = w->t1 > last ? w->t1 : last;
-            const double b = (double)w->passes * per_pass;
-            amount += b;
-            per[i] = b / ((double)(w->t1 - w->t0) / ghz); /* per ns: GB/s or TFLOP/s */
-            mean += per[i] / n;
-            min_i = per[i] < per[min_i] ? i : min_i;
-            clock_mean += w->clock_ghz * 1e3 / n;
-            clock_min = w->clock_ghz * 1e3 < clock_min ? w->clock_ghz * 1e3 : clock_min;
-        }
-        const double total = amount / ((double)(last - first) / ghz);
-        totals[rep] = total;
-        const double min_v = per[min_i];
-        const int min_cpu = g.w[min_i].cpu;
-        sl_metric_begin(n_total, total, unit);
-        dims(rep);
-        sl_json_end();
-        sl_metric_begin(n_mean, mean, unit);
-        dims(rep);
-        sl_json_end();
-        sl_metric_begin(n_min, min_v, unit);
-        dims(rep);
-        sl_json_int("cpu", min_cpu);
-        sl_json_end();
-        const double max_v = sl_quantile(per, n, 1.0); /* sorts per */
-        sl_metric_begin(n_p50, sl_quantile(per, n, 0.5), unit);
-        dims(rep);
-        sl_json_end();
-        sl_metric_begin(n_max, max_v, unit);
-        dims(rep);
-        sl_json_end();
-        if (kernel_table[g.kernel].flops_per_byte > 0) {
-            sl_metric_begin(
-                "gflops_total", total * kernel_table[g.kernel].flops_per_byte, "GFLOP/s");
-            dims(rep);
-            sl_json_end();
-        }
-        if (compute) {
-            /* the core clock (not the TSC's reference clock), from 3-cycle IMUL chains run
-             * right after each thread's timed loop */
-            sl_metric_begin("core_clock_mean", clock_mean, "MHz");
-            dims(rep);
-            sl_json_str("method", "imul-chain-after-loop");
-            sl_json_end();
-            sl_metric_begin("core_clock_min", clock_min, "MHz");
-            dims(rep);
-            sl_json_str("method", "imul-chain-after-loop");
-            sl_json_end();
-        }
+        totals[rep] = report_rep(rep, &u, per);
     }
     join_workers();
     const double best = sl_quantile(totals, g.reps, 1.0), median = sl_quantile(totals, g.reps, 0.5);
-    sl_metric_begin(n_total, best, unit);
+    sl_metric_begin(u.total, best, u.unit);
     dims(-1);
     sl_json_str("stat", "best");
     sl_json_end();
-    sl_metric_begin(n_total, median, unit);
+    sl_metric_begin(u.total, median, u.unit);
     dims(-1);
     sl_json_str("stat", "median");
     sl_json_end();

@@ -216,62 +216,59 @@ static void meta_str(
     out[i] = 0;
 }
 
-static void load_row(l_dump* d, l_row* r, int index)
+/* row 0's meta.json: the layer's shapes and kind */
+static void meta_shapes(l_dump* d, const char* path, const char* js, int hidden)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/meta.json", r->dir);
-    char* js = slurp(path);
-    /* the row must share row 0's shapes: its tensors are checked against them below */
-    const int hidden = meta_int(path, js, "hidden", 1);
-    if (index == 0) {
-        d->hidden = hidden;
-        d->heads = meta_int(path, js, "heads", 1);
-        d->kv_heads = meta_int(path, js, "kv_heads", 1);
-        d->head_dim = meta_int(path, js, "head_dim", 2);
-        d->inter = meta_int(path, js, "inter", 1);
-        d->ple = meta_int(path, js, "ple", 0);
-        d->cache_len = meta_int(path, js, "cache_len", 0);
-        d->eps = meta_num(path, js, "eps", false, NULL);
-        bool has_window;
-        d->window = (int)meta_num(path, js, "window", true, &has_window);
-        d->attn_scale = meta_num(path, js, "attn_scale", true, NULL);
-        if (!find_key(js, "attn_scale"))
-            d->attn_scale = 1.0; /* ref_layer.py's dumps: Gemma-4 scores are unscaled */
-        meta_str(path, js, "layer_type", d->layer_type, sizeof(d->layer_type), NULL);
-        meta_str(path, js, "shape", d->shape, sizeof(d->shape), "");
-        d->sliding = !strcmp(d->layer_type, "sliding_attention");
-        if (!d->sliding && strcmp(d->layer_type, "full_attention"))
-            sl_usage_error("%s: layer_type '%s', expected sliding_attention or full_attention",
-                path, d->layer_type);
-        const char* moe = find_key(js, "moe");
-        d->moe = moe && !strncmp(moe, "true", 4);
-        const char* kv_eq = find_key(js, "kv_eq");
-        d->kv_eq = kv_eq && !strncmp(kv_eq, "true", 4);
-        if (d->moe) {
-            d->experts = meta_int(path, js, "experts", 1);
-            d->top_k = meta_int(path, js, "top_k", 1);
-            d->moe_inter = meta_int(path, js, "moe_inter", 1);
-            if (d->top_k > d->experts || d->top_k > L_MAX_TOPK)
-                sl_usage_error("%s: top_k = %d: expected at most experts (%d) and %d", path,
-                    d->top_k, d->experts, L_MAX_TOPK);
-        }
-        const char* tp = find_key(js, "tp");
-        d->tp = tp ? meta_int(path, js, "tp", 1) : 1;
-        d->rank = d->tp > 1 ? meta_int(path, js, "rank", 0) : 0;
-        if (d->tp > 1 && d->moe)
-            sl_usage_error("%s: tp %d with moe: a MoE layer splits into head and expert sockets, "
-                           "not tensor-parallel ranks",
-                path, d->tp);
-        for (int b = 0; b < NBND; b++) /* PLE's boundaries with a PLE, the MoE block's in one */
-            d->has[b] = b >= B_RS                         ? d->moe
-                : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0
-                                                          : 1;
-        if (d->heads % d->kv_heads)
-            sl_usage_error(
-                "%s: heads %d not a multiple of kv_heads %d", path, d->heads, d->kv_heads);
-        if (d->head_dim % 2)
-            sl_usage_error("%s: head_dim %d must be even (RoPE halves)", path, d->head_dim);
-    } else if (hidden != d->hidden || meta_int(path, js, "heads", 1) != d->heads
+    d->hidden = hidden;
+    d->heads = meta_int(path, js, "heads", 1);
+    d->kv_heads = meta_int(path, js, "kv_heads", 1);
+    d->head_dim = meta_int(path, js, "head_dim", 2);
+    d->inter = meta_int(path, js, "inter", 1);
+    d->ple = meta_int(path, js, "ple", 0);
+    d->cache_len = meta_int(path, js, "cache_len", 0);
+    d->eps = meta_num(path, js, "eps", false, NULL);
+    bool has_window;
+    d->window = (int)meta_num(path, js, "window", true, &has_window);
+    d->attn_scale = meta_num(path, js, "attn_scale", true, NULL);
+    if (!find_key(js, "attn_scale"))
+        d->attn_scale = 1.0; /* ref_layer.py's dumps: Gemma-4 scores are unscaled */
+    meta_str(path, js, "layer_type", d->layer_type, sizeof(d->layer_type), NULL);
+    meta_str(path, js, "shape", d->shape, sizeof(d->shape), "");
+    d->sliding = !strcmp(d->layer_type, "sliding_attention");
+    if (!d->sliding && strcmp(d->layer_type, "full_attention"))
+        sl_usage_error("%s: layer_type '%s', expected sliding_attention or full_attention", path,
+            d->layer_type);
+    const char* moe = find_key(js, "moe");
+    d->moe = moe && !strncmp(moe, "true", 4);
+    const char* kv_eq = find_key(js, "kv_eq");
+    d->kv_eq = kv_eq && !strncmp(kv_eq, "true", 4);
+    if (d->moe) {
+        d->experts = meta_int(path, js, "experts", 1);
+        d->top_k = meta_int(path, js, "top_k", 1);
+        d->moe_inter = meta_int(path, js, "moe_inter", 1);
+        if (d->top_k > d->experts || d->top_k > L_MAX_TOPK)
+            sl_usage_error("%s: top_k = %d: expected at most experts (%d) and %d", path, d->top_k,
+                d->experts, L_MAX_TOPK);
+    }
+    const char* tp = find_key(js, "tp");
+    d->tp = tp ? meta_int(path, js, "tp", 1) : 1;
+    d->rank = d->tp > 1 ? meta_int(path, js, "rank", 0) : 0;
+    if (d->tp > 1 && d->moe)
+        sl_usage_error("%s: tp %d with moe: a MoE layer splits into head and expert sockets, "
+                       "not tensor-parallel ranks",
+            path, d->tp);
+    for (int b = 0; b < NBND; b++) /* PLE's boundaries with a PLE, the MoE block's in one */
+        d->has[b] = b >= B_RS ? d->moe : (b == B_PG || b == B_PACT || b == B_PP) ? d->ple > 0 : 1;
+    if (d->heads % d->kv_heads)
+        sl_usage_error("%s: heads %d not a multiple of kv_heads %d", path, d->heads, d->kv_heads);
+    if (d->head_dim % 2)
+        sl_usage_error("%s: head_dim %d must be even (RoPE halves)", path, d->head_dim);
+}
+
+/* rows 1..: the same layer as row 0 */
+static void meta_same_shapes(const l_dump* d, const char* path, const char* js, int hidden)
+{
+    if (hidden != d->hidden || meta_int(path, js, "heads", 1) != d->heads
         || meta_int(path, js, "kv_heads", 1) != d->kv_heads
         || meta_int(path, js, "head_dim", 2) != d->head_dim
         || meta_int(path, js, "inter", 1) != d->inter || meta_int(path, js, "ple", 0) != d->ple
@@ -279,6 +276,11 @@ static void load_row(l_dump* d, l_row* r, int index)
         sl_usage_error("%s: shapes differ from row 0's (%s/meta.json); every batch row is the "
                        "same layer",
             path, d->row[0].dir);
+}
+
+/* a row's bars: the BF16 reference's errors per boundary, their spread, the routing KL */
+static void meta_bars(const l_dump* d, l_row* r, const char* path, const char* js)
+{
     const char* bars = find_key(js, "bf16_ref_err");
     if (!bars || *bars != '{')
         sl_usage_error("%s: key bf16_ref_err missing (expected {boundary: {rel_rms: ...}})", path);
@@ -317,60 +319,77 @@ static void load_row(l_dump* d, l_row* r, int index)
         const char* routing = find_key(js, "routing");
         r->routing_kl_bf16 = routing ? meta_num(path, routing, "kl_bf16", true, NULL) : 0;
     }
-    free(js);
+}
 
-    manifest m;
-    read_manifest(r->dir, &m);
+/* the layer's matrices with their shapes per matrix (rows, cols) */
+static void layer_shapes(const l_dump* d, long shapes[NMAT][2], int present[NMAT])
+{
     const long H = d->hidden, NH = d->heads, KVH = d->kv_heads, HD = d->head_dim, I = d->inter,
-               P = d->ple, CL = d->cache_len;
-    const long E = d->experts, EI = d->moe_inter, K = d->top_k;
-    const long shapes[NMAT][2] = { { NH * HD, H }, { KVH * HD, H }, { KVH * HD, H }, { H, NH * HD },
+               P = d->ple, E = d->experts;
+    const long s[NMAT][2] = { { NH * HD, H }, { KVH * HD, H }, { KVH * HD, H }, { H, NH * HD },
         { I, H }, { I, H }, { H, I }, { P, H }, { H, P }, { E, H } };
     /* a matrix the layer lacks has 0 rows and no tensor */
-    const int present[NMAT] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, P > 0, P > 0, d->moe };
+    const int p[NMAT] = { 1, 1, !d->kv_eq, 1, 1, 1, 1, P > 0, P > 0, d->moe };
+    memcpy(shapes, s, sizeof(s));
+    memcpy(present, p, sizeof(p));
+}
+
+/* row 0's directory: the layer's weights (matrices, norms, experts, the scalar) */
+static void load_weights(l_dump* d, const l_row* r, const manifest* mp)
+{
+    const long H = d->hidden, HD = d->head_dim, P = d->ple, E = d->experts, EI = d->moe_inter;
+    long shapes[NMAT][2];
+    int present[NMAT];
+    layer_shapes(d, shapes, present);
     char name[160];
-    if (index == 0) {
-        for (int k = 0; k < NMAT; k++) {
-            d->rows[k] = present[k] ? (int)shapes[k][0] : 0;
-            d->cols[k] = (int)shapes[k][1];
-            if (!present[k])
-                continue;
-            snprintf(name, sizeof(name), "w.%s", l_matrix_names[k]);
-            d->w[k] = load(r->dir, &m, name, "bf16", 2, shapes[k]);
-        }
-        const char* norms[12] = { "input_layernorm.weight", "post_attention_layernorm.weight",
-            "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
-            "post_per_layer_input_norm.weight", "self_attn.q_norm.weight",
-            "self_attn.k_norm.weight", "pre_feedforward_layernorm_2.weight",
-            "post_feedforward_layernorm_1.weight", "post_feedforward_layernorm_2.weight",
-            "router.scale", "router.per_expert_scale" };
-        float** dst[12] = { &d->w_in, &d->w_pa, &d->w_preffn, &d->w_postffn, &d->w_ppn, &d->w_qn,
-            &d->w_kn, &d->w_pf2, &d->w_pff1, &d->w_pff2, &d->w_rscale, &d->w_pes };
-        const long len[12] = { H, H, H, H, H, HD, HD, H, H, H, H, E };
-        const int norm_present[12]
-            = { 1, 1, 1, 1, P > 0, 1, 1, d->moe, d->moe, d->moe, d->moe, d->moe };
-        for (int k = 0; k < 12; k++) {
-            if (!norm_present[k])
-                continue;
-            snprintf(name, sizeof(name), "w.%s", norms[k]);
-            *dst[k] = widen(load(r->dir, &m, name, "bf16", 1, &len[k]), (size_t)len[k]);
-        }
-        if (d->moe) {
-            const long gu[3] = { E, 2 * EI, H }, dn[3] = { E, H, EI };
-            d->w_gu = load(r->dir, &m, "w.experts.gate_up_proj", "bf16", 3, gu);
-            d->w_dn = load(r->dir, &m, "w.experts.down_proj", "bf16", 3, dn);
-        }
-        const long one = 1;
-        float* s = load(r->dir, &m, "layer_scalar", "f32", 1, &one);
-        d->layer_scalar = s[0];
-        free(s);
+    for (int k = 0; k < NMAT; k++) {
+        d->rows[k] = present[k] ? (int)shapes[k][0] : 0;
+        d->cols[k] = (int)shapes[k][1];
+        if (!present[k])
+            continue;
+        snprintf(name, sizeof(name), "w.%s", l_matrix_names[k]);
+        d->w[k] = load(r->dir, mp, name, "bf16", 2, shapes[k]);
     }
-    r->x_in = load(r->dir, &m, "x_in", "f32", 1, &H);
-    r->pli = P ? load(r->dir, &m, "per_layer_input", "f32", 1, &P) : NULL;
-    r->o_rest = d->tp > 1 ? load(r->dir, &m, "o_rest", "f32", 1, &H) : NULL;
-    r->down_rest = d->tp > 1 ? load(r->dir, &m, "down_rest", "f32", 1, &H) : NULL;
+    const char* norms[12] = { "input_layernorm.weight", "post_attention_layernorm.weight",
+        "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
+        "post_per_layer_input_norm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+        "pre_feedforward_layernorm_2.weight", "post_feedforward_layernorm_1.weight",
+        "post_feedforward_layernorm_2.weight", "router.scale", "router.per_expert_scale" };
+    float** dst[12] = { &d->w_in, &d->w_pa, &d->w_preffn, &d->w_postffn, &d->w_ppn, &d->w_qn,
+        &d->w_kn, &d->w_pf2, &d->w_pff1, &d->w_pff2, &d->w_rscale, &d->w_pes };
+    const long len[12] = { H, H, H, H, H, HD, HD, H, H, H, H, E };
+    const int norm_present[12]
+        = { 1, 1, 1, 1, P > 0, 1, 1, d->moe, d->moe, d->moe, d->moe, d->moe };
+    for (int k = 0; k < 12; k++) {
+        if (!norm_present[k])
+            continue;
+        snprintf(name, sizeof(name), "w.%s", norms[k]);
+        *dst[k] = widen(load(r->dir, mp, name, "bf16", 1, &len[k]), (size_t)len[k]);
+    }
+    if (d->moe) {
+        const long gu[3] = { E, 2 * EI, H }, dn[3] = { E, H, EI };
+        d->w_gu = load(r->dir, mp, "w.experts.gate_up_proj", "bf16", 3, gu);
+        d->w_dn = load(r->dir, mp, "w.experts.down_proj", "bf16", 3, dn);
+    }
+    const long one = 1;
+    float* s = load(r->dir, mp, "layer_scalar", "f32", 1, &one);
+    d->layer_scalar = s[0];
+    free(s);
+}
+
+/* a row's own tensors: input, per-layer input, TP rests, routing, RoPE, KV cache, references */
+static void load_row_tensors(const l_dump* d, l_row* r, const manifest* mp)
+{
+    const long H = d->hidden, NH = d->heads, KVH = d->kv_heads, HD = d->head_dim, I = d->inter,
+               P = d->ple, CL = d->cache_len;
+    const long E = d->experts, K = d->top_k;
+    char name[160];
+    r->x_in = load(r->dir, mp, "x_in", "f32", 1, &H);
+    r->pli = P ? load(r->dir, mp, "per_layer_input", "f32", 1, &P) : NULL;
+    r->o_rest = d->tp > 1 ? load(r->dir, mp, "o_rest", "f32", 1, &H) : NULL;
+    r->down_rest = d->tp > 1 ? load(r->dir, mp, "down_rest", "f32", 1, &H) : NULL;
     if (d->moe) { /* the pinned experts, as ref_layer.py writes them (f32) */
-        float* idx = load(r->dir, &m, "router_idx", "f32", 1, &K);
+        float* idx = load(r->dir, mp, "router_idx", "f32", 1, &K);
         for (int j = 0; j < K; j++) {
             if (!(idx[j] >= 0 && idx[j] < E && idx[j] == (int)idx[j]))
                 sl_usage_error("%s/router_idx.f32: element %d is %g, expected an expert index "
@@ -380,12 +399,12 @@ static void load_row(l_dump* d, l_row* r, int index)
         }
         free(idx);
     }
-    r->cos = load(r->dir, &m, "cos", "f32", 1, &HD);
-    r->sin = load(r->dir, &m, "sin", "f32", 1, &HD);
+    r->cos = load(r->dir, mp, "cos", "f32", 1, &HD);
+    r->sin = load(r->dir, mp, "sin", "f32", 1, &HD);
     const long kv[3] = { KVH, CL, HD };
     if (CL > 0) {
-        r->kcache = load(r->dir, &m, "kcache", "bf16", 3, kv);
-        r->vcache = load(r->dir, &m, "vcache", "bf16", 3, kv);
+        r->kcache = load(r->dir, mp, "kcache", "bf16", 3, kv);
+        r->vcache = load(r->dir, mp, "vcache", "bf16", 3, kv);
     } else {
         r->kcache = r->vcache = NULL;
     }
@@ -395,8 +414,29 @@ static void load_row(l_dump* d, l_row* r, int index)
         if (!d->has[b])
             continue;
         snprintf(name, sizeof(name), "ref.%s", l_bnd_names[b]);
-        r->ref[b] = load(r->dir, &m, name, "f32", 1, &blen[b]);
+        r->ref[b] = load(r->dir, mp, name, "f32", 1, &blen[b]);
     }
+}
+
+static void load_row(l_dump* d, l_row* r, int index)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/meta.json", r->dir);
+    char* js = slurp(path);
+    /* the row must share row 0's shapes: its tensors are checked against them below */
+    const int hidden = meta_int(path, js, "hidden", 1);
+    if (index == 0)
+        meta_shapes(d, path, js, hidden);
+    else
+        meta_same_shapes(d, path, js, hidden);
+    meta_bars(d, r, path, js);
+    free(js);
+
+    manifest m;
+    read_manifest(r->dir, &m);
+    if (index == 0)
+        load_weights(d, r, &m);
+    load_row_tensors(d, r, &m);
     free(m.e);
 }
 

@@ -3,7 +3,6 @@
 #include "layer.h"
 #include "lock.h"
 
-#include <getopt.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -349,16 +348,124 @@ static float* part(float* base, size_t stride, int par, int u, int b, int n)
     return base + ((size_t)par * g.nw + u) * stride + (size_t)b * n;
 }
 
+/* the step loop's helpers (a phase of a step, attention and its steps per tile) are inlined, so
+ * the loop compiles as the one function it was */
+#define STEP_INLINE static inline __attribute__((always_inline))
+
+/* q = hi + lo in bf16 for the packed kernels: FP32-accurate scores through bf16 products */
+STEP_INLINE void attn_split_q(scratch* s, const float* qn, int hb, int gc, int hd)
+{
+    for (int h = 0; h < gc; h++)
+        for (int dd = 0; dd < hd; dd++) {
+            const float q = qn[(size_t)(hb + h) * hd + dd];
+            const uint16_t hi = sl_f32_to_bf16(q);
+            s->xq[(size_t)h * hd + dd] = hi;
+            s->xq[(size_t)(gc + h) * hd + dd] = sl_f32_to_bf16(q - sl_bf16_to_f32(hi));
+        }
+}
+
+/* the scores of the gc heads on positions [t0, t0 + tn) into s->sc ([gc][tile_pos]) */
+STEP_INLINE void attn_scores(const worker* w, scratch* s, const uint16_t* K, const uint16_t* V,
+    const float* qn, int hb, int gc, int t0, int tn)
+{
+    const int hd = g.d.head_dim;
+    const float scale = (float)g.d.attn_scale;
+    float* sc = s->sc;
+    if (packed_kv()) {
+        const int ldy = g.tile_pos + 16;
+        if (g.pf_dist)
+            for (int t = 0; t < g.pf_dist && t0 + tn + t < w->np; t += 1)
+                prefetch(K + (size_t)(t0 + tn + t) * hd);
+        l_gemv(kv_kernel(), K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
+        for (int h = 0; h < gc; h++)
+            for (int t = 0; t < tn; t++)
+                sc[(size_t)h * g.tile_pos + t]
+                    = (s->tmp[(size_t)h * ldy + t] + s->tmp[(size_t)(gc + h) * ldy + t]) * scale;
+        return;
+    }
+    for (int t = 0; t < tn; t++) {
+        const uint16_t* kr = K + (size_t)(t0 + t) * hd;
+        if (g.pf_dist && t0 + t + g.pf_dist < w->np) {
+            prefetch(kr + (size_t)g.pf_dist * hd);
+            prefetch(V + (size_t)(t0 + t + g.pf_dist) * hd);
+        }
+        for (int h = 0; h < gc; h++) {
+            const float* q = qn + (size_t)(hb + h) * hd;
+            float a = 0;
+            for (int dd = 0; dd < hd; dd++)
+                a += sl_bf16_to_f32(kr[dd]) * q[dd];
+            sc[(size_t)h * g.tile_pos + t] = a * scale;
+        }
+    }
+}
+
+/* online softmax: rescale what the earlier tiles accumulated; s->sc becomes exp(score - max) */
+STEP_INLINE void attn_softmax(scratch* s, int gc, int tn)
+{
+    const int hd = g.d.head_dim;
+    float *m = s->m, *l = s->l, *acc = s->acc;
+    for (int h = 0; h < gc; h++) {
+        float* sh = s->sc + (size_t)h * g.tile_pos;
+        float mx = m[h];
+        for (int t = 0; t < tn; t++)
+            mx = sh[t] > mx ? sh[t] : mx;
+        const float r = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx);
+        m[h] = mx;
+        float sum = 0;
+        for (int t = 0; t < tn; t++) {
+            sh[t] = expf(sh[t] - mx);
+            sum += sh[t];
+        }
+        l[h] = l[h] * r + sum;
+        for (int dd = 0; dd < hd; dd++)
+            acc[(size_t)h * hd + dd] *= r;
+    }
+}
+
+/* acc += P V over tile j (positions [t0, t0 + tn)) */
+STEP_INLINE void attn_pv(scratch* s, const uint16_t* V, int gc, int t0, int tn, int j)
+{
+    const int hd = g.d.head_dim;
+    const float* sc = s->sc;
+    float* acc = s->acc;
+    if (packed_kv()) {
+        const int width = round32(tn), rows = g.pv_unsplit ? gc : 2 * gc;
+        for (int h = 0; h < gc; h++)
+            for (int t = 0; t < width; t++) {
+                const float p = t < tn ? sc[(size_t)h * g.tile_pos + t] : 0.0f;
+                const uint16_t hi = sl_f32_to_bf16(p);
+                s->xp[(size_t)h * width + t] = hi;
+                if (!g.pv_unsplit) /* P = hi + lo: the TMUL's bf16 inputs stay FP32-exact */
+                    s->xp[(size_t)(gc + h) * width + t] = sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
+            }
+        const int ldy = hd + 16;
+        l_gemv(kv_kernel(), V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows, s->tmp, ldy);
+        for (int h = 0; h < gc; h++)
+            for (int dd = 0; dd < hd; dd++)
+                acc[(size_t)h * hd + dd] += s->tmp[(size_t)h * ldy + dd]
+                    + (g.pv_unsplit ? 0.0f : s->tmp[(size_t)(gc + h) * ldy + dd]);
+        return;
+    }
+    for (int t = 0; t < tn; t++) {
+        const uint16_t* vr = V + (size_t)(t0 + t) * hd;
+        for (int h = 0; h < gc; h++) {
+            const float p = sc[(size_t)h * g.tile_pos + t];
+            float* a = acc + (size_t)h * hd;
+            for (int dd = 0; dd < hd; dd++)
+                a[dd] += p * sl_bf16_to_f32(vr[dd]);
+        }
+    }
+}
+
 /* attention of one row b over this worker's positions: partials m, l (per head) and
  * unnormalised o (per head x hd) into pm/pl/po */
-static void attention(worker* w, scratch* s, int b, const float* qn, int par)
+STEP_INLINE void attention(worker* w, scratch* s, int b, const float* qn, int par)
 {
     const int NH = g.d.heads, KVH = g.d.kv_heads, hd = g.d.head_dim, grp = NH / KVH;
     const int wid = w->id;
     float* pm = part(g.pm, g.pm_stride, par, wid, b, NH);
     float* pl = part(g.pl, g.pm_stride, par, wid, b, NH);
     float* po = part(g.po, g.po_stride, par, wid, b, NH * hd);
-    const float scale = (float)g.d.attn_scale;
     for (int h = 0; h < NH; h++) {
         pm[h] = -INFINITY;
         pl[h] = 0;
@@ -379,91 +486,12 @@ static void attention(worker* w, scratch* s, int b, const float* qn, int par)
             }
             memset(acc, 0, sizeof(float) * (size_t)gc * hd);
             if (packed_kv())
-                for (int h = 0; h < gc; h++)
-                    for (int dd = 0; dd < hd; dd++) {
-                        /* q = hi + lo in bf16: FP32-accurate scores through bf16 products */
-                        const float q = qn[(size_t)(hb + h) * hd + dd];
-                        const uint16_t hi = sl_f32_to_bf16(q);
-                        s->xq[(size_t)h * hd + dd] = hi;
-                        s->xq[(size_t)(gc + h) * hd + dd] = sl_f32_to_bf16(q - sl_bf16_to_f32(hi));
-                    }
+                attn_split_q(s, qn, hb, gc, hd);
             for (int t0 = 0, j = 0; t0 < w->np; t0 += g.tile_pos, j++) {
                 const int tn = w->np - t0 < g.tile_pos ? w->np - t0 : g.tile_pos;
-                float* sc = s->sc; /* [gc][tile_pos] */
-                if (packed_kv()) {
-                    const int ldy = g.tile_pos + 16;
-                    if (g.pf_dist)
-                        for (int t = 0; t < g.pf_dist && t0 + tn + t < w->np; t += 1)
-                            prefetch(K + (size_t)(t0 + tn + t) * hd);
-                    l_gemv(kv_kernel(), K + (size_t)t0 * hd, tn, hd, s->xq, 2 * gc, s->tmp, ldy);
-                    for (int h = 0; h < gc; h++)
-                        for (int t = 0; t < tn; t++)
-                            sc[(size_t)h * g.tile_pos + t]
-                                = (s->tmp[(size_t)h * ldy + t] + s->tmp[(size_t)(gc + h) * ldy + t])
-                                * scale;
-                } else {
-                    for (int t = 0; t < tn; t++) {
-                        const uint16_t* kr = K + (size_t)(t0 + t) * hd;
-                        if (g.pf_dist && t0 + t + g.pf_dist < w->np) {
-                            prefetch(kr + (size_t)g.pf_dist * hd);
-                            prefetch(V + (size_t)(t0 + t + g.pf_dist) * hd);
-                        }
-                        for (int h = 0; h < gc; h++) {
-                            const float* q = qn + (size_t)(hb + h) * hd;
-                            float a = 0;
-                            for (int dd = 0; dd < hd; dd++)
-                                a += sl_bf16_to_f32(kr[dd]) * q[dd];
-                            sc[(size_t)h * g.tile_pos + t] = a * scale;
-                        }
-                    }
-                }
-                /* online softmax: rescale what the earlier tiles accumulated */
-                for (int h = 0; h < gc; h++) {
-                    float* sh = sc + (size_t)h * g.tile_pos;
-                    float mx = m[h];
-                    for (int t = 0; t < tn; t++)
-                        mx = sh[t] > mx ? sh[t] : mx;
-                    const float r = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx);
-                    m[h] = mx;
-                    float sum = 0;
-                    for (int t = 0; t < tn; t++) {
-                        sh[t] = expf(sh[t] - mx);
-                        sum += sh[t];
-                    }
-                    l[h] = l[h] * r + sum;
-                    for (int dd = 0; dd < hd; dd++)
-                        acc[(size_t)h * hd + dd] *= r;
-                }
-                if (packed_kv()) {
-                    const int width = round32(tn), rows = g.pv_unsplit ? gc : 2 * gc;
-                    for (int h = 0; h < gc; h++)
-                        for (int t = 0; t < width; t++) {
-                            const float p = t < tn ? sc[(size_t)h * g.tile_pos + t] : 0.0f;
-                            const uint16_t hi = sl_f32_to_bf16(p);
-                            s->xp[(size_t)h * width + t] = hi;
-                            if (!g.pv_unsplit) /* P = hi + lo: the TMUL's bf16 inputs stay
-                                                  FP32-exact */
-                                s->xp[(size_t)(gc + h) * width + t]
-                                    = sl_f32_to_bf16(p - sl_bf16_to_f32(hi));
-                        }
-                    const int ldy = hd + 16;
-                    l_gemv(kv_kernel(), V + (size_t)j * g.tile_pos * hd, hd, width, s->xp, rows,
-                        s->tmp, ldy);
-                    for (int h = 0; h < gc; h++)
-                        for (int dd = 0; dd < hd; dd++)
-                            acc[(size_t)h * hd + dd] += s->tmp[(size_t)h * ldy + dd]
-                                + (g.pv_unsplit ? 0.0f : s->tmp[(size_t)(gc + h) * ldy + dd]);
-                } else {
-                    for (int t = 0; t < tn; t++) {
-                        const uint16_t* vr = V + (size_t)(t0 + t) * hd;
-                        for (int h = 0; h < gc; h++) {
-                            const float p = sc[(size_t)h * g.tile_pos + t];
-                            float* a = acc + (size_t)h * hd;
-                            for (int dd = 0; dd < hd; dd++)
-                                a[dd] += p * sl_bf16_to_f32(vr[dd]);
-                        }
-                    }
-                }
+                attn_scores(w, s, K, V, qn, hb, gc, t0, tn);
+                attn_softmax(s, gc, tn);
+                attn_pv(s, V, gc, t0, tn, j);
             }
             for (int h = 0; h < gc; h++) {
                 pm[hb + h] = m[h];
@@ -692,14 +720,12 @@ static int lock_runs(const worker* w, size_t run[NMAT][2])
     return n;
 }
 
-static void* worker_main(void* arg)
+/* a worker's arena: the weight slices in phase order (packed for the kernel), the experts'
+ * slices, then the KV positions (and their copies); --lock's regions once it is touched */
+static void worker_arena(worker* w)
 {
-    worker* w = arg;
-    sl_pin_self(w->cpu);
     const l_dump* d = &g.d;
-    const int B = g.batch, H = d->hidden, NH = d->heads, KVH = d->kv_heads, hd = d->head_dim;
-    const int I = d->inter, P = d->ple, QD = NH * hd, KD = KVH * hd;
-
+    const int B = g.batch, H = d->hidden, KVH = d->kv_heads, hd = d->head_dim;
     /* one arena: the weight slices in phase order, then the KV positions */
     size_t off[NMAT];
     const size_t wbytes = weight_layout(w, off);
@@ -744,57 +770,272 @@ static void* worker_main(void* arg)
     for (int k = 0; k < w->nlk; k++) /* --lock, after the first touch: this node's pages */
         lock_slice(
             &g.dev, &w->lk[k], base + w->lkrun[k][0], w->lkrun[k][1] - w->lkrun[k][0], w->cpu);
+}
 
-    scratch sc;
-    memset(&sc, 0, sizeof(sc));
+/* the worker's scratch, gathered copies and snapshots; returns the row buffer the steps use,
+ * with the GEMV output row stride in *ldy_out */
+static float* worker_scratch(const worker* w, scratch* sc, int* ldy_out)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden, hd = d->head_dim, I = d->inter, QD = d->heads * hd;
+    const int KD = d->kv_heads * hd;
     const int maxc = I > H ? (I > QD ? I : QD) : (H > QD ? H : QD);
-    const int ldy = (maxc + 31) / 32 * 32 + 32;
-    sc.xb = aligned_alloc(64, (size_t)B * maxc * 2 + 128);
-    sc.y = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2);
-    memset(sc.y, 0, sizeof(float) * (size_t)B * ldy * 2); /* --attn-only reads it as is */
-    sc.pub = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2 + 128);
-    sc.pubh = aligned_alloc(64, (size_t)B * ldy * 2 + 128);
-    sc.h1 = malloc(sizeof(float) * (size_t)B * H);
-    sc.h2 = malloc(sizeof(float) * (size_t)B * H);
-    sc.ar = malloc(sizeof(float) * (size_t)H);
-    sc.qn = malloc(sizeof(float) * (size_t)B * QD);
-    sc.kn = malloc(sizeof(float) * (size_t)B * KD);
-    sc.vn = malloc(sizeof(float) * (size_t)B * KD);
-    sc.sc = malloc(sizeof(float) * 8 * (size_t)g.tile_pos);
-    sc.acc = malloc(sizeof(float) * 8 * (size_t)hd);
-    sc.m = malloc(sizeof(float) * 8);
-    sc.l = malloc(sizeof(float) * 8);
+    const int ldy = *ldy_out = (maxc + 31) / 32 * 32 + 32;
+    sc->xb = aligned_alloc(64, (size_t)B * maxc * 2 + 128);
+    sc->y = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2);
+    memset(sc->y, 0, sizeof(float) * (size_t)B * ldy * 2); /* --attn-only reads it as is */
+    sc->pub = aligned_alloc(64, sizeof(float) * (size_t)B * ldy * 2 + 128);
+    sc->pubh = aligned_alloc(64, (size_t)B * ldy * 2 + 128);
+    sc->h1 = malloc(sizeof(float) * (size_t)B * H);
+    sc->h2 = malloc(sizeof(float) * (size_t)B * H);
+    sc->ar = malloc(sizeof(float) * (size_t)H);
+    sc->qn = malloc(sizeof(float) * (size_t)B * QD);
+    sc->kn = malloc(sizeof(float) * (size_t)B * KD);
+    sc->vn = malloc(sizeof(float) * (size_t)B * KD);
+    sc->sc = malloc(sizeof(float) * 8 * (size_t)g.tile_pos);
+    sc->acc = malloc(sizeof(float) * 8 * (size_t)hd);
+    sc->m = malloc(sizeof(float) * 8);
+    sc->l = malloc(sizeof(float) * 8);
     const int tw = g.tile_pos > hd ? g.tile_pos : hd;
-    sc.tmp = aligned_alloc(64, sizeof(float) * 16 * (size_t)(tw + 16));
-    sc.xq = aligned_alloc(64, 2 * 16 * (size_t)hd + 128);
-    sc.xp = aligned_alloc(64, 2 * 16 * (size_t)g.tile_pos + 128);
+    sc->tmp = aligned_alloc(64, sizeof(float) * 16 * (size_t)(tw + 16));
+    sc->xq = aligned_alloc(64, 2 * 16 * (size_t)hd + 128);
+    sc->xp = aligned_alloc(64, 2 * 16 * (size_t)g.tile_pos + 128);
     float* tmpv = malloc(sizeof(float) * (size_t)(maxc + 64));
     if (d->moe) {
         const size_t pairs = (size_t)B * d->top_k, ng = (size_t)(w->gz - w->ga);
         const size_t nd = (size_t)(w->dz - w->da), ny = (ng > nd ? ng : nd) + 32;
-        sc.xr = aligned_alloc(64, (size_t)B * H * 2 + 128);
-        sc.xe = aligned_alloc(64, (size_t)B * H * 2 + 128);
-        sc.rw = calloc(pairs, sizeof(float));
-        sc.ey = aligned_alloc(64, sizeof(float) * 2 * (ny + 16) + 128);
-        sc.eact = calloc(pairs * ng + 16, sizeof(float));
-        sc.eacth = aligned_alloc(64, pairs * ng * 2 + 128);
-        sc.moe = calloc((size_t)B * nd + 16, sizeof(float));
+        sc->xr = aligned_alloc(64, (size_t)B * H * 2 + 128);
+        sc->xe = aligned_alloc(64, (size_t)B * H * 2 + 128);
+        sc->rw = calloc(pairs, sizeof(float));
+        sc->ey = aligned_alloc(64, sizeof(float) * 2 * (ny + 16) + 128);
+        sc->eact = calloc(pairs * ng + 16, sizeof(float));
+        sc->eacth = aligned_alloc(64, pairs * ng * 2 + 128);
+        sc->moe = calloc((size_t)B * nd + 16, sizeof(float));
     }
     for (int v = 0; v < NVEC; v++) {
         if (!g.vused[v])
             continue;
         const size_t bytes = (size_t)g.vec[v].batch * g.vec[v].n * g.vec[v].esz + 128;
-        sc.loc[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        memset(sc.loc[v], 0, bytes);
+        sc->loc[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        memset(sc->loc[v], 0, bytes);
         if (g.nobcast) {
-            sc.priv[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            memset(sc.priv[v], 0, bytes);
+            sc->priv[v] = aligned_alloc(64, (bytes + 63) / 64 * 64);
+            memset(sc->priv[v], 0, bytes);
         }
     }
     if (!g.slice && w->id == g.bar.node_first[w->node])
         for (int v = 0; v < NVEC; v++)
             if (g.vused[v])
                 l_vec_alloc_node(&g.vec[v], w->node);
+    return tmpv;
+}
+
+/* step phase 0: rms(x), the q, k, v rows of this worker */
+STEP_INLINE void step_qkv(scratch* sc, worker* w, float* tmpv, int ldy, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden;
+    for (int b = 0; b < B; b++) {
+        rms_norm(tmpv, d->row[b].x_in, H, d->w_in, d->eps);
+        if (w->id == 0)
+            capture(s, B_XN, b, 0, tmpv, H);
+        to_bf16(sc->xb + (size_t)b * H, tmpv, (size_t)H);
+    }
+    const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V }, qkvv[3] = { V_Q, V_K, V_V };
+    for (int i = 0; i < 3 - d->kv_eq; i++)
+        gemv_publish(sc, w, qkv[i], sc->xb, ldy, qkvb[i], qkvv[i], s, tag);
+    if (d->kv_eq) /* attention_k_eq_v: V is the raw K projection (pub still holds k's rows) */
+        for (int b = 0; b < B; b++)
+            capture(s, B_V, b, w->r0[M_K], sc->pub + (size_t)b * (w->r1[M_K] - w->r0[M_K]),
+                w->r1[M_K] - w->r0[M_K]);
+}
+
+/* step phase 1: norms and RoPE (redundantly on every worker), the new token's KV row, the
+ * partials of attention over this worker's positions */
+STEP_INLINE void step_attention(scratch* sc, worker* w, int s, uint32_t tag, int par)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, NH = d->heads, KVH = d->kv_heads, hd = d->head_dim;
+    const int QD = NH * hd, KD = KVH * hd;
+    const float* q = gather(sc, w, V_Q, s, tag);
+    const float* k = gather(sc, w, V_K, s, tag);
+    const float* v = d->kv_eq ? k : gather(sc, w, V_V, s, tag);
+    for (int b = 0; b < B; b++) {
+        const l_row* r = &d->row[b];
+        float *qn = sc->qn + (size_t)b * QD, *kn = sc->kn + (size_t)b * KD,
+              *vn = sc->vn + (size_t)b * KD;
+        for (int h = 0; h < NH; h++) {
+            rms_norm(qn + h * hd, q + (size_t)b * QD + h * hd, hd, d->w_qn, d->eps);
+            rope(qn + h * hd, r->cos, r->sin, hd);
+        }
+        for (int h = 0; h < KVH; h++) {
+            rms_norm(kn + h * hd, k + (size_t)b * KD + h * hd, hd, d->w_kn, d->eps);
+            rope(kn + h * hd, r->cos, r->sin, hd);
+            rms_norm(vn + h * hd, v + (size_t)b * KD + h * hd, hd, NULL, d->eps);
+        }
+        if (w->id == 0) {
+            capture(s, B_QN, b, 0, qn, QD);
+            capture(s, B_KN, b, 0, kn, KD);
+            capture(s, B_VN, b, 0, vn, KD);
+        }
+        if (w->last) { /* the new token's row, as the kernel stores it (overwrites itself) */
+            uint16_t kb[1024], vb[1024];
+            for (int h = 0; h < KVH; h++) {
+                to_bf16(kb, kn + h * hd, (size_t)hd);
+                to_bf16(vb, vn + h * hd, (size_t)hd);
+                kv_put(w, b, h, w->np - 1, kb, vb);
+            }
+        }
+        const uint64_t ta = sl_rdtsc();
+        attention(w, sc, b, qn, par);
+        sc->gcyc += sl_rdtsc() - ta;
+    }
+}
+
+/* step phase 2: the combine: this worker's element slice of every head, over all workers'
+ * partials */
+STEP_INLINE void step_combine(scratch* sc, worker* w, int s, uint32_t tag, int par)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, NH = d->heads, hd = d->head_dim;
+    const int QD = NH * hd;
+    const int n = w->e1 - w->e0;
+    for (int b = 0; b < B; b++) {
+        float f[L_MAX_WORKERS];
+        for (int e = w->e0; e < w->e1;) {
+            /* per head once: the global max, each worker's rescale factor, the sum */
+            const int h = e / hd, he = (h + 1) * hd < w->e1 ? (h + 1) * hd : w->e1;
+            float mx = -INFINITY, L = 0;
+            for (int u = 0; u < g.nw; u++) {
+                const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
+                mx = mu > mx ? mu : mx;
+            }
+            for (int u = 0; u < g.nw; u++) {
+                const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
+                /* planted error (--debug drop-combine): no rescale, no division */
+                f[u] = g.drop_combine ? 1.0f : mu == -INFINITY ? 0.0f : expf(mu - mx);
+                L += part(g.pl, g.pm_stride, par, u, b, NH)[h] * f[u];
+            }
+            if (g.drop_combine)
+                L = 1;
+            float* out = sc->pub + (size_t)b * n - w->e0;
+            for (; e < he; e++) {
+                float acc = 0;
+                for (int u = 0; u < g.nw; u++)
+                    acc += part(g.po, g.po_stride, par, u, b, QD)[e] * f[u];
+                out[e] = acc / L;
+            }
+        }
+        capture(s, B_ATTN, b, w->e0, sc->pub + (size_t)b * n, n);
+        if (g.copy_attn && s >= g.steps - g.copy_window) /* the copy's FP32 attention */
+            memcpy(g.copy_attn + ((size_t)(s - (g.steps - g.copy_window)) * B + b) * QD + w->e0,
+                sc->pub + (size_t)b * n, sizeof(float) * (size_t)n);
+    }
+    to_bf16(sc->pubh, sc->pub, (size_t)B * n);
+    publish(sc, w, V_ATTN, sc->pubh, tag);
+}
+
+/* step phase 4: h1, gate and up, the activation; with MoE the router's rows */
+STEP_INLINE void step_gate_up(scratch* sc, worker* w, float* tmpv, int ldy, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden;
+    const float* o = gather(sc, w, V_O, s, tag);
+    for (int b = 0; b < B; b++) {
+        float* h1 = sc->h1 + (size_t)b * H;
+        residual(h1, d->row[b].x_in, all_reduce(sc->ar, o + (size_t)b * H, d->row[b].o_rest), H,
+            d->w_pa, d->eps);
+        rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
+        if (w->id == 0) {
+            capture(s, B_H1, b, 0, h1, H);
+            capture(s, B_XN2, b, 0, tmpv, H);
+        }
+        to_bf16(sc->xb + (size_t)b * H, tmpv, (size_t)H);
+    }
+    float* yg = sc->y;
+    float* yu = sc->y + (size_t)B * ldy;
+    gemv_timed(sc, M_GATE, w, sc->xb, yg, ldy);
+    gemv_timed(sc, M_UP, w, sc->xb, yu, ldy);
+    const float* mul[L_MAX_BATCH];
+    for (int b = 0; b < B; b++) {
+        capture(s, B_UP, b, w->r0[M_GATE], yu + (size_t)b * ldy, w->r1[M_GATE] - w->r0[M_GATE]);
+        mul[b] = yu + (size_t)b * ldy;
+    }
+    gelu_publish(sc, w, M_GATE, yg, ldy, mul, B_GATE, B_ACT, V_ACT, s, tag);
+    if (d->moe) { /* the router's rows on rms(h1) x scale / sqrt(H); xn3 for the experts */
+        const float c = (float)(1.0 / sqrt((double)H));
+        for (int b = 0; b < B; b++) {
+            const float* h1 = sc->h1 + (size_t)b * H;
+            rms_norm(tmpv, h1, H, NULL, d->eps);
+            for (int i = 0; i < H; i++)
+                tmpv[i] = tmpv[i] * d->w_rscale[i] * c;
+            to_bf16(sc->xr + (size_t)b * H, tmpv, (size_t)H);
+            rms_norm(tmpv, h1, H, d->w_pf2, d->eps);
+            if (w->id == 0)
+                capture(s, B_XN3, b, 0, tmpv, H);
+            to_bf16(sc->xe + (size_t)b * H, tmpv, (size_t)H);
+        }
+        gemv_publish(sc, w, M_R, sc->xr, ldy, B_RS, V_RS, s, tag);
+    }
+}
+
+/* after the FFN: h2 per row (bf16 in xb for the per-layer input's gate) */
+STEP_INLINE void step_h2(scratch* sc, worker* w, float* tmpv, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden;
+    /* h2 (the MoE block joins here); without per-layer input the output is h2 x scalar */
+    const float* down = gather(sc, w, V_DOWN, s, tag);
+    const float* moe = d->moe ? gather(sc, w, V_MOE, s, tag) : NULL;
+    for (int b = 0; b < B; b++) {
+        float* h2 = sc->h2 + (size_t)b * H;
+        ffn_residual(h2, sc->h1 + (size_t)b * H,
+            all_reduce(sc->ar, down + (size_t)b * H, d->row[b].down_rest),
+            moe ? moe + (size_t)b * H : NULL, tmpv);
+        if (w->id == 0)
+            capture(s, B_H2, b, 0, h2, H);
+        to_bf16(sc->xb + (size_t)b * H, h2, (size_t)H);
+    }
+}
+
+/* the layer's output without per-layer input: h2 x scalar */
+STEP_INLINE void step_out_scalar(scratch* sc, const worker* w, float* tmpv, int s)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden;
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < H; i++)
+            tmpv[i] = sc->h2[(size_t)b * H + i] * d->layer_scalar;
+        if (w->id == 0)
+            capture(s, B_OUT, b, 0, tmpv, H);
+    }
+}
+
+/* the layer's output with the per-layer input (the next layer's input), on every worker */
+STEP_INLINE void step_out_ple(scratch* sc, worker* w, float* tmpv, int s, uint32_t tag)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, H = d->hidden;
+    const float* pp = gather(sc, w, V_PP, s, tag);
+    for (int b = 0; b < B; b++) {
+        rms_norm(tmpv, pp + (size_t)b * H, H, d->w_ppn, d->eps);
+        for (int i = 0; i < H; i++)
+            tmpv[i] = (sc->h2[(size_t)b * H + i] + tmpv[i]) * d->layer_scalar;
+        if (w->id == 0)
+            capture(s, B_OUT, b, 0, tmpv, H);
+    }
+}
+
+static void* worker_main(void* arg)
+{
+    worker* w = arg;
+    sl_pin_self(w->cpu);
+    const l_dump* d = &g.d;
+    worker_arena(w);
+    scratch sc;
+    memset(&sc, 0, sizeof(sc));
+    int ldy;
+    float* tmpv = worker_scratch(w, &sc, &ldy);
     l_kernel_thread_init(g.kernel);
     /* the per-step records are written once a step: untouched, every 4 KiB of them is a page
      * fault inside a timed step (gm_step: one every 64 steps, which is the p99); touched here,
@@ -830,138 +1071,17 @@ static void* worker_main(void* arg)
             kv_select(w, s % g.kv_copies);
         if (g.stage_kib)
             kv_stage(w);
-        /* 0: qkv */
-        for (int b = 0; b < B; b++) {
-            rms_norm(tmpv, d->row[b].x_in, H, d->w_in, d->eps);
-            if (w->id == 0)
-                capture(s, B_XN, b, 0, tmpv, H);
-            to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
-        }
-        const int qkv[3] = { M_Q, M_K, M_V }, qkvb[3] = { B_Q, B_K, B_V },
-                  qkvv[3] = { V_Q, V_K, V_V };
-        for (int i = 0; i < 3 - d->kv_eq; i++)
-            gemv_publish(&sc, w, qkv[i], sc.xb, ldy, qkvb[i], qkvv[i], s, tag);
-        if (d->kv_eq) /* attention_k_eq_v: V is the raw K projection (pub still holds k's rows) */
-            for (int b = 0; b < B; b++)
-                capture(s, B_V, b, w->r0[M_K], sc.pub + (size_t)b * (w->r1[M_K] - w->r0[M_K]),
-                    w->r1[M_K] - w->r0[M_K]);
+        step_qkv(&sc, w, tmpv, ldy, s, tag); /* 0: qkv */
         BARRIER(0);
-        /* 1: attention (norms and RoPE redundantly on every worker) */
-        const float* q = gather(&sc, w, V_Q, s, tag);
-        const float* k = gather(&sc, w, V_K, s, tag);
-        const float* v = d->kv_eq ? k : gather(&sc, w, V_V, s, tag);
-        for (int b = 0; b < B; b++) {
-            const l_row* r = &d->row[b];
-            float *qn = sc.qn + (size_t)b * QD, *kn = sc.kn + (size_t)b * KD,
-                  *vn = sc.vn + (size_t)b * KD;
-            for (int h = 0; h < NH; h++) {
-                rms_norm(qn + h * hd, q + (size_t)b * QD + h * hd, hd, d->w_qn, d->eps);
-                rope(qn + h * hd, r->cos, r->sin, hd);
-            }
-            for (int h = 0; h < KVH; h++) {
-                rms_norm(kn + h * hd, k + (size_t)b * KD + h * hd, hd, d->w_kn, d->eps);
-                rope(kn + h * hd, r->cos, r->sin, hd);
-                rms_norm(vn + h * hd, v + (size_t)b * KD + h * hd, hd, NULL, d->eps);
-            }
-            if (w->id == 0) {
-                capture(s, B_QN, b, 0, qn, QD);
-                capture(s, B_KN, b, 0, kn, KD);
-                capture(s, B_VN, b, 0, vn, KD);
-            }
-            if (w->last) { /* the new token's row, as the kernel stores it (overwrites itself) */
-                uint16_t kb[1024], vb[1024];
-                for (int h = 0; h < KVH; h++) {
-                    to_bf16(kb, kn + h * hd, (size_t)hd);
-                    to_bf16(vb, vn + h * hd, (size_t)hd);
-                    kv_put(w, b, h, w->np - 1, kb, vb);
-                }
-            }
-            const uint64_t ta = sl_rdtsc();
-            attention(w, &sc, b, qn, par);
-            sc.gcyc += sl_rdtsc() - ta;
-        }
+        step_attention(&sc, w, s, tag, par); /* 1: attention */
         BARRIER(1);
-        /* 2: combine: this worker's element slice of every head, over all workers' partials */
-        {
-            const int n = w->e1 - w->e0;
-            for (int b = 0; b < B; b++) {
-                float f[L_MAX_WORKERS];
-                for (int e = w->e0; e < w->e1;) {
-                    /* per head once: the global max, each worker's rescale factor, the sum */
-                    const int h = e / hd, he = (h + 1) * hd < w->e1 ? (h + 1) * hd : w->e1;
-                    float mx = -INFINITY, L = 0;
-                    for (int u = 0; u < g.nw; u++) {
-                        const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
-                        mx = mu > mx ? mu : mx;
-                    }
-                    for (int u = 0; u < g.nw; u++) {
-                        const float mu = part(g.pm, g.pm_stride, par, u, b, NH)[h];
-                        /* planted error (--debug drop-combine): no rescale, no division */
-                        f[u] = g.drop_combine ? 1.0f : mu == -INFINITY ? 0.0f : expf(mu - mx);
-                        L += part(g.pl, g.pm_stride, par, u, b, NH)[h] * f[u];
-                    }
-                    if (g.drop_combine)
-                        L = 1;
-                    float* out = sc.pub + (size_t)b * n - w->e0;
-                    for (; e < he; e++) {
-                        float acc = 0;
-                        for (int u = 0; u < g.nw; u++)
-                            acc += part(g.po, g.po_stride, par, u, b, QD)[e] * f[u];
-                        out[e] = acc / L;
-                    }
-                }
-                capture(s, B_ATTN, b, w->e0, sc.pub + (size_t)b * n, n);
-                if (g.copy_attn && s >= g.steps - g.copy_window) /* the copy's FP32 attention */
-                    memcpy(g.copy_attn + ((size_t)(s - (g.steps - g.copy_window)) * B + b) * QD
-                            + w->e0,
-                        sc.pub + (size_t)b * n, sizeof(float) * (size_t)n);
-            }
-            to_bf16(sc.pubh, sc.pub, (size_t)B * n);
-            publish(&sc, w, V_ATTN, sc.pubh, tag);
-        }
+        step_combine(&sc, w, s, tag, par); /* 2: combine */
         BARRIER(2);
         /* 3: o */
         const uint16_t* attn = gather(&sc, w, V_ATTN, s, tag);
         gemv_publish(&sc, w, M_O, attn, ldy, B_O, V_O, s, tag);
         BARRIER(3);
-        /* 4: gate, up, act */
-        const float* o = gather(&sc, w, V_O, s, tag);
-        for (int b = 0; b < B; b++) {
-            float* h1 = sc.h1 + (size_t)b * H;
-            residual(h1, d->row[b].x_in, all_reduce(sc.ar, o + (size_t)b * H, d->row[b].o_rest), H,
-                d->w_pa, d->eps);
-            rms_norm(tmpv, h1, H, d->w_preffn, d->eps);
-            if (w->id == 0) {
-                capture(s, B_H1, b, 0, h1, H);
-                capture(s, B_XN2, b, 0, tmpv, H);
-            }
-            to_bf16(sc.xb + (size_t)b * H, tmpv, (size_t)H);
-        }
-        float* yg = sc.y;
-        float* yu = sc.y + (size_t)B * ldy;
-        gemv_timed(&sc, M_GATE, w, sc.xb, yg, ldy);
-        gemv_timed(&sc, M_UP, w, sc.xb, yu, ldy);
-        const float* mul[L_MAX_BATCH];
-        for (int b = 0; b < B; b++) {
-            capture(s, B_UP, b, w->r0[M_GATE], yu + (size_t)b * ldy, w->r1[M_GATE] - w->r0[M_GATE]);
-            mul[b] = yu + (size_t)b * ldy;
-        }
-        gelu_publish(&sc, w, M_GATE, yg, ldy, mul, B_GATE, B_ACT, V_ACT, s, tag);
-        if (d->moe) { /* the router's rows on rms(h1) x scale / sqrt(H); xn3 for the experts */
-            const float c = (float)(1.0 / sqrt((double)H));
-            for (int b = 0; b < B; b++) {
-                const float* h1 = sc.h1 + (size_t)b * H;
-                rms_norm(tmpv, h1, H, NULL, d->eps);
-                for (int i = 0; i < H; i++)
-                    tmpv[i] = tmpv[i] * d->w_rscale[i] * c;
-                to_bf16(sc.xr + (size_t)b * H, tmpv, (size_t)H);
-                rms_norm(tmpv, h1, H, d->w_pf2, d->eps);
-                if (w->id == 0)
-                    capture(s, B_XN3, b, 0, tmpv, H);
-                to_bf16(sc.xe + (size_t)b * H, tmpv, (size_t)H);
-            }
-            gemv_publish(&sc, w, M_R, sc.xr, ldy, B_RS, V_RS, s, tag);
-        }
+        step_gate_up(&sc, w, tmpv, ldy, s, tag); /* 4: gate, up, act */
         BARRIER(4);
         /* 5: down (and with MoE the routing and the picked experts' gate/up rows) */
         const uint16_t* act = gather(&sc, w, V_ACT, s, tag);
@@ -973,31 +1093,16 @@ static void* worker_main(void* arg)
             experts_down(&sc, w, gather(&sc, w, V_EACT, s, tag), s, tag);
             BARRIER(6);
         }
-        /* h2 (the MoE block joins here); without per-layer input the output is h2 x scalar */
-        const float* down = gather(&sc, w, V_DOWN, s, tag);
-        const float* moe = d->moe ? gather(&sc, w, V_MOE, s, tag) : NULL;
-        for (int b = 0; b < B; b++) {
-            float* h2 = sc.h2 + (size_t)b * H;
-            ffn_residual(h2, sc.h1 + (size_t)b * H,
-                all_reduce(sc.ar, down + (size_t)b * H, d->row[b].down_rest),
-                moe ? moe + (size_t)b * H : NULL, tmpv);
-            if (w->id == 0)
-                capture(s, B_H2, b, 0, h2, H);
-            to_bf16(sc.xb + (size_t)b * H, h2, (size_t)H);
-        }
+        step_h2(&sc, w, tmpv, s, tag);
         if (!d->ple) {
-            for (int b = 0; b < B; b++) {
-                for (int i = 0; i < H; i++)
-                    tmpv[i] = sc.h2[(size_t)b * H + i] * d->layer_scalar;
-                if (w->id == 0)
-                    capture(s, B_OUT, b, 0, tmpv, H);
-            }
+            step_out_scalar(&sc, w, tmpv, s);
             w->step_cyc[s] = sl_rdtsc() - t_start;
             continue;
         }
         /* 6: ple gate */
+        const float* mul[L_MAX_BATCH];
         gemv_timed(&sc, M_PG, w, sc.xb, sc.y, ldy);
-        for (int b = 0; b < B; b++)
+        for (int b = 0; b < g.batch; b++)
             mul[b] = d->row[b].pli + w->r0[M_PG];
         gelu_publish(&sc, w, M_PG, sc.y, ldy, mul, B_PG, B_PACT, V_PACT, s, tag);
         BARRIER(6);
@@ -1005,17 +1110,8 @@ static void* worker_main(void* arg)
         const uint16_t* pact = gather(&sc, w, V_PACT, s, tag);
         gemv_publish(&sc, w, M_PP, pact, ldy, B_PP, V_PP, s, tag);
         BARRIER(7);
-        /* the layer's output (the next layer's input), on every worker */
-        const float* pp = gather(&sc, w, V_PP, s, tag);
-        for (int b = 0; b < B; b++) {
-            rms_norm(tmpv, pp + (size_t)b * H, H, d->w_ppn, d->eps);
-            for (int i = 0; i < H; i++)
-                tmpv[i] = (sc.h2[(size_t)b * H + i] + tmpv[i]) * d->layer_scalar;
-            if (w->id == 0)
-                capture(s, B_OUT, b, 0, tmpv, H);
-        }
+        step_out_ple(&sc, w, tmpv, s, tag);
         w->step_cyc[s] = sl_rdtsc() - t_start;
-        (void)P;
     }
     for (int k = 0; k < w->nlk; k++)
         lock_measure(&g.dev, &w->lk[k], 1);
@@ -1150,9 +1246,102 @@ static void routing_metrics(void)
     sl_json_end();
 }
 
-static int gate(int numerics)
+/* one boundary's comparison over every row and both snapshots */
+typedef struct {
+    double worst, worst_ratio, worst_bar, worst_spread, worst_limit;
+    double min_cos, max_abs, repeat;
+    int worst_row;
+    bool pass;
+} gate_result;
+
+/* the boundary bnd against the reference, each row's first and last step; the first failure
+ * (boundary in *failed, its reason in why) is kept */
+static void gate_boundary(int bnd, gate_result* r, int* failed, char* why, size_t why_len)
 {
     const int B = g.batch;
+    *r = (gate_result) { .min_cos = 1, .pass = true };
+    for (int b = 0; b < B; b++) {
+        const float* ref = g.d.row[b].ref[bnd];
+        const double bar = g.d.row[b].bar[bnd], spread = g.d.row[b].spread[bnd];
+        /* the BF16 reference's error: one realization's (bar) or, where larger, the worst of
+         * the other valid ones the generator computed (socketlab.layer.spread) */
+        const double ref_err = spread > bar ? spread : bar;
+        const double limit
+            = GATE_FACTOR * ref_err > GATE_FLOOR ? GATE_FACTOR * ref_err : GATE_FLOOR;
+        for (int which = 0; which < 2; which++) {
+            const float* got = g.snap[which][bnd] + (size_t)b * g.blen[bnd];
+            sl_match mt = { 0 };
+            double ma = 0;
+            for (int i = 0; i < g.blen[bnd]; i++) {
+                sl_match_add(&mt, got[i], ref[i]);
+                const double e = fabs((double)got[i] - ref[i]);
+                ma = e > ma || e != e ? e : ma;
+            }
+            const double rr = sl_match_rel_rms(&mt), cs = sl_match_cosine(&mt);
+            if ((b == 0 && which == 0) || rr > r->worst || rr != rr) { /* row 0 when all 0 */
+                r->worst = rr;
+                r->worst_row = b;
+                r->worst_bar = bar;
+                r->worst_spread = spread;
+                r->worst_limit = limit;
+                r->worst_ratio = bar > 0 ? rr / bar : INFINITY;
+            }
+            r->min_cos = cs < r->min_cos || cs != cs ? cs : r->min_cos;
+            r->max_abs = ma > r->max_abs || ma != ma ? ma : r->max_abs;
+            if (!(rr <= limit)) {
+                r->pass = false;
+                if (*failed < 0)
+                    snprintf(why, why_len,
+                        "rel RMS %.3g > %.3g (1.5 x the BF16 "
+                        "reference's %.3g: bar %.3g, spread %.3g), row %d, %s step",
+                        rr, limit, ref_err, bar, spread, b, which ? "last" : "first");
+            }
+            if (bnd == B_OUT && !(cs >= GATE_COSINE)) {
+                r->pass = false;
+                if (*failed < 0)
+                    snprintf(why, why_len, "cosine %.9f < %.5f, row %d, %s step", cs, GATE_COSINE,
+                        b, which ? "last" : "first");
+            }
+            if (!r->pass && *failed < 0)
+                *failed = bnd;
+        }
+        for (int i = 0; i < g.blen[bnd]; i++) {
+            const double e = fabs((double)g.snap[0][bnd][(size_t)b * g.blen[bnd] + i]
+                - g.snap[1][bnd][(size_t)b * g.blen[bnd] + i]);
+            r->repeat = e > r->repeat || e != e ? e : r->repeat;
+        }
+    }
+    if (!(r->repeat == 0)) {
+        if (r->pass && *failed < 0) {
+            *failed = bnd;
+            snprintf(why, why_len,
+                "the first and the last step differ by up to %.3g "
+                "(every step recomputes the same token)",
+                r->repeat);
+        }
+        r->pass = false;
+    }
+}
+
+static void gate_metric(int bnd, const gate_result* r)
+{
+    sl_metric_begin("gate_rel_rms", r->worst, "ratio");
+    meta_common();
+    sl_json_str("boundary", l_bnd_names[bnd]);
+    sl_json_int("row", r->worst_row);
+    sl_json_num("bf16_bar", r->worst_bar);
+    sl_json_num("bf16_spread", r->worst_spread);
+    sl_json_num("limit", r->worst_limit);
+    sl_json_num("ratio_to_bar", r->worst_ratio);
+    sl_json_num("cosine", r->min_cos);
+    sl_json_num("max_abs", r->max_abs);
+    sl_json_num("repeat_max_abs", r->repeat);
+    sl_json_bool("pass", r->pass);
+    sl_json_end();
+}
+
+static int gate(int numerics)
+{
     int failed = -1;
     char why[256] = "";
     /* ref_layer.py's order (the MoE block between down and h2): the first failure named is the
@@ -1164,86 +1353,10 @@ static int gate(int numerics)
         const int bnd = order[oi];
         if (!g.d.has[bnd])
             continue;
-        double worst = 0, worst_ratio = 0, worst_bar = 0, worst_spread = 0, worst_limit = 0;
-        double min_cos = 1, max_abs = 0, repeat = 0;
-        int worst_row = 0;
-        bool pass = true;
-        for (int b = 0; b < B; b++) {
-            const float* ref = g.d.row[b].ref[bnd];
-            const double bar = g.d.row[b].bar[bnd], spread = g.d.row[b].spread[bnd];
-            /* the BF16 reference's error: one realization's (bar) or, where larger, the worst of
-             * the other valid ones the generator computed (socketlab.layer.spread) */
-            const double ref_err = spread > bar ? spread : bar;
-            const double limit
-                = GATE_FACTOR * ref_err > GATE_FLOOR ? GATE_FACTOR * ref_err : GATE_FLOOR;
-            for (int which = 0; which < 2; which++) {
-                const float* got = g.snap[which][bnd] + (size_t)b * g.blen[bnd];
-                sl_match mt = { 0 };
-                double ma = 0;
-                for (int i = 0; i < g.blen[bnd]; i++) {
-                    sl_match_add(&mt, got[i], ref[i]);
-                    const double e = fabs((double)got[i] - ref[i]);
-                    ma = e > ma || e != e ? e : ma;
-                }
-                const double rr = sl_match_rel_rms(&mt), cs = sl_match_cosine(&mt);
-                if ((b == 0 && which == 0) || rr > worst || rr != rr) { /* row 0 when all 0 */
-                    worst = rr;
-                    worst_row = b;
-                    worst_bar = bar;
-                    worst_spread = spread;
-                    worst_limit = limit;
-                    worst_ratio = bar > 0 ? rr / bar : INFINITY;
-                }
-                min_cos = cs < min_cos || cs != cs ? cs : min_cos;
-                max_abs = ma > max_abs || ma != ma ? ma : max_abs;
-                if (!(rr <= limit)) {
-                    pass = false;
-                    if (failed < 0)
-                        snprintf(why, sizeof(why),
-                            "rel RMS %.3g > %.3g (1.5 x the BF16 "
-                            "reference's %.3g: bar %.3g, spread %.3g), row %d, %s step",
-                            rr, limit, ref_err, bar, spread, b, which ? "last" : "first");
-                }
-                if (bnd == B_OUT && !(cs >= GATE_COSINE)) {
-                    pass = false;
-                    if (failed < 0)
-                        snprintf(why, sizeof(why), "cosine %.9f < %.5f, row %d, %s step", cs,
-                            GATE_COSINE, b, which ? "last" : "first");
-                }
-                if (!pass && failed < 0)
-                    failed = bnd;
-            }
-            for (int i = 0; i < g.blen[bnd]; i++) {
-                const double e = fabs((double)g.snap[0][bnd][(size_t)b * g.blen[bnd] + i]
-                    - g.snap[1][bnd][(size_t)b * g.blen[bnd] + i]);
-                repeat = e > repeat || e != e ? e : repeat;
-            }
-        }
-        if (!(repeat == 0)) {
-            if (pass && failed < 0) {
-                failed = bnd;
-                snprintf(why, sizeof(why),
-                    "the first and the last step differ by up to %.3g "
-                    "(every step recomputes the same token)",
-                    repeat);
-            }
-            pass = false;
-        }
-        if (!numerics)
-            continue;
-        sl_metric_begin("gate_rel_rms", worst, "ratio");
-        meta_common();
-        sl_json_str("boundary", l_bnd_names[bnd]);
-        sl_json_int("row", worst_row);
-        sl_json_num("bf16_bar", worst_bar);
-        sl_json_num("bf16_spread", worst_spread);
-        sl_json_num("limit", worst_limit);
-        sl_json_num("ratio_to_bar", worst_ratio);
-        sl_json_num("cosine", min_cos);
-        sl_json_num("max_abs", max_abs);
-        sl_json_num("repeat_max_abs", repeat);
-        sl_json_bool("pass", pass);
-        sl_json_end();
+        gate_result r;
+        gate_boundary(bnd, &r, &failed, why, sizeof(why));
+        if (numerics)
+            gate_metric(bnd, &r);
     }
     if (!numerics)
         return 0;
@@ -1264,11 +1377,42 @@ static int gate(int numerics)
     return 0;
 }
 
-int main(int argc, char** argv)
+/* --debug NAME: a planted error (repeatable; each adds one) */
+static void parse_debug(const char* flag, const char* text, void* unused)
 {
-    sl_prog = "layer";
-    const char *dump = NULL, *slice_arg = NULL, *device = "/dev/pseudo_lock";
-    int lock_ways = 0;
+    static const char* const debug_names[]
+        = { "drop-combine", "perturb-row", "corrupt-copy", "swap-expert", "drop-rest", NULL };
+    const int which = sl_parse_choice(flag, text, debug_names);
+    g.drop_combine |= which == 0;
+    g.perturb |= which == 1;
+    g.corrupt_copy |= which == 2;
+    g.swap_expert |= which == 3;
+    g.drop_rest |= which == 4;
+}
+
+/* What main's steps hand on: the parsed flags that aren't in g, and what the plan works out. */
+typedef struct {
+    const char *dump, *slice_arg, *device;
+    int lock_ways;
+    double timeout;
+    int unit, numerics; /* rows per partition unit; whether the numerics are checked */
+    size_t kv_layer; /* K+V bytes one step reads over the whole layer (every worker) */
+    size_t kv_step; /* K+V bytes one step reads over the workers that run here */
+    double wmax, wsum; /* weight bytes per worker: the most, the sum over nw */
+    int node_of[L_MAX_WORKERS];
+    int offs[NVEC][L_MAX_WORKERS], lens[NVEC][L_MAX_WORKERS];
+    int vec_n[NVEC], vec_rows[NVEC];
+} layer_plan;
+
+/* producers' rows: a matrix's (-1: the combine's element slices, -2 / -3: the experts'
+ * gate/up rows of moe_inter / down rows of hidden, one slice per picked (row, expert)) */
+static const int vec_mat[NVEC]
+    = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R, -2, -3 };
+static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4, 4, 2, 4 };
+
+static void parse_args(int argc, char** argv, layer_plan* p)
+{
+    p->device = "/dev/pseudo_lock";
     g.batch = 1;
     g.kernel = G_AVX2;
     g.xmode = X_DIRECT;
@@ -1283,141 +1427,57 @@ int main(int argc, char** argv)
     g.kv_copies = 1;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
-    double timeout = 600;
-    static const char* const debug_names[]
-        = { "drop-combine", "perturb-row", "corrupt-copy", "swap-expert", "drop-rest", NULL };
-    static const struct option opts[] = { { "dump", required_argument, 0, 'd' },
-        { "batch", required_argument, 0, 'b' }, { "cpus", required_argument, 0, 'C' },
-        { "gemv", required_argument, 0, 'g' }, { "xchg", required_argument, 0, 'x' },
-        { "nobcast", no_argument, 0, 'n' }, { "barrier", required_argument, 0, 'B' },
-        { "steps", required_argument, 0, 's' }, { "page", required_argument, 0, 'p' },
-        { "kv-tile-kib", required_argument, 0, 'K' },
-        { "prefetch-dist", required_argument, 0, 'D' },
-        { "prefetch-hint", required_argument, 0, 'H' }, { "ctx", required_argument, 0, 'c' },
-        { "ctx-repeat", required_argument, 0, 'R' }, { "resident-kib", required_argument, 0, 'r' },
-        { "slice", required_argument, 0, 'S' }, { "pv-unsplit", no_argument, 0, 'u' },
-        { "debug", required_argument, 0, 'G' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { "gelu", required_argument, 0, 'E' },
-        { "lock", no_argument, 0, 'L' }, { "device", required_argument, 0, 'V' },
-        { "lock-ways", required_argument, 0, 'W' }, { "kv-copies", required_argument, 0, 'Y' },
-        { "kv-cold-mib", required_argument, 0, 'Z' }, { "kv-stage-kib", required_argument, 0, 'Q' },
-        { "attn-only", no_argument, 0, 'A' }, { 0, 0, 0, 0 } };
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'd':
-            dump = optarg;
-            break;
-        case 'b':
-            g.batch = (int)sl_parse_long("--batch", optarg, 1, L_MAX_BATCH);
-            break;
-        case 'C':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            break;
-        case 'g':
-            g.kernel = sl_parse_choice("--gemv", optarg, l_gemv_names);
-            break;
-        case 'x':
-            g.xmode = sl_parse_choice("--xchg", optarg, l_xchg_names);
-            break;
-        case 'n':
-            g.nobcast = 1;
-            break;
-        case 'B':
-            g.barrier = sl_parse_choice("--barrier", optarg, l_barrier_names);
-            break;
-        case 's':
-            g.steps = (int)sl_parse_long("--steps", optarg, 2, 10000000);
-            break;
-        case 'p':
-            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
-            break;
-        case 'K':
-            g.tile_kib = (int)sl_parse_long("--kv-tile-kib", optarg, 0, 1 << 20);
-            break;
-        case 'D':
-            g.pf_dist = (int)sl_parse_long("--prefetch-dist", optarg, 0, 4096);
-            break;
-        case 'H':
-            g.pf_hint = sl_parse_choice("--prefetch-hint", optarg, hint_names);
-            break;
-        case 'c':
-            g.ctx = (int)sl_parse_long("--ctx", optarg, 0, 1 << 24);
-            break;
-        case 'R':
-            g.ctx_repeat = (int)sl_parse_long("--ctx-repeat", optarg, 1, 1 << 16);
-            break;
-        case 'r':
-            g.resident_kib = (int)sl_parse_long("--resident-kib", optarg, 0, 1 << 24);
-            break;
-        case 'S':
-            slice_arg = optarg;
-            break;
-        case 'u':
-            g.pv_unsplit = 1;
-            break;
-        case 'E':
-            g.gelu = sl_parse_choice("--gelu", optarg, l_gelu_names);
-            break;
-        case 'G': {
-            const int which = sl_parse_choice("--debug", optarg, debug_names);
-            g.drop_combine |= which == 0;
-            g.perturb |= which == 1;
-            g.corrupt_copy |= which == 2;
-            g.swap_expert |= which == 3;
-            g.drop_rest |= which == 4;
-            break;
-        }
-        case 'Y':
-            g.kv_copies = (int)sl_parse_long("--kv-copies", optarg, 1, 1 << 16);
-            break;
-        case 'Z':
-            g.kv_cold_mib = (int)sl_parse_long("--kv-cold-mib", optarg, 1, 1 << 24);
-            break;
-        case 'Q':
-            g.stage_kib = (int)sl_parse_long("--kv-stage-kib", optarg, 1, 1 << 20);
-            break;
-        case 'A':
-            g.attn_only = 1;
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'L':
-            g.lock = 1;
-            break;
-        case 'V':
-            device = optarg;
-            break;
-        case 'W':
-            lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (!dump)
+    p->timeout = 600;
+    const sl_opt opts[] = { { "dump", required_argument, SL_STR(&p->dump) },
+        { "batch", required_argument, SL_INT(&g.batch, 1, L_MAX_BATCH) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus) },
+        { "gemv", required_argument, SL_CHOICE(&g.kernel, l_gemv_names) },
+        { "xchg", required_argument, SL_CHOICE(&g.xmode, l_xchg_names) },
+        { "nobcast", no_argument, SL_SET(&g.nobcast, 1), .letter = 'n' },
+        { "barrier", required_argument, SL_CHOICE(&g.barrier, l_barrier_names) },
+        { "steps", required_argument, SL_INT(&g.steps, 2, 10000000) },
+        { "page", required_argument, SL_PAGE(&g.page) },
+        { "kv-tile-kib", required_argument, SL_INT(&g.tile_kib, 0, 1 << 20) },
+        { "prefetch-dist", required_argument, SL_INT(&g.pf_dist, 0, 4096) },
+        { "prefetch-hint", required_argument, SL_CHOICE(&g.pf_hint, hint_names) },
+        { "ctx", required_argument, SL_INT(&g.ctx, 0, 1 << 24) },
+        { "ctx-repeat", required_argument, SL_INT(&g.ctx_repeat, 1, 1 << 16) },
+        { "resident-kib", required_argument, SL_INT(&g.resident_kib, 0, 1 << 24) },
+        { "slice", required_argument, SL_STR(&p->slice_arg) },
+        { "pv-unsplit", no_argument, SL_SET(&g.pv_unsplit, 1), .letter = 'u' },
+        { "debug", required_argument, SL_CALL(parse_debug, NULL) },
+        { "timeout", required_argument, SL_TIMEOUT(&p->timeout) },
+        { "gelu", required_argument, SL_CHOICE(&g.gelu, l_gelu_names) },
+        { "lock", no_argument, SL_SET(&g.lock, 1), .letter = 'L' },
+        { "device", required_argument, SL_STR(&p->device) },
+        { "lock-ways", required_argument, SL_INT(&p->lock_ways, 1, 31) },
+        { "kv-copies", required_argument, SL_INT(&g.kv_copies, 1, 1 << 16) },
+        { "kv-cold-mib", required_argument, SL_INT(&g.kv_cold_mib, 1, 1 << 24) },
+        { "kv-stage-kib", required_argument, SL_INT(&g.stage_kib, 1, 1 << 20) },
+        { "attn-only", no_argument, SL_SET(&g.attn_only, 1), .letter = 'A' }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+/* The flags against each other and this host (before the dump loads) */
+static void check_args(layer_plan* p)
+{
+    if (!p->dump)
         sl_usage_error("--dump DIR is required (see --help)");
-    if (lock_ways && !g.lock)
+    if (p->lock_ways && !g.lock)
         sl_usage_error("--lock-ways is only used with --lock");
     if (g.lock) { /* before the dump loads: no driver here is exit 3, at once */
-        lock_open(&g.dev, device, 0); /* the capacity check below knows each worker's bytes */
-        lock_check_ways(&g.dev, lock_ways);
+        lock_open(&g.dev, p->device, 0); /* the capacity check below knows each worker's bytes */
+        lock_check_ways(&g.dev, p->lock_ways);
     }
-    if (slice_arg) {
+    if (p->slice_arg) {
         char* end;
-        g.slice_w = (int)strtol(slice_arg, &end, 10);
+        g.slice_w = (int)strtol(p->slice_arg, &end, 10);
         g.slice_n = *end == '/' ? (int)strtol(end + 1, &end, 10) : 0;
         if (*end || g.slice_n < 1 || g.slice_n > L_MAX_WORKERS || g.slice_w < 0
             || g.slice_w + g.cpus.n > g.slice_n)
             sl_usage_error("--slice '%s': expected W/N with 0 <= W and W + (CPUs in --cpus) <= N "
                            "<= %d",
-                slice_arg, L_MAX_WORKERS);
+                p->slice_arg, L_MAX_WORKERS);
         g.slice = 1;
     }
     if (g.kv_copies > 1 && g.kv_cold_mib)
@@ -1439,7 +1499,12 @@ int main(int argc, char** argv)
     if (g.kernel == G_AMX && !l_amx_emulated && !sl_have_amx(&why))
         sl_unsupported("--gemv amx: %s", why);
     g.gelu = l_gelu_init(g.gelu);
+}
 
+/* The dump against the flags; the planted weight errors */
+static void load_dump(layer_plan* p)
+{
+    const char* dump = p->dump;
     l_dump* d = &g.d;
     l_dump_load(d, dump, g.batch);
     if (g.drop_rest && d->tp < 2)
@@ -1470,7 +1535,8 @@ int main(int argc, char** argv)
         sl_usage_error("%s: head_dim %d > 1024", dump, d->head_dim);
     g.nrun = g.cpus.n;
     g.nw = g.slice ? g.slice_n : g.nrun;
-    const int unit = g.kernel == G_AMX ? 16 : 4;
+    p->unit = g.kernel == G_AMX ? 16 : 4;
+    const int unit = p->unit;
     int units_max = 0;
     for (int m = 0; m < NMAT; m++) {
         const int u = (d->rows[m] + unit - 1) / unit;
@@ -1481,16 +1547,21 @@ int main(int argc, char** argv)
             g.nw, units_max, unit, units_max);
     if (g.perturb) /* planted error: one q_proj row off by +1 in every column */
         for (int k = 0; k < d->cols[M_Q]; k++) {
-            uint16_t* p = &d->w[M_Q][(size_t)7 * d->cols[M_Q] + k];
-            *p = sl_f32_to_bf16(sl_bf16_to_f32(*p) + 1.0f);
+            uint16_t* w = &d->w[M_Q][(size_t)7 * d->cols[M_Q] + k];
+            *w = sl_f32_to_bf16(sl_bf16_to_f32(*w) + 1.0f);
         }
-    sl_watchdog(timeout);
-    const int numerics = !g.slice && g.ctx_repeat == 1 && !g.attn_only;
+}
+
+/* KV tile and the rotated KV copies */
+static void plan_kv(layer_plan* p)
+{
+    const l_dump* d = &g.d;
+    p->numerics = !g.slice && g.ctx_repeat == 1 && !g.attn_only;
     /* KV tile: positions per tile from K+V bytes, a multiple of 32 (the AMX K chunk); tile 0 is
      * one tile of the most positions any worker holds */
     g.tile_pos = (int)((size_t)g.tile_kib * 1024 / ((size_t)d->head_dim * 4)) / 32 * 32;
     g.tile_pos = g.tile_pos < 32 ? 32 : g.tile_pos;
-    size_t kv_layer = 0; /* K+V bytes one step reads over the whole layer (every worker) */
+    size_t kv_layer = 0;
     {
         const int nw = g.slice ? g.slice_n : g.cpus.n;
         int npmax = 0;
@@ -1504,9 +1575,10 @@ int main(int argc, char** argv)
         if (!g.tile_kib)
             g.tile_pos = round32(npmax);
     }
+    p->kv_layer = kv_layer;
     if (g.kv_cold_mib) /* path A: the rotated copies of the whole layer's KV >= M MiB */
         g.kv_copies = (int)(((size_t)g.kv_cold_mib * 1048576 + kv_layer - 1) / kv_layer);
-    if (g.kv_copies > 1 && numerics) {
+    if (g.kv_copies > 1 && p->numerics) {
         g.copy_window = g.steps < g.kv_copies ? g.steps : g.kv_copies;
         g.copy_attn
             = calloc((size_t)g.copy_window * g.batch * d->heads * d->head_dim, sizeof(float));
@@ -1514,10 +1586,12 @@ int main(int argc, char** argv)
     if (g.corrupt_copy && g.kv_copies < 2)
         sl_usage_error(
             "--debug corrupt-copy: --kv-cold-mib %d gives 1 copy; it needs >= 2", g.kv_cold_mib);
+}
 
-    const int B = g.batch, NH = d->heads, hd = d->head_dim, QD = NH * hd;
-    g.w = calloc((size_t)g.nrun, sizeof(worker));
-    int node_ids[L_MAX_NODES], node_of[L_MAX_WORKERS];
+/* each running worker's NUMA node, as an index into the nodes --cpus spans */
+static void plan_nodes(layer_plan* p)
+{
+    int node_ids[L_MAX_NODES];
     g.nnodes = 0;
     for (int i = 0; i < g.nrun; i++) {
         const int nd = sl_cpu_node(g.cpus.cpu[i]);
@@ -1529,20 +1603,22 @@ int main(int argc, char** argv)
                 sl_usage_error("--cpus spans more than %d NUMA nodes", L_MAX_NODES);
             node_ids[g.nnodes++] = nd;
         }
-        node_of[i] = k;
+        p->node_of[i] = k;
     }
-    /* the partition of every matrix, the KV positions and the combine over nw workers */
-    int offs[NVEC][L_MAX_WORKERS], lens[NVEC][L_MAX_WORKERS];
-    /* producers' rows: a matrix's (-1: the combine's element slices, -2 / -3: the experts'
-     * gate/up rows of moe_inter / down rows of hidden, one slice per picked (row, expert)) */
-    static const int vec_mat[NVEC]
-        = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R, -2, -3 };
-    static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4, 4, 2, 4 };
+}
+
+/* the partition of every matrix, the KV positions and the combine over nw workers */
+static void plan_vectors(layer_plan* p)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, hd = d->head_dim, QD = d->heads * hd, unit = p->unit;
     const int vec_n[NVEC] = { QD, d->kv_heads * hd, d->kv_heads * hd, QD, d->hidden, d->inter,
         d->hidden, d->ple, d->hidden, d->experts, d->moe_inter, d->hidden };
     const int vec_rows[NVEC] = { B, B, B, B, B, B, B, B, B, B, B * d->top_k, B };
     const int vused[NVEC]
         = { 1, 1, !d->kv_eq, 1, 1, 1, 1, d->ple > 0, d->ple > 0, d->moe, d->moe, d->moe };
+    memcpy(p->vec_n, vec_n, sizeof(vec_n));
+    memcpy(p->vec_rows, vec_rows, sizeof(vec_rows));
     for (int u = 0; u < g.nw; u++)
         for (int v = 0; v < NVEC; v++) {
             int a, b;
@@ -1551,15 +1627,14 @@ int main(int argc, char** argv)
             else
                 split_units(
                     vec_mat[v] >= 0 ? d->rows[vec_mat[v]] : vec_n[v], unit, g.nw, u, &a, &b);
-            offs[v][u] = a;
-            lens[v][u] = b - a;
+            p->offs[v][u] = a;
+            p->lens[v][u] = b - a;
         }
     for (int v = 0; v < NVEC; v++)
         if ((g.vused[v] = vused[v]))
-            l_vec_init(
-                &g.vec[v], g.xmode, vec_esz[v], vec_n[v], vec_rows[v], g.nw, offs[v], lens[v]);
+            l_vec_init(&g.vec[v], g.xmode, vec_esz[v], vec_n[v], vec_rows[v], g.nw, p->offs[v],
+                p->lens[v]);
     double wmax = 0, wsum = 0;
-    size_t kv_step = 0;
     for (int u = 0; u < g.nw; u++) {
         double wb = 0;
         for (int m = 0; m < NMAT; m++) {
@@ -1569,66 +1644,96 @@ int main(int argc, char** argv)
         }
         /* every expert's slice stays on its worker (the stage holds the whole layer) */
         wb += 2.0 * d->experts
-            * (2.0 * lens[V_EACT][u] * d->hidden + lens[V_MOE][u] * d->moe_inter);
+            * (2.0 * p->lens[V_EACT][u] * d->hidden + p->lens[V_MOE][u] * d->moe_inter);
         wmax = wb > wmax ? wb : wmax;
         wsum += wb;
     }
+    p->wmax = wmax;
+    p->wsum = wsum;
+}
+
+/* --resident-kib: the first K KiB of the slice in phase order stay resident */
+static void plan_resident(worker* w)
+{
+    const l_dump* d = &g.d;
+    size_t budget = (size_t)g.resident_kib * 1024, used = 0;
+    for (int m = 0; m < NMAT; m++) {
+        const int rows = w->r1[m] - w->r0[m];
+        if (!g.resident_kib) {
+            w->nres[m] = rows;
+            continue;
+        }
+        const int step_rows = l_padded(g.kernel) ? 16 : 1; /* whole VNNI blocks */
+        const size_t rb = (size_t)d->cols[m] * 2 * step_rows;
+        const size_t fit = used < budget ? (budget - used) / rb : 0;
+        int keep = (int)fit * step_rows;
+        keep = keep > rows ? rows : keep;
+        w->nres[m] = keep;
+        used += l_slice_bytes(g.kernel, keep, d->cols[m]);
+    }
+}
+
+/* --lock: the worker's resident weight runs, and whether they fit the lockable L2 */
+static void plan_lock(worker* w)
+{
+    w->nlk = lock_runs(w, w->lkrun);
+    for (int k = 0; k < w->nlk; k++)
+        w->lock_bytes += w->lkrun[k][1] - w->lkrun[k][0];
+    if (!w->nlk)
+        sl_usage_error("--lock --resident-kib %d: worker %d keeps no weight row resident "
+                       "(nothing to lock); raise --resident-kib",
+            g.resident_kib, w->id);
+    if (w->lock_bytes > g.dev.caps.l2_lock_bytes_per_core)
+        sl_usage_error("--lock: worker %d (cpu %d) has %zu resident weight bytes (in "
+                       "pages), larger than the lockable L2 capacity per core, %llu bytes "
+                       "(7/8 of the locked ways, L2 lock mask %#x): use more --cpus or a "
+                       "smaller --resident-kib",
+            w->id, w->cpu, w->lock_bytes, (unsigned long long)g.dev.caps.l2_lock_bytes_per_core,
+            g.dev.caps.l2_cbm_lock);
+}
+
+static void plan_workers(layer_plan* p)
+{
+    const l_dump* d = &g.d;
+    g.w = calloc((size_t)g.nrun, sizeof(worker));
+    plan_nodes(p);
+    plan_vectors(p);
+    size_t kv_step = 0;
     for (int i = 0; i < g.nrun; i++) {
         worker* w = &g.w[i];
         w->id = g.slice ? g.slice_w + i : i;
         w->cpu = g.cpus.cpu[i];
-        w->node = node_of[i];
+        w->node = p->node_of[i];
         for (int m = 0; m < NMAT; m++)
-            split_units(d->rows[m], unit, g.nw, w->id, &w->r0[m], &w->r1[m]);
+            split_units(d->rows[m], p->unit, g.nw, w->id, &w->r0[m], &w->r1[m]);
         split_even(g.ctx, g.nw, w->id, &w->p0, &w->p1);
         w->last = w->id == g.nw - 1;
         w->np = (w->p1 - w->p0) * g.ctx_repeat + w->last;
-        w->e0 = offs[V_ATTN][w->id];
-        w->e1 = w->e0 + lens[V_ATTN][w->id];
-        w->ga = offs[V_EACT][w->id];
-        w->gz = w->ga + lens[V_EACT][w->id];
-        w->da = offs[V_MOE][w->id];
-        w->dz = w->da + lens[V_MOE][w->id];
+        w->e0 = p->offs[V_ATTN][w->id];
+        w->e1 = w->e0 + p->lens[V_ATTN][w->id];
+        w->ga = p->offs[V_EACT][w->id];
+        w->gz = w->ga + p->lens[V_EACT][w->id];
+        w->da = p->offs[V_MOE][w->id];
+        w->dz = w->da + p->lens[V_MOE][w->id];
         w->ex_gate_bytes = (l_slice_bytes(g.kernel, w->gz - w->ga, d->hidden) + 63) / 64 * 64;
         w->ex_down_bytes = (l_slice_bytes(g.kernel, w->dz - w->da, d->moe_inter) + 63) / 64 * 64;
         w->ex_bytes = 2 * w->ex_gate_bytes + w->ex_down_bytes;
         w->step_cyc = calloc((size_t)g.steps, sizeof(uint64_t));
         w->gm_step = calloc((size_t)g.steps * NPH, sizeof(uint64_t));
-        /* --resident-kib: the first K KiB of the slice in phase order stay resident */
-        size_t budget = (size_t)g.resident_kib * 1024, used = 0;
-        for (int m = 0; m < NMAT; m++) {
-            const int rows = w->r1[m] - w->r0[m];
-            if (!g.resident_kib) {
-                w->nres[m] = rows;
-                continue;
-            }
-            const int step_rows = l_padded(g.kernel) ? 16 : 1; /* whole VNNI blocks */
-            const size_t rb = (size_t)d->cols[m] * 2 * step_rows;
-            const size_t fit = used < budget ? (budget - used) / rb : 0;
-            int keep = (int)fit * step_rows;
-            keep = keep > rows ? rows : keep;
-            w->nres[m] = keep;
-            used += l_slice_bytes(g.kernel, keep, d->cols[m]);
-        }
-        kv_step += (size_t)B * d->kv_heads * w->np * hd * 4;
-        if (g.lock) {
-            w->nlk = lock_runs(w, w->lkrun);
-            for (int k = 0; k < w->nlk; k++)
-                w->lock_bytes += w->lkrun[k][1] - w->lkrun[k][0];
-            if (!w->nlk)
-                sl_usage_error("--lock --resident-kib %d: worker %d keeps no weight row resident "
-                               "(nothing to lock); raise --resident-kib",
-                    g.resident_kib, w->id);
-            if (w->lock_bytes > g.dev.caps.l2_lock_bytes_per_core)
-                sl_usage_error("--lock: worker %d (cpu %d) has %zu resident weight bytes (in "
-                               "pages), larger than the lockable L2 capacity per core, %llu bytes "
-                               "(7/8 of the locked ways, L2 lock mask %#x): use more --cpus or a "
-                               "smaller --resident-kib",
-                    w->id, w->cpu, w->lock_bytes,
-                    (unsigned long long)g.dev.caps.l2_lock_bytes_per_core, g.dev.caps.l2_cbm_lock);
-        }
+        plan_resident(w);
+        kv_step += (size_t)g.batch * d->kv_heads * w->np * d->head_dim * 4;
+        if (g.lock)
+            plan_lock(w);
     }
-    l_barrier_init(&g.bar, g.barrier, g.nrun, node_of);
+    p->kv_step = kv_step;
+}
+
+/* the barrier, the combine's partials, the boundary snapshots and (slice mode) copy sources */
+static void plan_shared(layer_plan* p)
+{
+    const l_dump* d = &g.d;
+    const int B = g.batch, NH = d->heads, hd = d->head_dim, QD = NH * hd;
+    l_barrier_init(&g.bar, g.barrier, g.nrun, p->node_of);
     const size_t nparts = (size_t)2 * g.nw, line = SL_PAD / sizeof(float);
     g.pm_stride = ((size_t)B * NH + line - 1) / line * line;
     g.po_stride = ((size_t)B * QD + line - 1) / line * line;
@@ -1655,9 +1760,10 @@ int main(int argc, char** argv)
         for (int v = 0; v < NVEC; v++) {
             if (!g.vused[v])
                 continue;
-            const int n = vec_n[v];
+            const int n = p->vec_n[v];
             g.slice_src[v] = calloc(1,
-                (size_t)vec_rows[v] * n * 4 + g.vec[v].bytes + (size_t)g.vec[v].lines * 64 + 128);
+                (size_t)p->vec_rows[v] * n * 4 + g.vec[v].bytes + (size_t)g.vec[v].lines * 64
+                    + 128);
             for (int b = 0; b < B && vec_bnd[v] >= 0; b++)
                 for (int i = 0; i < n; i++) {
                     const float x = d->row[b].ref[vec_bnd[v]][i];
@@ -1668,19 +1774,24 @@ int main(int argc, char** argv)
                 }
         }
     }
-    pthread_barrier_init(&g.ready, NULL, (unsigned)g.nrun + 1);
-    pthread_barrier_init(&g.go, NULL, (unsigned)g.nrun + 1);
-    sl_tsc_ghz();
-    for (int i = 0; i < g.nrun; i++)
-        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
-            sl_fatal("pthread_create failed");
-    pthread_barrier_wait(&g.ready);
-    size_t page_min = g.w[0].page_size;
-    for (int i = 1; i < g.nrun; i++)
-        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+}
+
+static void plan(layer_plan* p)
+{
+    check_args(p);
+    load_dump(p);
+    sl_watchdog(p->timeout);
+    plan_kv(p);
+    plan_workers(p);
+    plan_shared(p);
+}
+
+static void report_meta(const layer_plan* p, size_t page_min)
+{
+    const l_dump* d = &g.d;
     sl_meta_begin(&g.cpus);
     meta_common();
-    sl_json_str("dump", dump);
+    sl_json_str("dump", p->dump);
     sl_json_str("layer_type", d->layer_type);
     sl_json_int("hidden", d->hidden);
     sl_json_int("heads", d->heads);
@@ -1690,12 +1801,12 @@ int main(int argc, char** argv)
     sl_json_int("ple", d->ple);
     sl_json_int("cache_len", d->cache_len);
     sl_json_int("steps", g.steps);
-    sl_json_int("row_unit", unit);
+    sl_json_int("row_unit", p->unit);
     sl_json_int("tp", d->tp);
     sl_json_int("rank", d->rank);
     sl_json_bool("moe", d->moe);
-    sl_json_num("weight_bytes_per_worker_max", wmax);
-    sl_json_num("weight_bytes_per_worker_mean", wsum / g.nw);
+    sl_json_num("weight_bytes_per_worker_max", p->wmax);
+    sl_json_num("weight_bytes_per_worker_mean", p->wsum / g.nw);
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
     if (g.xmode == X_FID) /* host-dependent: the line store fid uses here */
@@ -1705,7 +1816,7 @@ int main(int argc, char** argv)
     sl_json_int("prefetch_dist", g.pf_dist);
     sl_json_int("kv_copies", g.kv_copies);
     sl_json_int("kv_cold_mib", g.kv_cold_mib);
-    sl_json_num("kv_rotated_bytes", (double)kv_layer * g.kv_copies);
+    sl_json_num("kv_rotated_bytes", (double)p->kv_layer * g.kv_copies);
     sl_json_int("kv_stage_kib", g.stage_kib);
     sl_json_bool("attn_only", g.attn_only);
     sl_json_str("prefetch_hint", hint_names[g.pf_hint]);
@@ -1719,8 +1830,8 @@ int main(int argc, char** argv)
     sl_json_bool("avx512_emulated",
         (g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI) && l_avx512_emulated);
     sl_json_bool("pv_split", packed_kv() && !g.pv_unsplit);
-    sl_json_bool("numerics_checked", numerics);
-    if (!numerics)
+    sl_json_bool("numerics_checked", p->numerics);
+    if (!p->numerics)
         sl_json_str("numerics",
             g.slice           ? "not checked: slice mode (exchanges are local copies)"
                 : g.attn_only ? "not checked: --attn-only skips every weight GEMV"
@@ -1735,25 +1846,30 @@ int main(int argc, char** argv)
     if (g.lock)
         lock_meta(&g.dev);
     sl_json_end();
+}
+
+/* the workers: set up (ready), the meta record, then the timed steps (go) */
+static void run(const layer_plan* p)
+{
+    pthread_barrier_init(&g.ready, NULL, (unsigned)g.nrun + 1);
+    pthread_barrier_init(&g.go, NULL, (unsigned)g.nrun + 1);
+    sl_tsc_ghz();
+    for (int i = 0; i < g.nrun; i++)
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    pthread_barrier_wait(&g.ready);
+    size_t page_min = g.w[0].page_size;
+    for (int i = 1; i < g.nrun; i++)
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    report_meta(p, page_min);
     pthread_barrier_wait(&g.go);
     for (int i = 0; i < g.nrun; i++)
         pthread_join(g.w[i].thread, NULL);
+}
 
-    /* steps: per step the slowest worker; the first 10% are warm-up */
-    const int skip = g.steps / 10, n = g.steps - skip;
-    double* us = malloc(sizeof(double) * (size_t)n);
-    for (int s = skip; s < g.steps; s++) {
-        uint64_t mx = 0;
-        for (int i = 0; i < g.nrun; i++)
-            mx = g.w[i].step_cyc[s] > mx ? g.w[i].step_cyc[s] : mx;
-        us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
-    }
-    const char* qn[4] = { "step_p50", "step_p95", "step_p99", "step_max" };
-    const double qv[4] = { 0.5, 0.95, 0.99, 1.0 };
-    for (int k = 0; k < 4; k++) {
-        metric(qn[k], sl_quantile(us, n, qv[k]), "us");
-        sl_json_end();
-    }
+/* per phase: compute, GEMV (mean and the median step's) and barrier time; `us` has n slots */
+static void report_phase_times(double* us, int skip, int n)
+{
     for (int p = 0; p < NPH; p++) {
         double cmax = 0, csum = 0, gmax = 0, gsum = 0, bsum = 0;
         for (int i = 0; i < g.nrun; i++) {
@@ -1789,14 +1905,19 @@ int main(int argc, char** argv)
         sl_json_str("phase", phase_name(p));
         sl_json_end();
     }
-    /* bytes each worker's GEMVs read per phase, so a bench can turn phase_gemv into GB/s */
+}
+
+/* bytes each worker's GEMVs read per phase, so a bench can turn phase_gemv into GB/s */
+static void report_phase_bytes(void)
+{
+    const l_dump* d = &g.d;
     static const int phase_mats[NPH][3]
         = { { M_Q, M_K, M_V }, { -1, -1, -1 }, { -1, -1, -1 }, { M_O, -1, -1 },
               { M_GATE, M_UP, M_R }, { M_DOWN, -1, -1 }, { M_PG, -1, -1 }, { M_PP, -1, -1 } };
     int picked = 0; /* MoE: distinct experts the batch picks (their slices are read once) */
     for (int e = 0; e < d->experts; e++) {
         int hit = 0;
-        for (int b = 0; b < B && !hit; b++)
+        for (int b = 0; b < g.batch && !hit; b++)
             for (int j = 0; j < d->top_k; j++)
                 hit |= d->row[b].router_idx[j] == e;
         picked += hit;
@@ -1821,10 +1942,32 @@ int main(int argc, char** argv)
         sl_json_str("phase", phase_name(p));
         sl_json_end();
     }
-    metric("weight_bytes_per_worker", wmax, "B");
-    sl_json_num("mean", wsum / g.nw);
+}
+
+/* the metric records, then the numerics gate (its exit code) */
+static int report(const layer_plan* p)
+{
+    /* steps: per step the slowest worker; the first 10% are warm-up */
+    const int skip = g.steps / 10, n = g.steps - skip;
+    double* us = malloc(sizeof(double) * (size_t)n);
+    for (int s = skip; s < g.steps; s++) {
+        uint64_t mx = 0;
+        for (int i = 0; i < g.nrun; i++)
+            mx = g.w[i].step_cyc[s] > mx ? g.w[i].step_cyc[s] : mx;
+        us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
+    }
+    const char* qn[4] = { "step_p50", "step_p95", "step_p99", "step_max" };
+    const double qv[4] = { 0.5, 0.95, 0.99, 1.0 };
+    for (int k = 0; k < 4; k++) {
+        metric(qn[k], sl_quantile(us, n, qv[k]), "us");
+        sl_json_end();
+    }
+    report_phase_times(us, skip, n);
+    report_phase_bytes();
+    metric("weight_bytes_per_worker", p->wmax, "B");
+    sl_json_num("mean", p->wsum / g.nw);
     sl_json_end();
-    metric("kv_bytes_per_step", (double)kv_step, "B");
+    metric("kv_bytes_per_step", (double)p->kv_step, "B");
     sl_json_end();
     size_t gather = 0;
     for (int v = 0; v < NVEC; v++)
@@ -1840,5 +1983,15 @@ int main(int argc, char** argv)
         }
         lock_close(&g.dev); /* releases every region and worker CPU */
     }
-    return gate(numerics);
+    return gate(p->numerics);
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "layer";
+    layer_plan p = { 0 };
+    parse_args(argc, argv, &p);
+    plan(&p);
+    run(&p);
+    return report(&p);
 }

@@ -9,7 +9,6 @@
 #include "lock.h"
 #include "sl.h"
 
-#include <getopt.h>
 #include <sys/resource.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -303,9 +302,15 @@ static kernel_id pick_kernel(int choice)
     return K_AVX2_READ;
 }
 
-int main(int argc, char** argv)
+/* the flags that aren't in g */
+typedef struct {
+    int kchoice, have_hk, lock_ways;
+    double timeout;
+    const char* slice_arg;
+} residency_args;
+
+static void parse_args(int argc, char** argv, residency_args* a)
 {
-    sl_prog = "residency";
     g.seconds = 1;
     g.warmup = 3;
     g.held = 1;
@@ -320,123 +325,61 @@ int main(int argc, char** argv)
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
     g.device = "/dev/pseudo_lock";
-    int kchoice = KN_AUTO, have_hk = 0, lock_ways = 0;
-    double timeout = 600;
-    const char* slice_arg = NULL;
-    static const struct option opts[] = { { "slice", required_argument, 0, 'S' },
-        { "cpus", required_argument, 0, 'c' }, { "scenario", required_argument, 0, 'x' },
-        { "kernel", required_argument, 0, 'k' }, { "seconds", required_argument, 0, 'd' },
-        { "steps", required_argument, 0, 'n' }, { "warmup", required_argument, 0, 'w' },
-        { "kv-bytes", required_argument, 0, 'K' }, { "kv-step", required_argument, 0, 'j' },
-        { "llc-kv", required_argument, 0, 'l' }, { "hk-cpus", required_argument, 0, 'H' },
-        { "stream-bytes", required_argument, 0, 'b' }, { "q-bytes", required_argument, 0, 'q' },
-        { "hidden-bytes", required_argument, 0, 'v' }, { "no-held", no_argument, 0, 'N' },
-        { "lock", no_argument, 0, 'L' }, { "device", required_argument, 0, 'D' },
-        { "page", required_argument, 0, 'P' }, { "timeout", required_argument, 0, 'T' },
-        { "help", no_argument, 0, 'h' }, { "lock-ways", required_argument, 0, 'W' },
-        { "gap-ns", required_argument, 0, 'g' }, { "held-stride", required_argument, 0, 's' },
-        { 0, 0, 0, 0 } };
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'S':
-            slice_arg = optarg;
-            break;
-        case 'c':
-            sl_parse_cpus("--cpus", optarg, &g.cpus);
-            break;
-        case 'x':
-            g.scenario = sl_parse_choice("--scenario", optarg, scenario_names);
-            break;
-        case 'k':
-            kchoice = sl_parse_choice("--kernel", optarg, kernel_names);
-            break;
-        case 'd':
-            g.seconds = sl_parse_double("--seconds", optarg, 0.001, 1e6);
-            break;
-        case 'n':
-            g.steps_fixed = (int)sl_parse_long("--steps", optarg, 1, STEP_CAP);
-            break;
-        case 'w':
-            g.warmup = (int)sl_parse_long("--warmup", optarg, 0, 1000000);
-            break;
-        case 'K':
-            g.kv_bytes = sl_parse_size("--kv-bytes", optarg);
-            break;
-        case 'j':
-            g.kv_step = sl_parse_size("--kv-step", optarg);
-            break;
-        case 'l':
-            g.llc_kv = sl_parse_size("--llc-kv", optarg);
-            break;
-        case 'H':
-            sl_parse_cpus("--hk-cpus", optarg, &g.hk);
-            have_hk = 1;
-            break;
-        case 'b':
-            g.stream_bytes = sl_parse_size("--stream-bytes", optarg);
-            break;
-        case 'q':
-            g.q_bytes = sl_parse_size("--q-bytes", optarg);
-            break;
-        case 'v':
-            g.hidden_bytes = sl_parse_size("--hidden-bytes", optarg);
-            break;
-        case 'N':
-            g.held = 0;
-            break;
-        case 's':
-            g.held_stride = (unsigned)sl_parse_long("--held-stride", optarg, 1, 64);
-            break;
-        case 'L':
-            g.lock = 1;
-            break;
-        case 'D':
-            g.device = optarg;
-            break;
-        case 'g':
-            g.gap_ns = sl_parse_double("--gap-ns", optarg, 0, 1e9);
-            break;
-        case 'W':
-            lock_ways = (int)sl_parse_long("--lock-ways", optarg, 1, 31);
-            break;
-        case 'P':
-            g.page = (sl_page_mode)sl_parse_choice("--page", optarg, sl_page_names);
-            break;
-        case 'T':
-            timeout = sl_parse_double("--timeout", optarg, 0, 1e6);
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            sl_bad_option(argv, optind, optopt, c == ':');
-        }
-    }
-    sl_no_operands(argc, argv, optind);
-    if (!slice_arg)
+    a->kchoice = KN_AUTO;
+    a->timeout = 600;
+    const sl_opt opts[] = { { "slice", required_argument, SL_STR(&a->slice_arg) },
+        { "cpus", required_argument, SL_CPUS(&g.cpus) },
+        { "scenario", required_argument, SL_CHOICE(&g.scenario, scenario_names) },
+        { "kernel", required_argument, SL_CHOICE(&a->kchoice, kernel_names) },
+        { "seconds", required_argument, SL_NUM(&g.seconds, 0.001, 1e6) },
+        { "steps", required_argument, SL_INT(&g.steps_fixed, 1, STEP_CAP) },
+        { "warmup", required_argument, SL_INT(&g.warmup, 0, 1000000) },
+        { "kv-bytes", required_argument, SL_SIZE(&g.kv_bytes) },
+        { "kv-step", required_argument, SL_SIZE(&g.kv_step) },
+        { "llc-kv", required_argument, SL_SIZE(&g.llc_kv) },
+        { "hk-cpus", required_argument, SL_CPUS(&g.hk), .seen = &a->have_hk },
+        { "stream-bytes", required_argument, SL_SIZE(&g.stream_bytes) },
+        { "q-bytes", required_argument, SL_SIZE(&g.q_bytes) },
+        { "hidden-bytes", required_argument, SL_SIZE(&g.hidden_bytes) },
+        { "no-held", no_argument, SL_SET(&g.held, 0), .letter = 'N' },
+        { "lock", no_argument, SL_SET(&g.lock, 1), .letter = 'L' },
+        { "device", required_argument, SL_STR(&g.device) },
+        { "page", required_argument, SL_PAGE(&g.page) },
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) },
+        { "lock-ways", required_argument, SL_INT(&a->lock_ways, 1, 31) },
+        { "gap-ns", required_argument, SL_NUM(&g.gap_ns, 0, 1e9) },
+        { "held-stride", required_argument, SL_UINT(&g.held_stride, 1, 64) }, SL_OPT_END };
+    sl_parse_options(argc, argv, usage, opts);
+}
+
+/* the flags against each other and this host; the kernel */
+static void check_args(const residency_args* a)
+{
+    if (!a->slice_arg)
         sl_usage_error("--slice is required (see --help)");
-    g.slice = sl_parse_size("--slice", slice_arg);
+    g.slice = sl_parse_size("--slice", a->slice_arg);
     if (g.slice % 4096 || g.slice > ((size_t)1 << 32))
         sl_usage_error("--slice %zu: must be a multiple of 4 KiB (4096), at most 4G", g.slice);
     if (g.kv_step > g.kv_bytes || g.kv_bytes % g.kv_step)
         sl_usage_error("--kv-step %zu: must divide --kv-bytes %zu", g.kv_step, g.kv_bytes);
-    if (g.scenario == SC_D && !have_hk)
+    if (g.scenario == SC_D && !a->have_hk)
         sl_usage_error("--scenario D needs --hk-cpus (the CPUs running the DRAM streamers)");
     for (int i = 0; i < g.hk.n; i++)
         for (int j = 0; j < g.cpus.n; j++)
             if (g.hk.cpu[i] == g.cpus.cpu[j])
                 sl_usage_error("--hk-cpus: CPU %d is also a worker in --cpus", g.hk.cpu[i]);
-    if (lock_ways && !g.lock)
+    if (a->lock_ways && !g.lock)
         sl_usage_error("--lock-ways is only used with --lock");
     if (g.lock) { /* checked before anything runs: no driver here is exit 3, not a crash */
         lock_open(&g.dev, g.device, g.slice);
-        lock_check_ways(&g.dev, lock_ways);
+        lock_check_ways(&g.dev, a->lock_ways);
     }
-    g.kernel = pick_kernel(kchoice);
-    sl_watchdog(timeout);
+    g.kernel = pick_kernel(a->kchoice);
+}
 
+/* the workers, their step-time arrays and the shared buffers */
+static void plan(void)
+{
     g.n = g.cpus.n;
     g.nhk = g.scenario == SC_D ? g.hk.n : 0;
     g.w = calloc((size_t)g.n, sizeof(*g.w));
@@ -460,21 +403,10 @@ int main(int argc, char** argv)
     memset(g.hidden, 4, g.hidden_bytes);
     g.q = aligned_alloc(4096, (g.q_bytes + 4095) / 4096 * 4096);
     memset(g.q, 5, g.q_bytes);
-    pthread_barrier_init(&g.phase, NULL, (unsigned)(g.n + g.nhk + 1));
-    pthread_barrier_init(&g.done, NULL, (unsigned)(g.n + 1));
-    sl_tsc_ghz();
-    for (int i = 0; i < g.nhk; i++) {
-        g.s[i].cpu = g.hk.cpu[i];
-        if (pthread_create(&g.s[i].thread, NULL, streamer_main, &g.s[i]))
-            sl_fatal("pthread_create failed");
-    }
-    for (int i = 0; i < g.n; i++)
-        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
-            sl_fatal("pthread_create failed");
-    pthread_barrier_wait(&g.phase);
-    size_t page_min = SIZE_MAX;
-    for (int i = 0; i < g.n; i++)
-        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+}
+
+static void report_meta(size_t page_min)
+{
     char hk[256] = "";
     sl_format_cpus(g.hk.cpu, g.nhk, hk, sizeof(hk));
     sl_meta_begin(&g.cpus);
@@ -502,13 +434,66 @@ int main(int argc, char** argv)
     if (g.lock)
         lock_meta(&g.dev);
     sl_json_end();
+}
+
+/* the streamers and workers: set up (phase), the meta record, then the timed steps (done) */
+static void run(void)
+{
+    pthread_barrier_init(&g.phase, NULL, (unsigned)(g.n + g.nhk + 1));
+    pthread_barrier_init(&g.done, NULL, (unsigned)(g.n + 1));
+    sl_tsc_ghz();
+    for (int i = 0; i < g.nhk; i++) {
+        g.s[i].cpu = g.hk.cpu[i];
+        if (pthread_create(&g.s[i].thread, NULL, streamer_main, &g.s[i]))
+            sl_fatal("pthread_create failed");
+    }
+    for (int i = 0; i < g.n; i++)
+        if (pthread_create(&g.w[i].thread, NULL, worker_main, &g.w[i]))
+            sl_fatal("pthread_create failed");
+    pthread_barrier_wait(&g.phase);
+    size_t page_min = SIZE_MAX;
+    for (int i = 0; i < g.n; i++)
+        page_min = g.w[i].page_size < page_min ? g.w[i].page_size : page_min;
+    report_meta(page_min);
     pthread_barrier_wait(&g.done);
     __atomic_store_n(&g.stop_streamers, 1, __ATOMIC_RELAXED);
     for (int i = 0; i < g.n; i++)
         pthread_join(g.w[i].thread, NULL);
     for (int i = 0; i < g.nhk; i++)
         pthread_join(g.s[i].thread, NULL);
+}
 
+/* the held-fraction calibration and counts of one worker; returns its held fraction */
+static double report_held(const worker* w)
+{
+    const held_cal* k = &w->cal;
+    metric(w, "cal_l1", k->l1, "cycles");
+    metric(w, "cal_l2", k->l2, "cycles");
+    metric(w, "cal_l3", k->l3, "cycles");
+    metric(w, "cal_dram", k->dram, "cycles");
+    metric(w, "threshold_l2_l3", k->t23, "cycles");
+    metric(w, "threshold_l3_dram", k->t3d, "cycles");
+    metric(w, "cal_ordered", k->ordered, "bool");
+    metric(w, "cal_tsc_step", k->tsc_step, "ticks");
+    metric(w, "cal_pad", k->pad, "cycles");
+    metric(w, "cal_separation", k->separation, "ratio");
+    metric(w, "held_tries", w->held_tries, "count");
+    metric(w, "lines_timed", (double)w->held.lines, "lines");
+    metric(w, "held_preempted", w->held_preempted, "bool");
+    const held_count* h = &w->held;
+    const double frac = (double)(h->l1 + h->l2) / (double)h->lines;
+    metric(w, "held_fraction", frac, "ratio");
+    metric(w, "lines_l1", (double)h->l1, "lines");
+    metric(w, "lines_l2", (double)h->l2, "lines");
+    metric(w, "lines_l3", (double)h->l3, "lines");
+    metric(w, "lines_dram", (double)h->dram, "lines");
+    metric(w, "line_p50", h->p50, "cycles");
+    return frac;
+}
+
+/* the metric records, then the checksum gate (its exit code) */
+static int report(void)
+{
     double total = 0, min_gbs = 1e300, worst_p99 = 0, held_min = 1;
     int min_cpu = -1, worst_cpu = -1, bad = -1;
     for (int i = 0; i < g.n; i++) {
@@ -529,28 +514,7 @@ int main(int argc, char** argv)
         metric(w, "drift", (last / first - 1) * 100, "%");
         metric(w, "steps", n, "count");
         if (g.held) {
-            const held_cal* k = &w->cal;
-            metric(w, "cal_l1", k->l1, "cycles");
-            metric(w, "cal_l2", k->l2, "cycles");
-            metric(w, "cal_l3", k->l3, "cycles");
-            metric(w, "cal_dram", k->dram, "cycles");
-            metric(w, "threshold_l2_l3", k->t23, "cycles");
-            metric(w, "threshold_l3_dram", k->t3d, "cycles");
-            metric(w, "cal_ordered", k->ordered, "bool");
-            metric(w, "cal_tsc_step", k->tsc_step, "ticks");
-            metric(w, "cal_pad", k->pad, "cycles");
-            metric(w, "cal_separation", k->separation, "ratio");
-            metric(w, "held_tries", w->held_tries, "count");
-            metric(w, "lines_timed", (double)w->held.lines, "lines");
-            metric(w, "held_preempted", w->held_preempted, "bool");
-            const held_count* h = &w->held;
-            const double frac = (double)(h->l1 + h->l2) / (double)h->lines;
-            metric(w, "held_fraction", frac, "ratio");
-            metric(w, "lines_l1", (double)h->l1, "lines");
-            metric(w, "lines_l2", (double)h->l2, "lines");
-            metric(w, "lines_l3", (double)h->l3, "lines");
-            metric(w, "lines_dram", (double)h->dram, "lines");
-            metric(w, "line_p50", h->p50, "cycles");
+            const double frac = report_held(w);
             held_min = frac < held_min ? frac : held_min;
         }
         if (g.lock) {
@@ -584,4 +548,16 @@ int main(int argc, char** argv)
         sl_check_failed("residency: cpu %d: %d weight passes returned checksum %.17g, want %.17g",
             g.w[bad].cpu, g.w[bad].bad_checksum, g.w[bad].checksum, g.w[bad].expected);
     return 0;
+}
+
+int main(int argc, char** argv)
+{
+    sl_prog = "residency";
+    residency_args a = { 0 };
+    parse_args(argc, argv, &a);
+    check_args(&a);
+    sl_watchdog(a.timeout);
+    plan();
+    run();
+    return report();
 }
