@@ -17,6 +17,7 @@ from socketlab.errors import SocketlabError
 from socketlab.hostside.fingerprint import drift
 from socketlab.results import schema
 from socketlab.results.schema import DIM, PARAM, RESERVED
+from socketlab.store import REQUEST_COLUMNS
 
 
 def param_column(name: str) -> str:
@@ -107,25 +108,7 @@ def requests_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
         lat = per_request(rec)
         out.append(
             {
-                **{
-                    k: row[k]
-                    for k in (
-                        "run_key",
-                        "level",
-                        "idx",
-                        "phase",
-                        "status",
-                        "error",
-                        "prompt_id",
-                        "n_in",
-                        "n_out",
-                        "t_sched_ns",
-                        "t_send_ns",
-                        "t_first_ns",
-                        "t_end_ns",
-                        "t_done_ns",
-                    )
-                },
+                **{k: row[k] for k in REQUEST_COLUMNS if k not in ("events", "record")},
                 "n_events": len(rec.events),
                 **{
                     f"{k}_ms": None if lat[k] is None else lat[k] / MS
