@@ -315,176 +315,7 @@ def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
         if t["id"] in seen_tables:
             raise _fail(path, lines, doc, tw + ["id"], f"duplicate table id '{t['id']}'")
         seen_tables.add(t["id"])
-        join = tuple(t.get("join", ()))
-        table_tol = _tolerance(t.get("tolerance"), Tolerance(rel=0.05))
-        columns = tuple(
-            Column(key=k, title=c.get("title", k), unit=c["unit"], better=c["better"])
-            for k, c in t["columns"].items()
-        )
-        if not t.get("experiment") and not t.get("unmeasured"):
-            unmeasured_cols = [
-                k
-                for k, c in t["columns"].items()
-                if not c.get("experiment") and not c.get("unmeasured")
-            ]
-            if unmeasured_cols:
-                raise _fail(
-                    path,
-                    lines,
-                    doc,
-                    tw,
-                    "needs 'experiment' (the campaign experiment "
-                    "that measures it) or 'unmeasured' (why nothing does)",
-                )
-        seen_rows: set[str] = set()
-        rows: list[tuple[str, str, dict[str, Any]]] = []
-        cells: list[Cell] = []
-        for ri, r in enumerate(t["rows"]):
-            rw = tw + ["rows", ri]
-            if r["id"] in seen_rows:
-                raise _fail(path, lines, doc, rw + ["id"], f"duplicate row id '{r['id']}'")
-            seen_rows.add(r["id"])
-            cond = {**t.get("conditions", {}), **r.get("conditions", {})}
-            for key in join:
-                if key not in cond:
-                    raise _fail(
-                        path,
-                        lines,
-                        doc,
-                        rw + ["conditions"],
-                        f"join key '{key}' has no value (set it in the row's or the "
-                        "table's conditions)",
-                    )
-            rows.append((r["id"], r.get("label", r["id"]), cond))
-            for col, raw in r["values"].items():
-                cw = rw + ["values", col]
-                if col not in t["columns"]:
-                    raise _fail(
-                        path,
-                        lines,
-                        doc,
-                        cw,
-                        f"unknown column '{col}' (declared: {', '.join(t['columns'])})",
-                    )
-                cdef = t["columns"][col]
-                obj = raw if isinstance(raw, dict) else {"value": raw}
-                source = obj.get("source") or r.get("source") or t.get("source")
-                if not source:
-                    raise _fail(
-                        path,
-                        lines,
-                        doc,
-                        cw,
-                        "missing source (give 'source' on the "
-                        "cell, the row or the table: seed section or phase report)",
-                    )
-                rng = obj.get("range")
-                if rng is not None and rng[0] > rng[1]:
-                    raise _fail(path, lines, doc, cw + ["range"], "range must be [low, high]")
-                per_core = _per_core(_first("per_core", r, cdef, t))
-                if per_core is not None and cond.get("tier") in SHARED_TIERS:
-                    per_core = None  # a shared tier's figure depends on the whole socket
-                if per_core is not None and per_core.basis == "derived":
-                    divisor = cond.get(per_core.divide_by)
-                    if (
-                        isinstance(divisor, bool)
-                        or not isinstance(divisor, int | float)
-                        or divisor <= 0
-                    ):
-                        raise _fail(
-                            path,
-                            lines,
-                            doc,
-                            rw + ["conditions"],
-                            f"per_core is derived (value / '{per_core.divide_by}'), so "
-                            f"'{per_core.divide_by}' must be a positive number here, "
-                            f"got {divisor!r}",
-                        )
-                disputed = obj.get("disputed") or r.get("disputed")
-                cells.append(
-                    Cell(
-                        table=t["id"],
-                        row=r["id"],
-                        column=col,
-                        label=r.get("label", r["id"]),
-                        value=obj.get("value"),
-                        range=tuple(rng) if rng else None,
-                        samples=tuple(obj.get("samples", ())),
-                        unit=cdef["unit"],
-                        better=cdef["better"],
-                        tolerance=_tolerance(
-                            obj.get("tolerance"), _tolerance(cdef.get("tolerance"), table_tol)
-                        ),
-                        conditions=cond,
-                        join=join,
-                        experiment=r.get("experiment")
-                        or cdef.get("experiment")
-                        or t.get("experiment"),
-                        metric=cdef.get("metric", col),
-                        unmeasured=r.get("unmeasured")
-                        or cdef.get("unmeasured")
-                        or t.get("unmeasured"),
-                        requires=tuple(r.get("requires", t.get("requires", ()))),
-                        source=source,
-                        note=obj.get("note", r.get("note", "")),
-                        divide_by=cdef.get("divide_by"),
-                        statistic=cdef.get("statistic", "median"),
-                        per_core=per_core,
-                        needs=tuple(sorted((_first("needs", r, t) or {}).items())),
-                        disputed=Disputed(**disputed) if disputed else None,
-                        host_independent=t.get("host_independent"),
-                    )
-                )
-                if cdef.get("divide_by") and cdef["divide_by"] not in cond:
-                    raise _fail(
-                        path,
-                        lines,
-                        doc,
-                        cw,
-                        f"column divides by '{cdef['divide_by']}', "
-                        "which is not a condition of this row",
-                    )
-                if cdef.get("divide_by"):
-                    divisor = cond[cdef["divide_by"]]
-                    if (
-                        isinstance(divisor, bool)
-                        or not isinstance(divisor, int | float)
-                        or divisor <= 0
-                    ):
-                        raise _fail(
-                            path,
-                            lines,
-                            doc,
-                            rw + ["conditions"],
-                            f"column divides by '{cdef['divide_by']}', so it must be a "
-                            f"positive number here, got {divisor!r}",
-                        )
-        plot = t.get("plot")
-        if plot:
-            if plot["column"] not in t["columns"]:
-                raise _fail(
-                    path, lines, doc, tw + ["plot", "column"], f"unknown column '{plot['column']}'"
-                )
-            for key in [plot["x"], *plot.get("series", [])]:
-                if not all(key in cond for _, _, cond in rows):
-                    raise _fail(
-                        path, lines, doc, tw + ["plot"], f"'{key}' is not a condition of every row"
-                    )
-        tables.append(
-            Table(
-                id=t["id"],
-                title=t["title"],
-                section=t.get("section", ""),
-                note=t.get("note", ""),
-                experiment=t.get("experiment"),
-                unmeasured=t.get("unmeasured"),
-                join=join,
-                columns=columns,
-                rows=tuple(rows),
-                cells=tuple(cells),
-                plot=plot,
-            )
-        )
+        tables.append(_table(path, lines, doc, tw, t))
     return Published(
         path=path,
         id=doc["id"],
@@ -493,6 +324,236 @@ def _build(path: Path, lines: dict[str, int], doc: dict[str, Any]) -> Published:
         host=doc["host"],
         tables=tuple(tables),
     )
+
+
+def _table(
+    path: Path, lines: dict[str, int], doc: dict[str, Any], tw: list[Any], t: dict[str, Any]
+) -> Table:
+    """One table of the file, its rows' and cells' checks included."""
+    join = tuple(t.get("join", ()))
+    table_tol = _tolerance(t.get("tolerance"), Tolerance(rel=0.05))
+    columns = tuple(
+        Column(key=k, title=c.get("title", k), unit=c["unit"], better=c["better"])
+        for k, c in t["columns"].items()
+    )
+    if not t.get("experiment") and not t.get("unmeasured"):
+        unmeasured_cols = [
+            k
+            for k, c in t["columns"].items()
+            if not c.get("experiment") and not c.get("unmeasured")
+        ]
+        if unmeasured_cols:
+            raise _fail(
+                path,
+                lines,
+                doc,
+                tw,
+                "needs 'experiment' (the campaign experiment "
+                "that measures it) or 'unmeasured' (why nothing does)",
+            )
+    seen_rows: set[str] = set()
+    rows: list[tuple[str, str, dict[str, Any]]] = []
+    cells: list[Cell] = []
+    for ri, r in enumerate(t["rows"]):
+        rw = tw + ["rows", ri]
+        if r["id"] in seen_rows:
+            raise _fail(path, lines, doc, rw + ["id"], f"duplicate row id '{r['id']}'")
+        seen_rows.add(r["id"])
+        cond = _row_conditions(path, lines, doc, rw, t, r, join)
+        rows.append((r["id"], r.get("label", r["id"]), cond))
+        for col, raw in r["values"].items():
+            cells.append(_cell(path, lines, doc, rw, t, r, cond, join, table_tol, col, raw))
+    plot = t.get("plot")
+    if plot:
+        _check_plot(path, lines, doc, tw, t, plot, rows)
+    return Table(
+        id=t["id"],
+        title=t["title"],
+        section=t.get("section", ""),
+        note=t.get("note", ""),
+        experiment=t.get("experiment"),
+        unmeasured=t.get("unmeasured"),
+        join=join,
+        columns=columns,
+        rows=tuple(rows),
+        cells=tuple(cells),
+        plot=plot,
+    )
+
+
+def _row_conditions(
+    path: Path,
+    lines: dict[str, int],
+    doc: dict[str, Any],
+    rw: list[Any],
+    t: dict[str, Any],
+    r: dict[str, Any],
+    join: tuple[str, ...],
+) -> dict[str, Any]:
+    """The row's conditions over the table's; every join key must have a value."""
+    cond = {**t.get("conditions", {}), **r.get("conditions", {})}
+    for key in join:
+        if key not in cond:
+            raise _fail(
+                path,
+                lines,
+                doc,
+                rw + ["conditions"],
+                f"join key '{key}' has no value (set it in the row's or the table's conditions)",
+            )
+    return cond
+
+
+def _not_positive(divisor: Any) -> bool:
+    """True unless ``divisor`` is a positive int or float (bool excluded)."""
+    return isinstance(divisor, bool) or not isinstance(divisor, int | float) or divisor <= 0
+
+
+def _cell(
+    path: Path,
+    lines: dict[str, int],
+    doc: dict[str, Any],
+    rw: list[Any],
+    t: dict[str, Any],
+    r: dict[str, Any],
+    cond: dict[str, Any],
+    join: tuple[str, ...],
+    table_tol: Tolerance,
+    col: str,
+    raw: Any,
+) -> Cell:
+    """One value of a row; cell settings override the row's, the column's, then the table's."""
+    cw = rw + ["values", col]
+    if col not in t["columns"]:
+        raise _fail(
+            path,
+            lines,
+            doc,
+            cw,
+            f"unknown column '{col}' (declared: {', '.join(t['columns'])})",
+        )
+    cdef = t["columns"][col]
+    obj = raw if isinstance(raw, dict) else {"value": raw}
+    source = obj.get("source") or r.get("source") or t.get("source")
+    if not source:
+        raise _fail(
+            path,
+            lines,
+            doc,
+            cw,
+            "missing source (give 'source' on the "
+            "cell, the row or the table: seed section or phase report)",
+        )
+    rng = obj.get("range")
+    if rng is not None and rng[0] > rng[1]:
+        raise _fail(path, lines, doc, cw + ["range"], "range must be [low, high]")
+    per_core = _cell_per_core(path, lines, doc, rw, t, r, cdef, cond)
+    disputed = obj.get("disputed") or r.get("disputed")
+    cell = Cell(
+        table=t["id"],
+        row=r["id"],
+        column=col,
+        label=r.get("label", r["id"]),
+        value=obj.get("value"),
+        range=tuple(rng) if rng else None,
+        samples=tuple(obj.get("samples", ())),
+        unit=cdef["unit"],
+        better=cdef["better"],
+        tolerance=_tolerance(obj.get("tolerance"), _tolerance(cdef.get("tolerance"), table_tol)),
+        conditions=cond,
+        join=join,
+        experiment=r.get("experiment") or cdef.get("experiment") or t.get("experiment"),
+        metric=cdef.get("metric", col),
+        unmeasured=r.get("unmeasured") or cdef.get("unmeasured") or t.get("unmeasured"),
+        requires=tuple(r.get("requires", t.get("requires", ()))),
+        source=source,
+        note=obj.get("note", r.get("note", "")),
+        divide_by=cdef.get("divide_by"),
+        statistic=cdef.get("statistic", "median"),
+        per_core=per_core,
+        needs=tuple(sorted((_first("needs", r, t) or {}).items())),
+        disputed=Disputed(**disputed) if disputed else None,
+        host_independent=t.get("host_independent"),
+    )
+    _check_column_divisor(path, lines, doc, rw, cw, cdef, cond)
+    return cell
+
+
+def _cell_per_core(
+    path: Path,
+    lines: dict[str, int],
+    doc: dict[str, Any],
+    rw: list[Any],
+    t: dict[str, Any],
+    r: dict[str, Any],
+    cdef: dict[str, Any],
+    cond: dict[Any, Any],
+) -> PerCore | None:
+    """The cell's per-core setting (row, column, table); a derived one needs its divisor."""
+    per_core = _per_core(_first("per_core", r, cdef, t))
+    if per_core is not None and cond.get("tier") in SHARED_TIERS:
+        per_core = None  # a shared tier's figure depends on the whole socket
+    if per_core is not None and per_core.basis == "derived":
+        divisor = cond.get(per_core.divide_by)
+        if _not_positive(divisor):
+            raise _fail(
+                path,
+                lines,
+                doc,
+                rw + ["conditions"],
+                f"per_core is derived (value / '{per_core.divide_by}'), so "
+                f"'{per_core.divide_by}' must be a positive number here, "
+                f"got {divisor!r}",
+            )
+    return per_core
+
+
+def _check_column_divisor(
+    path: Path,
+    lines: dict[str, int],
+    doc: dict[str, Any],
+    rw: list[Any],
+    cw: list[Any],
+    cdef: dict[str, Any],
+    cond: dict[str, Any],
+) -> None:
+    """A column that divides by a condition needs it on the row, as a positive number."""
+    if cdef.get("divide_by") and cdef["divide_by"] not in cond:
+        raise _fail(
+            path,
+            lines,
+            doc,
+            cw,
+            f"column divides by '{cdef['divide_by']}', which is not a condition of this row",
+        )
+    if cdef.get("divide_by"):
+        divisor = cond[cdef["divide_by"]]
+        if _not_positive(divisor):
+            raise _fail(
+                path,
+                lines,
+                doc,
+                rw + ["conditions"],
+                f"column divides by '{cdef['divide_by']}', so it must be a "
+                f"positive number here, got {divisor!r}",
+            )
+
+
+def _check_plot(
+    path: Path,
+    lines: dict[str, int],
+    doc: dict[str, Any],
+    tw: list[Any],
+    t: dict[str, Any],
+    plot: dict[str, Any],
+    rows: list[tuple[str, str, dict[str, Any]]],
+) -> None:
+    """The plotted column must exist and x and every series must be conditions of every row."""
+    if plot["column"] not in t["columns"]:
+        raise _fail(path, lines, doc, tw + ["plot", "column"], f"unknown column '{plot['column']}'")
+    for key in [plot["x"], *plot.get("series", [])]:
+        if not all(key in cond for _, _, cond in rows):
+            raise _fail(path, lines, doc, tw + ["plot"], f"'{key}' is not a condition of every row")
 
 
 def published_for_campaign(campaign: str, directory: Path = PUBLISHED_DIR) -> list[Published]:
