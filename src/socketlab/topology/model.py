@@ -263,30 +263,28 @@ def _devices(r: _Reader, value: Any) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def topology_from_snapshot(snapshot: dict) -> Topology:
-    """Build the host model from what ``collectors/host_facts.py`` printed."""
-    if not isinstance(snapshot, dict):
-        raise HostError(f"host facts: expected a JSON object, got {type(snapshot).__name__}")
-    source = str(snapshot.get("hostname") or snapshot.get("root") or "host")
-    r = _Reader(source)
-    if snapshot.get("format") != SNAPSHOT_FORMAT:
-        raise r.fail("format", repr(SNAPSHOT_FORMAT), snapshot.get("format"))
-    raw_cpus = snapshot.get("cpus") or {}
-    if not isinstance(raw_cpus, dict):
-        raise r.fail("cpus", "an object of CPU records", raw_cpus)
-
+def _usable_cpus(
+    r: _Reader, snapshot: dict, raw_cpus: dict
+) -> tuple[list[int], list[int], list[int]]:
+    """(present, online, usable): usable CPUs are online and have topology records."""
     online_text = snapshot.get("cpu_online")
     present = sorted(r.integer(k, f"cpus.{k}") for k in raw_cpus)
     online = r.cpus(online_text, "cpu_online") if online_text else present
     usable = [c for c in online if str(c) in raw_cpus]
     if not usable:
         raise r.fail("cpus", "at least one online CPU with topology files", online_text)
+    return present, online, usable
 
-    # NUMA nodes; a kernel without CONFIG_NUMA has no node directory: one node 0.
+
+def _numa_nodes(
+    r: _Reader, value: Any, usable: list[int]
+) -> tuple[dict[int, int], dict[int, tuple[int, ...]], dict[int, int | None]]:
+    """(node of each CPU, CPUs of each node, 2 MiB hugepages of each node)."""
+    # A kernel without CONFIG_NUMA has no node directory: one node 0.
     node_of: dict[int, int] = {}
     nodes: dict[int, tuple[int, ...]] = {}
     hugepages: dict[int, int | None] = {}
-    raw_nodes = r.record(snapshot.get("nodes") or {}, "nodes", "an object of node records")
+    raw_nodes = r.record(value or {}, "nodes", "an object of node records")
     for key in raw_nodes:
         r.integer(key, f"nodes.{key}")
     for key, rec in sorted(raw_nodes.items(), key=lambda kv: int(kv[0])):
@@ -301,7 +299,45 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
     if not raw_nodes:
         nodes = {0: tuple(usable)}
         node_of = dict.fromkeys(usable, 0)
+    return node_of, nodes, hugepages
 
+
+def _cpu_caches(
+    r: _Reader, c: int, where: str, value: Any, cache_groups: dict[tuple[int, str], dict[str, Any]]
+) -> int | None:
+    """Add CPU ``c``'s caches to ``cache_groups``; return its last-level cache's instance."""
+    llc = None
+    caches = r.record(value or {}, f"{where}.cache")
+    top_level = 0
+    for index, cache in sorted(caches.items()):
+        cw = f"{where}.cache.{index}"
+        cache = r.record(cache, cw)
+        level = r.integer(cache.get("level"), f"{cw}.level")
+        ctype = str(cache.get("type") or "Unified")
+        shared = r.cpus(cache.get("shared_cpu_list") or str(c), f"{cw}.shared_cpu_list")
+        cid = cache.get("id")
+        # Without an id file (older kernels), the lowest sharing CPU names the instance.
+        instance = r.integer(cid, f"{cw}.id") if cid not in (None, "") else min(shared)
+        group = cache_groups.setdefault(
+            (level, ctype),
+            {"size": r.size(cache.get("size"), f"{cw}.size"), "ids": set(), "shared_by": 0},
+        )
+        group["ids"].add(instance)
+        group["shared_by"] = max(group["shared_by"], len(shared))
+        if ctype != "Instruction" and level >= top_level:
+            top_level, llc = level, instance
+    return llc
+
+
+def _cpu_records(
+    r: _Reader, raw_cpus: dict, usable: list[int], node_of: dict[int, int]
+) -> tuple[
+    list[Cpu],
+    dict[tuple[int, int], list[int]],
+    dict[int, set[int]],
+    dict[tuple[int, str], dict[str, Any]],
+]:
+    """(CPUs, CPUs of each (package, core), CPUs of each LLC, cache groups by (level, type))."""
     cpus: list[Cpu] = []
     by_core: dict[tuple[int, int], list[int]] = {}
     llc_members: dict[int, set[int]] = {}
@@ -316,35 +352,61 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
         )
         if c not in node_of:
             raise r.fail(f"{where}", "the CPU to be in one NUMA node's cpulist", None)
-        llc = None
-        caches = r.record(rec.get("cache") or {}, f"{where}.cache")
-        top_level = 0
-        for index, cache in sorted(caches.items()):
-            cw = f"{where}.cache.{index}"
-            cache = r.record(cache, cw)
-            level = r.integer(cache.get("level"), f"{cw}.level")
-            ctype = str(cache.get("type") or "Unified")
-            shared = r.cpus(cache.get("shared_cpu_list") or str(c), f"{cw}.shared_cpu_list")
-            cid = cache.get("id")
-            # Without an id file (older kernels), the lowest sharing CPU names the instance.
-            instance = r.integer(cid, f"{cw}.id") if cid not in (None, "") else min(shared)
-            group = cache_groups.setdefault(
-                (level, ctype),
-                {"size": r.size(cache.get("size"), f"{cw}.size"), "ids": set(), "shared_by": 0},
-            )
-            group["ids"].add(instance)
-            group["shared_by"] = max(group["shared_by"], len(shared))
-            if ctype != "Instruction" and level >= top_level:
-                top_level, llc = level, instance
+        llc = _cpu_caches(r, c, where, rec.get("cache"), cache_groups)
         if llc is not None:
             llc_members.setdefault(llc, set()).add(c)
         by_core.setdefault((package, core_id), []).append(c)
         cpus.append(Cpu(c, package, core_id, node_of[c], llc, tuple(siblings)))
+    return cpus, by_core, llc_members, cache_groups
+
+
+def _irqs(r: _Reader, value: Any) -> tuple[Irq, ...] | None:
+    """The IRQ records, None when the snapshot has none."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise r.fail("irqs", "a list of IRQ records", value)
+    items = []
+    for i, rec in enumerate(value):
+        where = f"irqs[{i}]"
+        rec = r.record(rec, where)
+        node = rec.get("node")
+        items.append(
+            Irq(
+                irq=r.integer(rec.get("irq"), f"{where}.irq"),
+                name=str(rec.get("name") or ""),
+                chip=str(rec.get("chip") or ""),
+                node=-1 if node in (None, "") else r.integer(node, f"{where}.node"),
+                affinity=tuple(r.cpus(rec.get("smp_affinity_list") or "", f"{where}.affinity")),
+                effective=tuple(
+                    r.cpus(rec.get("effective_affinity_list") or "", f"{where}.effective")
+                ),
+            )
+        )
+    return tuple(items)
+
+
+def topology_from_snapshot(snapshot: dict) -> Topology:
+    """Build the host model from what ``collectors/host_facts.py`` printed."""
+    if not isinstance(snapshot, dict):
+        raise HostError(f"host facts: expected a JSON object, got {type(snapshot).__name__}")
+    source = str(snapshot.get("hostname") or snapshot.get("root") or "host")
+    r = _Reader(source)
+    if snapshot.get("format") != SNAPSHOT_FORMAT:
+        raise r.fail("format", repr(SNAPSHOT_FORMAT), snapshot.get("format"))
+    raw_cpus = snapshot.get("cpus") or {}
+    if not isinstance(raw_cpus, dict):
+        raise r.fail("cpus", "an object of CPU records", raw_cpus)
+
+    present, online, usable = _usable_cpus(r, snapshot, raw_cpus)
+    node_of, nodes, hugepages = _numa_nodes(r, snapshot.get("nodes"), usable)
+    cpus, by_core, llc_members, cache_groups = _cpu_records(r, raw_cpus, usable, node_of)
 
     cores = tuple(
         Core(pkg, cid, node_of[min(members)], tuple(sorted(members)))
         for (pkg, cid), members in sorted(by_core.items())
     )
+    # A CPU's siblings are its core's usable CPUs (sysfs may list CPUs that are not).
     core_cpus = {c: core.cpus for core in cores for c in core.cpus}
     cpus = [Cpu(c.id, c.package, c.core_id, c.node, c.llc, core_cpus[c.id]) for c in cpus]
     sockets: dict[int, list[int]] = {}
@@ -368,29 +430,7 @@ def topology_from_snapshot(snapshot: dict) -> Topology:
         if raw_cpus[str(c)].get("scaling_governor")
     }
     drivers = {raw_cpus[str(c)].get("scaling_driver") for c in usable} - {None}
-
-    irqs: tuple[Irq, ...] | None = None
-    if snapshot.get("irqs") is not None:
-        if not isinstance(snapshot["irqs"], list):
-            raise r.fail("irqs", "a list of IRQ records", snapshot["irqs"])
-        items = []
-        for i, rec in enumerate(snapshot["irqs"]):
-            where = f"irqs[{i}]"
-            rec = r.record(rec, where)
-            node = rec.get("node")
-            items.append(
-                Irq(
-                    irq=r.integer(rec.get("irq"), f"{where}.irq"),
-                    name=str(rec.get("name") or ""),
-                    chip=str(rec.get("chip") or ""),
-                    node=-1 if node in (None, "") else r.integer(node, f"{where}.node"),
-                    affinity=tuple(r.cpus(rec.get("smp_affinity_list") or "", f"{where}.affinity")),
-                    effective=tuple(
-                        r.cpus(rec.get("effective_affinity_list") or "", f"{where}.effective")
-                    ),
-                )
-            )
-        irqs = tuple(items)
+    irqs = _irqs(r, snapshot.get("irqs"))
 
     pid1 = snapshot.get("pid1_comm") or "unknown"
     return Topology(
