@@ -80,6 +80,8 @@ lint: setup
 	$(VENV)/bin/ruff check $(PY_TREE)
 	$(VENV)/bin/ruff format --check $(PY_TREE)
 	$(VENV)/bin/mypy
+	$(PY) scripts/layers.py --check > /dev/null  # no import cycle between parts (docs/architecture.md)
+	@echo "layers: no import cycle"
 	find native -path native/build -prune -o -name '*.[ch]' -print | sort \
 		| xargs $(CLANG_FORMAT) --dry-run --Werror
 	@echo "clang-format: native/ formatted"

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{commands.__name__}.{info.name}")
         module.register(sub)
+    # commands that describe the whole command line (completion) read it from their namespace
+    parser.set_defaults(root_parser=parser)
     for command in _commands(sub):  # before or after the command: `orchestrate -v run X`
         _add_logging_arguments(command, argparse.SUPPRESS)
     return parser

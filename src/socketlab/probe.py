@@ -15,7 +15,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from socketlab.report.interference import DEFAULT_BELOW
+#: a probe reading below this fraction of the host's best marks the run disturbed: the quiet
+#: probe spreads by a few % from run to run (docs/report.md, Interference), a neighbour's load
+#: on the shared units takes 25-70 % off (shared/recorded/gnr-kvm-2vcpu-2026-12-03)
+DEFAULT_BELOW = 0.8
 
 #: per-core bytes the probe reads where the host's L2 size is unknown
 DEFAULT_BYTES = 1 << 20

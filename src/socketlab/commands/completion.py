@@ -21,7 +21,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import shtab
 
-    from socketlab.cli import build_parser
-
-    print(shtab.complete(build_parser(), shell=args.shell))
+    # cli.build_parser sets root_parser: commands/ never imports the cli that discovers it
+    print(shtab.complete(args.root_parser, shell=args.shell))
     return 0

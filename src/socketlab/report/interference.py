@@ -19,10 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: a probe reading below this fraction of the host's best marks the run disturbed: the quiet
-#: probe spreads by a few % from run to run (docs/report.md, Interference), a neighbour's load
-#: on the shared units takes 25-70 % off (shared/recorded/gnr-kvm-2vcpu-2026-12-03)
-DEFAULT_BELOW = 0.8
+from socketlab.probe import DEFAULT_BELOW
+
 #: steal above this share of the time between the two readings marks the run disturbed too
 STEAL_SHARE = 0.01
 #: USER_HZ: /proc/stat counts steal in these ticks per second on every Linux architecture

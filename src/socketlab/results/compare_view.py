@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from socketlab.plots import figure, png_base64, template_env
 from socketlab.results.comparison import (
     FASTER,
     HIGHER,
@@ -20,7 +21,6 @@ from socketlab.results.comparison import (
     SLOWER,
     Comparison,
 )
-from socketlab.results.plots import figure, png_base64, template_env
 from socketlab.results.schema import DIM
 
 #: a verdict's colour in the plot and the HTML (red: worse, green: better, grey: no change)

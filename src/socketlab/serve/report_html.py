@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from socketlab.results.plots import figure, png_base64, template_env
+from socketlab.plots import figure, png_base64, template_env
 from socketlab.serve.report import RATIOS, _load_order, cells, comparison, notes, serving_runs
 
 
