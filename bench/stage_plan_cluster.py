@@ -34,13 +34,15 @@ def main() -> None:
     ap.add_argument("--calibration", type=float, default=1.0)
     a = ap.parse_args()
     links = [("seed-equivalent", SEED_LINK)] + [
-        (x, Link(float(x.split(":")[0]), float(x.split(":")[1]))) for x in a.link]
+        (x, Link(float(x.split(":")[0]), float(x.split(":")[1]))) for x in a.link
+    ]
     doc = yaml.safe_load(PUBLISHED.read_text())
     table = next(t for t in doc["tables"] if t["id"] == "plan-cluster")
     c = load_constants(SEED)
-    print("links: fixed hop 5 / all-reduce 10 µs; "
-          + "; ".join(f"{n}: {lk.latency_us:.2f} µs + bytes / {lk.gbps:.1f} GB/s"
-                      for n, lk in links))
+    print(
+        "links: fixed hop 5 / all-reduce 10 µs; "
+        + "; ".join(f"{n}: {lk.latency_us:.2f} µs + bytes / {lk.gbps:.1f} GB/s" for n, lk in links)
+    )
     head = " | ".join(f"{n} (hop B / all-reduce B)" for n, _ in links)
     print(f"\n| cell | metric | published | fixed 5/10 | {head} |")
     print("|---|---|---:|---:|" + "---:|" * len(links))
@@ -50,15 +52,22 @@ def main() -> None:
         if row.get("unmeasured"):
             continue
         cond = {**table["conditions"], **row["conditions"]}
-        bud = Budget(bytes_per_core=cond["budget_kib"] * 1024, batch=cond["batch"],
-                     context=cond["context"], split="tp", expert_tier=cond["experts"],
-                     l3_bytes_per_core=L3_KIB * 1024)
+        bud = Budget(
+            bytes_per_core=cond["budget_kib"] * 1024,
+            batch=cond["batch"],
+            context=cond["context"],
+            split="tp",
+            expert_tier=cond["experts"],
+            l3_bytes_per_core=L3_KIB * 1024,
+        )
         pl = plan(units(load_model(cond["model"])), bud, c)
         fixed = project(pl, 5.0, 10.0, a.calibration)
         linked = [project(pl, 5.0, 10.0, a.calibration, link=lk) for _, lk in links]
-        for col, attr, scale in (("tpot_ms", "tpot_saturated_us", 1e-3),
-                                 ("tok_s_per_socket", "tokens_per_s_per_socket", 1.0),
-                                 ("tok_s", "tokens_per_s", 1.0)):
+        for col, attr, scale in (
+            ("tpot_ms", "tpot_saturated_us", 1e-3),
+            ("tok_s_per_socket", "tokens_per_s_per_socket", 1.0),
+            ("tok_s", "tokens_per_s", 1.0),
+        ):
             pub = row["values"].get(col)
             if pub is None:
                 continue
@@ -67,12 +76,17 @@ def main() -> None:
             for name, p in (("fixed", fixed), *zip([n for n, _ in links], linked, strict=True)):
                 r = getattr(p, attr) * scale / pub
                 n_dev[name] += abs(r - 1) > TOL
-                extra = (f" ({p.hop_bytes / 1024:.0f} / {p.allreduce_bytes / 1024:.0f} KiB)"
-                         if name != "fixed" else "")
+                extra = (
+                    f" ({p.hop_bytes / 1024:.0f} / {p.allreduce_bytes / 1024:.0f} KiB)"
+                    if name != "fixed"
+                    else ""
+                )
                 cells.append(f"{getattr(p, attr) * scale:,.4g} ({r:.2f}x){extra}")
             print(f"| {row['id']} | {col} | {pub:,} | " + " | ".join(cells) + " |")
-    print(f"\ncells outside {TOL:.0%} of {n_cells}: "
-          + ", ".join(f"{k} {v}" for k, v in n_dev.items()))
+    print(
+        f"\ncells outside {TOL:.0%} of {n_cells}: "
+        + ", ".join(f"{k} {v}" for k, v in n_dev.items())
+    )
 
 
 if __name__ == "__main__":

@@ -79,8 +79,9 @@ CLASS_CTX = (64, 256, 512, 1024, 2048)
 CAMPAIGN = "planner-host"
 
 
-def run_stored(store: Store, host: str, experiment: str, argv: list[str], params: dict,
-               rep: int = 0) -> dict:
+def run_stored(
+    store: Store, host: str, experiment: str, argv: list[str], params: dict, rep: int = 0
+) -> dict:
     key = hashlib.sha256(json.dumps([host, argv, rep]).encode()).hexdigest()
     t0 = time.time()
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=900)
@@ -91,17 +92,32 @@ def run_stored(store: Store, host: str, experiment: str, argv: list[str], params
         params = {**params, "gate": proc.stderr.strip().splitlines()[-1][:300]}
         print(f"  note: {' '.join(argv[-6:])}: {params['gate']}")
     metrics, _, _ = parse_jsonl(proc.stdout)
-    store.add_run(RunRecord(run_key=key, campaign=CAMPAIGN, experiment=experiment, host=host,
-                            repetition=rep, params=params, status="ok", exit_code=0, started=t0,
-                            finished=time.time(), duration_s=time.time() - t0, argv=argv),
-                  [Metric(m["name"], m["value"], m["unit"], m["dims"], "jsonl/1")
-                   for m in metrics])
+    store.add_run(
+        RunRecord(
+            run_key=key,
+            campaign=CAMPAIGN,
+            experiment=experiment,
+            host=host,
+            repetition=rep,
+            params=params,
+            status="ok",
+            exit_code=0,
+            started=t0,
+            finished=time.time(),
+            duration_s=time.time() - t0,
+            argv=argv,
+        ),
+        [Metric(m["name"], m["value"], m["unit"], m["dims"], "jsonl/1") for m in metrics],
+    )
     return {"key": key, "metrics": metrics, "rep": rep}
 
 
 def m(recs: list[dict], name: str, **dims) -> float:
-    return sum(r["value"] for r in recs
-               if r["name"] == name and all(r["dims"].get(k) == v for k, v in dims.items()))
+    return sum(
+        r["value"]
+        for r in recs
+        if r["name"] == name and all(r["dims"].get(k) == v for k, v in dims.items())
+    )
 
 
 def load() -> str:
@@ -123,14 +139,23 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--results", default=str(REPO / "results"))
-    ap.add_argument("--gemv", default="avx512" if _avx512_bf16() else "avx2",
-                    help="the stage's kernel (default avx512 where the CPU has AVX512_BF16)")
+    ap.add_argument(
+        "--gemv",
+        default="avx512" if _avx512_bf16() else "avx2",
+        help="the stage's kernel (default avx512 where the CPU has AVX512_BF16)",
+    )
     ap.add_argument("--dumps", help="keep the dumps here (reused when present)")
-    ap.add_argument("--table-only", action="store_true",
-                    help="run nothing: the table from the runs already in the store")
-    ap.add_argument("--one-kv-rate", action="store_true",
-                    help="the model before attention classes: every stage's attention at the "
-                         "16K dump's kv-attn rate (for a before / after on the same runs)")
+    ap.add_argument(
+        "--table-only",
+        action="store_true",
+        help="run nothing: the table from the runs already in the store",
+    )
+    ap.add_argument(
+        "--one-kv-rate",
+        action="store_true",
+        help="the model before attention classes: every stage's attention at the "
+        "16K dump's kv-attn rate (for a before / after on the same runs)",
+    )
     a = ap.parse_args()
     build = Path(a.build)
     workers = len(a.cpus.split(","))
@@ -142,8 +167,12 @@ def main() -> None:
             if r["campaign"] == CAMPAIGN and r["experiment"] == "layer":
                 p = r["params"]
                 stage_runs.setdefault((p["shape"], p["context"], p["batch"]), []).append(
-                    {"key": r["key"], "rep": r["repetition"],
-                     "metrics": [{"name": n, "value": v, "dims": d} for n, v, d in r["metrics"]]})
+                    {
+                        "key": r["key"],
+                        "rep": r["repetition"],
+                        "metrics": [{"name": n, "value": v, "dims": d} for n, v, d in r["metrics"]],
+                    }
+                )
         return table(a, results, workers, stage_runs)  # --cpus as in the run
     store = Store(results / CAMPAIGN / "store.sqlite")
     tmp = Path(a.dumps) if a.dumps else Path(tempfile.mkdtemp(prefix="stage-plan-host-"))
@@ -152,10 +181,27 @@ def main() -> None:
     for shape, ctx in STAGES + CALIB:
         d = tmp / f"{shape}.c{ctx}"
         if not (d / "manifest.txt").is_file():  # `orchestrate layer-dump`, as a module
-            subprocess.run([sys.executable, "-m", "socketlab.cli", "layer-dump", shape,
-                            "--context", str(ctx), "--batch", "16", "--seed", "1", "--out",
-                            str(d), "--quiet"], check=True, timeout=900,
-                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "socketlab.cli",
+                    "layer-dump",
+                    shape,
+                    "--context",
+                    str(ctx),
+                    "--batch",
+                    "16",
+                    "--seed",
+                    "1",
+                    "--out",
+                    str(d),
+                    "--quiet",
+                ],
+                check=True,
+                timeout=900,
+                env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+            )
         dumps[shape, ctx] = d
     classes = {}
     for hd, grp in ATTN_CLASSES:
@@ -164,13 +210,31 @@ def main() -> None:
         shape_file.write_text(
             f"version: 1\nmodel: {name}\nlayer: 0\nattention: full\nhidden: 256\n"
             f"heads: {grp}\nkv_heads: 1\nhead_dim: {hd}\ninter: 256\nple: 64\n"
-            "rope_theta: 10000.0\nrope_type: default\neps: 1.0e-6\n")
+            "rope_theta: 10000.0\nrope_type: default\neps: 1.0e-6\n"
+        )
         d = tmp / f"{name}.c{CLASS_CTX[-1]}"
         if not (d / "manifest.txt").is_file():
-            subprocess.run([sys.executable, "-m", "socketlab.cli", "layer-dump", str(shape_file),
-                            "--context", str(CLASS_CTX[-1]), "--batch", "16", "--seed", "1",
-                            "--out", str(d), "--quiet"], check=True, timeout=900,
-                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "socketlab.cli",
+                    "layer-dump",
+                    str(shape_file),
+                    "--context",
+                    str(CLASS_CTX[-1]),
+                    "--batch",
+                    "16",
+                    "--seed",
+                    "1",
+                    "--out",
+                    str(d),
+                    "--quiet",
+                ],
+                check=True,
+                timeout=900,
+                env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+            )
         classes[hd, grp] = d
     layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", a.gemv, "--steps", str(a.steps)]
     full = dumps["tiny-full", 16384]
@@ -180,39 +244,103 @@ def main() -> None:
         loads.append(load())
         print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {loads[-1]}: rep {rep}")
         for nbytes in (2560, 37376) if workers > 1 else ():
-            run_stored(store, a.host, "exchange",
-                       [str(build / "exchange"), "--mode", "diss", "--cpus", a.cpus, "--bytes",
-                        str(nbytes), "--iters", "5000", "--warmup", "500"], {"bytes": nbytes},
-                       rep)
+            run_stored(
+                store,
+                a.host,
+                "exchange",
+                [
+                    str(build / "exchange"),
+                    "--mode",
+                    "diss",
+                    "--cpus",
+                    a.cpus,
+                    "--bytes",
+                    str(nbytes),
+                    "--iters",
+                    "5000",
+                    "--warmup",
+                    "500",
+                ],
+                {"bytes": nbytes},
+                rep,
+            )
         for b in (1, 16):
             for n in KV_CTX:
-                run_stored(store, a.host, "kv-attn",
-                           [*layer, "--dump", str(full), "--slice", f"0/{workers}", "--batch",
-                            str(b), "--ctx", str(n)], {"context": n, "batch": b}, rep)
+                run_stored(
+                    store,
+                    a.host,
+                    "kv-attn",
+                    [
+                        *layer,
+                        "--dump",
+                        str(full),
+                        "--slice",
+                        f"0/{workers}",
+                        "--batch",
+                        str(b),
+                        "--ctx",
+                        str(n),
+                    ],
+                    {"context": n, "batch": b},
+                    rep,
+                )
             for (hd, grp), d in classes.items():
                 for n in CLASS_CTX:
-                    run_stored(store, a.host, "kv-attn",
-                               [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch",
-                                str(b), "--ctx", str(n)],
-                               {"context": n, "batch": b, "head_dim": hd, "group": grp}, rep)
+                    run_stored(
+                        store,
+                        a.host,
+                        "kv-attn",
+                        [
+                            *layer,
+                            "--dump",
+                            str(d),
+                            "--slice",
+                            f"0/{workers}",
+                            "--batch",
+                            str(b),
+                            "--ctx",
+                            str(n),
+                        ],
+                        {"context": n, "batch": b, "head_dim": hd, "group": grp},
+                        rep,
+                    )
         for (shape, ctx), d in dumps.items():
             for b in (1, 16):
                 p = {"shape": shape, "context": ctx, "batch": b}
-                run_stored(store, a.host, "gemv-slice",
-                           [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch",
-                            str(b)], p, rep)
+                run_stored(
+                    store,
+                    a.host,
+                    "gemv-slice",
+                    [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch", str(b)],
+                    p,
+                    rep,
+                )
                 if (shape, ctx) in CALIB:
                     continue
-                stage_runs.setdefault((shape, ctx, b), []).append(run_stored(
-                    store, a.host, "layer", [*layer, "--dump", str(d), "--batch", str(b),
-                                             "--xchg", "direct"], p, rep))
+                stage_runs.setdefault((shape, ctx, b), []).append(
+                    run_stored(
+                        store,
+                        a.host,
+                        "layer",
+                        [*layer, "--dump", str(d), "--batch", str(b), "--xchg", "direct"],
+                        p,
+                        rep,
+                    )
+                )
     store.close()
     print(f"load average (1 min) at each rep: {', '.join(loads)}; after: {load()}")
     table(a, results, workers, stage_runs)
 
 
-def predict_rep(a: argparse.Namespace, results: Path, workers: int, shape: str, ctx: int,
-                b: int, rep: int | None) -> tuple[Prediction, dict]:
+def predict_rep(
+    a: argparse.Namespace,
+    results: Path,
+    workers: int,
+    shape: str,
+    ctx: int,
+    b: int,
+    rep: int | None,
+) -> tuple[Prediction, dict]:
     """One stage's prediction from the constants of repetition `rep` (the runs next to it)."""
     us = units(layer_model(shape))
     nbytes = sum(x.bytes for x in us if x.kind != "head") // workers
@@ -220,43 +348,68 @@ def predict_rep(a: argparse.Namespace, results: Path, workers: int, shape: str, 
     # and shape; every constant comes from runs other than the stage's, the element costs from
     # other shapes
     bud = Budget(cores=workers, batch=b, context=ctx)
-    probe = layer_stage(us, 0, bud, Constants(gemv_gbps_per_core=1, exchange_us=0, kv_gbps=1,
-                                              act_gbps=1, elem_ns=1, gelu_ns=1))
+    probe = layer_stage(
+        us,
+        0,
+        bud,
+        Constants(gemv_gbps_per_core=1, exchange_us=0, kv_gbps=1, act_gbps=1, elem_ns=1, gelu_ns=1),
+    )
     att = next(x for x in us if x.kind == "attn")
     group = att.heads // max(att.kv_heads, 1)
-    kw = {"kernel": a.gemv, "bytes_per_core": nbytes, "batch": b, "exclude_shape": shape,
-          "elems": probe.elem_us * 1e3 / b, "kv_bytes": probe.kv_us * 1e3,
-          "head_dim": att.head_dim, "group": group}
+    kw = {
+        "kernel": a.gemv,
+        "bytes_per_core": nbytes,
+        "batch": b,
+        "exclude_shape": shape,
+        "elems": probe.elem_us * 1e3 / b,
+        "kv_bytes": probe.kv_us * 1e3,
+        "head_dim": att.head_dim,
+        "group": group,
+    }
     if a.one_kv_rate:
         del kw["head_dim"], kw["group"]
     # GEMV and KV rates (DRAM / L3 bandwidth, which drifts with the neighbours' load) from the
     # runs next to the stage; the element costs (CPU-bound, noisy per run) over all repetitions
     g = measured_constants(a.host, results=results, repetition=rep, **kw)
-    g.update({k: v for k, v in measured_constants(a.host, results=results, **kw).items()
-              if k in ("elem_ns", "gelu_ns")})
+    g.update(
+        {
+            k: v
+            for k, v in measured_constants(a.host, results=results, **kw).items()
+            if k in ("elem_ns", "gelu_ns")
+        }
+    )
     # the attention rate per class (head_dim, group, batch, KV bytes) of the same repetition:
     # the stage's attention takes its own class's (Constants.kv_rate)
-    classes, detail = measured_kv_classes(a.host, results=results, kernel=a.gemv,
-                                          repetition=rep)
+    classes, detail = measured_kv_classes(a.host, results=results, kernel=a.gemv, repetition=rep)
     if a.one_kv_rate:
         classes = ()
-    cc = Constants(gemv_gbps_per_core=g["gemv_gbps_per_core"].value, exchange_us=0.0,
-                   kv_gbps=g["kv_gbps"].value, act_gbps=float("inf"),
-                   elem_ns=g["elem_ns"].value if "elem_ns" in g else 0.0,
-                   gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0, kv_classes=classes)
+    cc = Constants(
+        gemv_gbps_per_core=g["gemv_gbps_per_core"].value,
+        exchange_us=0.0,
+        kv_gbps=g["kv_gbps"].value,
+        act_gbps=float("inf"),
+        elem_ns=g["elem_ns"].value if "elem_ns" in g else 0.0,
+        gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0,
+        kv_classes=classes,
+    )
     rate, cls = cc.kv_rate(att.head_dim, group, b, probe.kv_us * 1e3)
     if cls is not None:
-        g["kv_class_gbps"] = Measured(rate, (), f"class (head_dim {cls.head_dim}, group "
-                                      f"{cls.group}) at B={cls.batch}, {cls.kv_bytes:,.0f} B "
-                                      f"per step (stage: head_dim {att.head_dim}, group {group},"
-                                      f" B={b}); {detail[:60]}...")
+        g["kv_class_gbps"] = Measured(
+            rate,
+            (),
+            f"class (head_dim {cls.head_dim}, group "
+            f"{cls.group}) at B={cls.batch}, {cls.kv_bytes:,.0f} B "
+            f"per step (stage: head_dim {att.head_dim}, group {group},"
+            f" B={b}); {detail[:60]}...",
+        )
     if workers > 1:  # one worker has no peer to wait for or gather from
         cc = cc.replace(exchange_us=g["exchange_us"].value, act_gbps=g["act_gbps"].value)
     return layer_stage(us, 0, bud, cc), {k: g[k] for k in g}
 
 
-def table(a: argparse.Namespace, results: Path, workers: int,
-          stage_runs: dict[tuple, list[dict]]) -> None:
+def table(
+    a: argparse.Namespace, results: Path, workers: int, stage_runs: dict[tuple, list[dict]]
+) -> None:
     """Per repetition, the stage's prediction from that repetition's constants next to its
     measured step p50; the table: medians over repetitions, and each repetition's error."""
     if workers == 1:
@@ -273,52 +426,69 @@ def table(a: argparse.Namespace, results: Path, workers: int,
             # the step's time beyond its phases' GEMV p50s and elements: a neighbour's
             # timeslice (4 ms at HZ=250) when it is most steps' lot
             gap = step - m(r["metrics"], "phase_gemv_p50") - pred.elem_us
-            print(f"  {shape} {ctx} B={b} rep {r['rep']}: predicted {pred.total_us:.1f}, "
-                  f"measured {step:.1f} ({errs[-1]:+.1%}), unexplained {gap:.0f}; " + "; ".join(
-                      f"{k} {v.value:.4g}" for k, v in g.items()))
+            print(
+                f"  {shape} {ctx} B={b} rep {r['rep']}: predicted {pred.total_us:.1f}, "
+                f"measured {step:.1f} ({errs[-1]:+.1%}), unexplained {gap:.0f}; "
+                + "; ".join(f"{k} {v.value:.4g}" for k, v in g.items())
+            )
         last = g
         med = statistics.median(meas)
         rec = min(runs, key=lambda r: abs(m(r["metrics"], "step_p50") - med))["metrics"]
-        weight_p50 = sum(r["value"] for r in rec if r["name"] == "phase_gemv_p50"
-                         and r["dims"].get("phase") not in ("attention", "combine"))
+        weight_p50 = sum(
+            r["value"]
+            for r in rec
+            if r["name"] == "phase_gemv_p50"
+            and r["dims"].get("phase") not in ("attention", "combine")
+        )
         att = m(rec, "phase_gemv_p50", phase="attention")
         # outside the kernels: the phase means' or the step p50 less the phases' GEMV p50s,
         # the smaller (preemption adds to both; the binary gives no per-phase compute p50)
-        elem = min(m(rec, "phase_compute") - m(rec, "phase_gemv"),
-                   med - m(rec, "phase_gemv_p50"))
+        elem = min(m(rec, "phase_compute") - m(rec, "phase_gemv"), med - m(rec, "phase_gemv_p50"))
         terms = {t: statistics.median(getattr(p, t) for p in preds) for t in TERMS}
         total = statistics.median(p.total_us for p in preds)
-        row = {"stage": f"{shape} {ctx // 1024 or ctx}{'K' if ctx >= 1024 else ''}", "batch": b,
-               "predicted_us": total, "measured_us": med,
-               "measured_reps_us": [round(x, 1) for x in meas],
-               "predicted_reps_us": [round(p.total_us, 1) for p in preds],
-               "error": total / med - 1, "rep_errors": [round(e, 3) for e in errs],
-               "median_rep_error": statistics.median(errs),
-               "error_without_elem": (total - terms["elem_us"]) / med - 1,
-               "runs": [r["key"][:12] for r in runs],
-               "constants_last_rep": {k: [round(v.value, 4), v.detail] for k, v in last.items()},
-               "pred": {k: round(v, 1) for k, v in terms.items()},
-               # measured terms of the median run
-               "meas": {"gemv_us": round(weight_p50, 1), "attention_us": round(att, 1),
-                        "elem_us": round(elem, 1),
-                        "rest_us": round(med - weight_p50 - att - elem, 1)}}
+        row = {
+            "stage": f"{shape} {ctx // 1024 or ctx}{'K' if ctx >= 1024 else ''}",
+            "batch": b,
+            "predicted_us": total,
+            "measured_us": med,
+            "measured_reps_us": [round(x, 1) for x in meas],
+            "predicted_reps_us": [round(p.total_us, 1) for p in preds],
+            "error": total / med - 1,
+            "rep_errors": [round(e, 3) for e in errs],
+            "median_rep_error": statistics.median(errs),
+            "error_without_elem": (total - terms["elem_us"]) / med - 1,
+            "runs": [r["key"][:12] for r in runs],
+            "constants_last_rep": {k: [round(v.value, 4), v.detail] for k, v in last.items()},
+            "pred": {k: round(v, 1) for k, v in terms.items()},
+            # measured terms of the median run
+            "meas": {
+                "gemv_us": round(weight_p50, 1),
+                "attention_us": round(att, 1),
+                "elem_us": round(elem, 1),
+                "rest_us": round(med - weight_p50 - att - elem, 1),
+            },
+        }
         rows.append(row)
         print(json.dumps(row))
     # "paired": the median of the repetitions' errors, each prediction from the constants
     # measured next to its stage run (a neighbour's load hits both): the ratio of one run
-    print("\n| stage | B | predicted µs | measured p50 µs (range) | error | paired error | "
-          "per-rep errors | without elem | predicted gemv / kv / elem / sync / act | measured "
-          "gemv / attention / elem / rest |")
+    print(
+        "\n| stage | B | predicted µs | measured p50 µs (range) | error | paired error | "
+        "per-rep errors | without elem | predicted gemv / kv / elem / sync / act | measured "
+        "gemv / attention / elem / rest |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|---:|---|---|")
     for r in rows:
         p, q = r["pred"], r["meas"]
         lo, hi = min(r["measured_reps_us"]), max(r["measured_reps_us"])
-        print(f"| {r['stage']} | {r['batch']} | {r['predicted_us']:.1f} | {r['measured_us']:.1f}"
-              f" ({lo:.0f}-{hi:.0f}) | {r['error']:+.1%} | {r['median_rep_error']:+.1%} | "
-              f"{' '.join(f'{e:+.0%}' for e in r['rep_errors'])} | "
-              f"{r['error_without_elem']:+.1%} | {p['gemv_us']} / {p['kv_us']} / {p['elem_us']}"
-              f" / {p['sync_us']} / {p['act_us']} | {q['gemv_us']} / {q['attention_us']} / "
-              f"{q['elem_us']} / {q['rest_us']} |")
+        print(
+            f"| {r['stage']} | {r['batch']} | {r['predicted_us']:.1f} | {r['measured_us']:.1f}"
+            f" ({lo:.0f}-{hi:.0f}) | {r['error']:+.1%} | {r['median_rep_error']:+.1%} | "
+            f"{' '.join(f'{e:+.0%}' for e in r['rep_errors'])} | "
+            f"{r['error_without_elem']:+.1%} | {p['gemv_us']} / {p['kv_us']} / {p['elem_us']}"
+            f" / {p['sync_us']} / {p['act_us']} | {q['gemv_us']} / {q['attention_us']} / "
+            f"{q['elem_us']} / {q['rest_us']} |"
+        )
 
 
 if __name__ == "__main__":

@@ -52,8 +52,13 @@ def test_seed_constants_reproduce_the_published_plan_table(key):
     model, b, ctx = key
     stages, lps, bn, lat, tps = TABLE[key]
     s = plan(u(model), Budget(bytes_per_core=KIB12, batch=b, context=ctx, split="pipe"), C).summary
-    got = (s.stages, rnd(s.layers_per_stage, 2), rnd(s.bottleneck_us, 1),
-           rnd(s.token_latency_us / 1e3, 1), round(s.tokens_per_s))
+    got = (
+        s.stages,
+        rnd(s.layers_per_stage, 2),
+        rnd(s.bottleneck_us, 1),
+        rnd(s.token_latency_us / 1e3, 1),
+        round(s.tokens_per_s),
+    )
     print(key, "published", TABLE[key], "planned", got)
     assert got[:2] == (stages, lps) and s.sequences_in_flight == b * stages
     assert abs(s.bottleneck_us - bn) <= 0.05 + 1e-9  # within the rounding of the published µs
@@ -86,17 +91,26 @@ def test_tied_head_sockets_7_and_11():
         assert st.label == f"head x{n}" and st.sockets == n
 
 
-@pytest.mark.parametrize("model,kib,tier,sockets", [
-    ("gemma4-e2b", 1568, "l2", 33), ("gemma4-e4b", 1344, "l2", 96),
-    ("gemma4-12b", 1568, "l2", 206), ("gemma4-31b", 1568, "l2", 500),
-    ("gemma4-26b-a4b", 1344, "l2", 437), ("gemma4-26b-a4b", 1344, "l3", 137),
-])
+@pytest.mark.parametrize(
+    "model,kib,tier,sockets",
+    [
+        ("gemma4-e2b", 1568, "l2", 33),
+        ("gemma4-e4b", 1344, "l2", 96),
+        ("gemma4-12b", 1568, "l2", 206),
+        ("gemma4-31b", 1568, "l2", 500),
+        ("gemma4-26b-a4b", 1344, "l2", 437),
+        ("gemma4-26b-a4b", 1344, "l3", 137),
+    ],
+)
 def test_p6_socket_counts(model, kib, tier, sockets):
     """P6 cluster sockets (§5.10) and MoE L2-only 437 vs L2+L3 137 (seed: 390 of 437 on
     experts; 3 expert sockets per layer). 12B/26B/31B shapes are partly assumed: see their
     model files' `derived`."""
-    p = plan(u(model), Budget(bytes_per_core=kib * 1024, expert_tier=tier,
-                              l3_bytes_per_core=480 * 2**20 // 90), C)
+    p = plan(
+        u(model),
+        Budget(bytes_per_core=kib * 1024, expert_tier=tier, l3_bytes_per_core=480 * 2**20 // 90),
+        C,
+    )
     assert p.summary.sockets == sockets
     if model == "gemma4-12b":
         assert {s.sockets for s in p.stages[:-1]} == {4}  # 12B at TP4 (seed)
@@ -144,8 +158,9 @@ def test_packing_invariants():
                 assert (pc.row1 - pc.row0) % 16 == 0
     tp = plan(m, Budget(bytes_per_core=KIB12, split="tp"), C)
     layer_stages = [s for s in tp.stages if s.label.startswith("L")]
-    assert {s.sockets for s in layer_stages} == {2} and all(s.load.allreduces == 2
-                                                               for s in layer_stages)
+    assert {s.sockets for s in layer_stages} == {2} and all(
+        s.load.allreduces == 2 for s in layer_stages
+    )
     # a bigger budget lets every E4B layer fit one socket: no TP left
     big = plan(m, Budget(bytes_per_core=4 * 2**20, split="tp"), C)
     assert all(s.sockets == 1 for s in big.stages if s.label.startswith("L"))
@@ -154,8 +169,11 @@ def test_packing_invariants():
 def test_terms_add_up_and_scale():
     m = u("gemma4-e2b")
     one = plan(m, Budget(bytes_per_core=KIB12, split="pipe"), C)
-    fast = plan(m, Budget(bytes_per_core=KIB12, split="pipe"),
-                C.replace(gemv_gbps_per_core=2 * C.gemv_gbps_per_core))
+    fast = plan(
+        m,
+        Budget(bytes_per_core=KIB12, split="pipe"),
+        C.replace(gemv_gbps_per_core=2 * C.gemv_gbps_per_core),
+    )
     for a, b in zip(one.stages, fast.stages, strict=True):
         t = a.pred.terms()
         assert t["total_us"] == pytest.approx(sum(t[k] for k in t if k != "total_us"))
@@ -168,8 +186,9 @@ def test_hf_config_json_gives_the_same_units(tmp_path):
     model = load_model("gemma4-e2b")
     d = tmp_path / "gemma-4-e2b"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({"model_type": "gemma4",
-                                               "text_config": model.config}))
+    (d / "config.json").write_text(
+        json.dumps({"model_type": "gemma4", "text_config": model.config})
+    )
     assert units(load_model(d)) == units(model)
     assert units(load_model(d / "config.json")) == units(model)
 
@@ -182,9 +201,14 @@ def test_model_files_are_complete():
         assert m.derived, n  # every shipped model says where its numbers came from
 
 
-@pytest.mark.parametrize("drop,field", [("hidden_size", "hidden_size"),
-                                        ("layer_types", "layer_types"),
-                                        ("sliding_window", "sliding_window")])
+@pytest.mark.parametrize(
+    "drop,field",
+    [
+        ("hidden_size", "hidden_size"),
+        ("layer_types", "layer_types"),
+        ("sliding_window", "sliding_window"),
+    ],
+)
 def test_config_missing_field_is_one_line(tmp_path, drop, field):
     cfg = dict(load_model("gemma4-e2b").config)
     del cfg[drop]
@@ -211,15 +235,19 @@ def test_budget_smaller_than_one_row_unit():
         plan(u("gemma4-e2b"), Budget(bytes_per_core=4096), C)
     with pytest.raises(PlanError, match="does not fit one socket"):
         plan(u("gemma4-e2b"), Budget(bytes_per_core=64 * 1024, split="pipe"), C)
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--budget-kib", "4"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [ORCH, "stage-plan", "gemma4-e2b", "--budget-kib", "4"], capture_output=True, text=True
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "smaller than one row unit" in proc.stderr
 
 
 def test_host_without_measured_constants_names_the_experiment(tmp_path):
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--host", "nowhere", "--results",
-                           str(tmp_path)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [ORCH, "stage-plan", "gemma4-e2b", "--host", "nowhere", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     line = proc.stderr.strip()
     assert len(line.splitlines()) == 1
@@ -228,21 +256,29 @@ def test_host_without_measured_constants_names_the_experiment(tmp_path):
 
 def test_bad_constants_file(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("version: 1\nexchange_us: {value: 1}\nkv_gbps: {value: 1}\n"
-                 "act_gbps: {value: 1}\ngemv_gbps_per_core: {value: -3}\n")
+    f.write_text(
+        "version: 1\nexchange_us: {value: 1}\nkv_gbps: {value: 1}\n"
+        "act_gbps: {value: 1}\ngemv_gbps_per_core: {value: -3}\n"
+    )
     with pytest.raises(SocketlabError, match=r"gemv_gbps_per_core.value: expected a positive"):
         load_constants(f)
 
 
 def test_cli_json_and_projection():
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--split", "pipe", "--json",
-                           "--project"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [ORCH, "stage-plan", "gemma4-e2b", "--split", "pipe", "--json", "--project"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["summary"]["stages"] == 38 and doc["summary"]["sockets"] == 38
     assert {x["batch"] for x in doc["projection"]} == {1, 16}
-    assert all(set(("gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us")) <= set(s)
-               for s in doc["stages"])
+    assert all(
+        set(("gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us")) <= set(s)
+        for s in doc["stages"]
+    )
     assert doc["constants"]["provenance"]["act_gbps"].startswith("published")
 
 
@@ -258,8 +294,12 @@ def test_cli_layer_jsonl_is_the_runner_contract():
     from socketlab.parse.jsonl import parse_jsonl
 
     def run(*extra):
-        proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--layer", "0", "--batch", "16",
-                               "--jsonl", *extra], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [ORCH, "stage-plan", "gemma4-e2b", "--layer", "0", "--batch", "16", "--jsonl", *extra],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         metrics, meta, errors = parse_jsonl(proc.stdout)
         assert not errors and meta and meta[0]["constants"]["act_gbps"] == 3.4
@@ -267,39 +307,66 @@ def test_cli_layer_jsonl_is_the_runner_contract():
 
     got = run()
     assert rnd(got["layer_us"], 0) == 222 and rnd(got["layer_check_us"], 0) == 209
-    assert got["layer_us"] == pytest.approx(sum(got[f"layer_{t}"] for t in (
-        "gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us")))
+    assert got["layer_us"] == pytest.approx(
+        sum(got[f"layer_{t}"] for t in ("gemv_us", "sync_us", "kv_us", "act_us", "allreduce_us"))
+    )
     assert rnd(run("--gather-output", "yes")["layer_check_us"], 0) == 236
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--layer", "99"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [ORCH, "stage-plan", "gemma4-e2b", "--layer", "99"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_cli_plan_jsonl_and_sensitivity_records():
     from socketlab.parse.jsonl import parse_jsonl
 
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-12b", "--budget-kib", "1568", "--project",
-                           "--hop-us", "10", "--allreduce-us", "25", "--jsonl"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            ORCH,
+            "stage-plan",
+            "gemma4-12b",
+            "--budget-kib",
+            "1568",
+            "--project",
+            "--hop-us",
+            "10",
+            "--allreduce-us",
+            "25",
+            "--jsonl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     metrics, _, errors = parse_jsonl(proc.stdout)
     got = {x["name"]: x for x in metrics}
     assert not errors and got["sockets"]["value"] == 206
     # one projection row per run: this batch, these links (the dims say which)
     assert [x["dims"] for x in metrics if x["name"] == "tpot_saturated_ms"] == [
-        {"hop_us": 10.0, "allreduce_us": 25.0}]
+        {"hop_us": 10.0, "allreduce_us": 25.0}
+    ]
     assert 0.40 <= got["tpot_rise"]["value"] <= 0.42
 
 
 def test_points_file_bad_input_is_one_line(tmp_path):
     f = tmp_path / "p.yaml"
-    for text, want in (("points: [{model: gemma4-e2b, batchh: 1}]", "points[0]: unknown key 'batchh'"),
-                       ("points: [{batch: 1}]", "points[0]: model: missing"),
-                       ("points: [{model: gemma4-e2b, batch: one}]", "points[0].batch: expected int"),
-                       ("nothing: 1", "points: expected a list")):
+    for text, want in (
+        ("points: [{model: gemma4-e2b, batchh: 1}]", "points[0]: unknown key 'batchh'"),
+        ("points: [{batch: 1}]", "points[0]: model: missing"),
+        ("points: [{model: gemma4-e2b, batch: one}]", "points[0].batch: expected int"),
+        ("nothing: 1", "points: expected a list"),
+    ):
         f.write_text(text)
-        proc = subprocess.run([ORCH, "stage-plan", "--points", str(f), "--jsonl"],
-                              capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [ORCH, "stage-plan", "--points", str(f), "--jsonl"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and want in proc.stderr, proc.stderr
 
@@ -320,17 +387,21 @@ def test_elem_term_counts_the_stages_vector_and_gelu_work(tmp_path):
         assert gel.elem_us == pytest.approx(b * (inter + ple) / cores / 1e3)
         both = layer_stage(e2b, 0, bud, C.replace(elem_ns=2.0, gelu_ns=20.0))
         assert both.elem_us == pytest.approx(2 * vec.elem_us + 20 * gel.elem_us)
-        assert both.total_us == pytest.approx(layer_stage(e2b, 0, bud, C).total_us
-                                              + both.elem_us)
+        assert both.total_us == pytest.approx(layer_stage(e2b, 0, bud, C).total_us + both.elem_us)
     assert layer_stage(e2b, 0, Budget(), C).elem_us == 0 and C.elem_ns == C.gelu_ns == 0
     # under TP the heads' and the FFN rows' share splits with the degree; the norms do not
-    tp = plan(u("gemma4-31b"), Budget(bytes_per_core=KIB14, split="tp"),
-              C.replace(elem_ns=1.0, gelu_ns=1.0))
+    tp = plan(
+        u("gemma4-31b"),
+        Budget(bytes_per_core=KIB14, split="tp"),
+        C.replace(elem_ns=1.0, gelu_ns=1.0),
+    )
     st = next(s for s in tp.stages if s.label.startswith("L0 tp"))
     whole = layer_stage(u("gemma4-31b"), 0, Budget(), C.replace(elem_ns=1.0, gelu_ns=1.0))
     assert 0 < st.pred.elem_us < whole.elem_us
     f = tmp_path / "c.yaml"
-    f.write_text(SEED.read_text() + "elem_ns: {value: 2.5, source: test}\n"
-                 "gelu_ns: {value: 21, source: test}\n")
+    f.write_text(
+        SEED.read_text() + "elem_ns: {value: 2.5, source: test}\n"
+        "gelu_ns: {value: 21, source: test}\n"
+    )
     got = load_constants(f)
     assert (got.elem_ns, got.gelu_ns) == (2.5, 21.0) and got.provenance["gelu_ns"] == "test"

@@ -17,9 +17,13 @@ from socketlab.plan.stage_model import layer_model, load_model, units
 C = load_constants(SEED)
 BASE = Constants(gemv_gbps_per_core=1e9, exchange_us=0, kv_gbps=100.0, act_gbps=1e9)
 #: two classes at two batches: tiny-full's (128, 2) and E2B L0's (256, 8)
-CLASSES = (KvRate(128, 2, 1, 1e6, 20.0), KvRate(128, 2, 16, 1e7, 8.0),
-           KvRate(256, 8, 1, 5e5, 4.0), KvRate(256, 8, 16, 8e6, 1.0),
-           KvRate(256, 8, 16, 1e5, 3.0))
+CLASSES = (
+    KvRate(128, 2, 1, 1e6, 20.0),
+    KvRate(128, 2, 16, 1e7, 8.0),
+    KvRate(256, 8, 1, 5e5, 4.0),
+    KvRate(256, 8, 16, 8e6, 1.0),
+    KvRate(256, 8, 16, 1e5, 3.0),
+)
 
 
 def attn_load(shape: str, batch: int, context: int):
@@ -131,14 +135,17 @@ def test_plan_summary_hops_from_the_link():
     linked = plan(us, bud, C.replace(link=Link(1.0, 1.0))).summary  # 96 KiB a hop: 99 µs
     hop = 1.0 + 16 * 1536 * 4 / 1e3
     assert linked.token_latency_us - fixed.token_latency_us == pytest.approx(
-        (hop - C.hop_us) * (fixed.stages - 1))
+        (hop - C.hop_us) * (fixed.stages - 1)
+    )
 
 
 def test_constants_file_link_and_classes(tmp_path):
     base = SEED.read_text()
     f = tmp_path / "c.yaml"
-    f.write_text(base + "link_us: {value: 2.0, source: assumed}\nlink_gbps: {value: 50, source: "
-                 "assumed}\nkv_classes: {value: [[256, 8, 16, 8000000, 1.5]], source: bench}\n")
+    f.write_text(
+        base + "link_us: {value: 2.0, source: assumed}\nlink_gbps: {value: 50, source: "
+        "assumed}\nkv_classes: {value: [[256, 8, 16, 8000000, 1.5]], source: bench}\n"
+    )
     c = load_constants(f)
     assert c.link == Link(2.0, 50.0) and c.kv_classes == (KvRate(256, 8, 16, 8e6, 1.5),)
     assert c.provenance["kv_classes"] == "bench"
@@ -152,21 +159,40 @@ def test_constants_file_link_and_classes(tmp_path):
 
 def _run(hd: int, grp: int, b: int, ctx: int, att_us: float, rep: int = 0) -> dict:
     kvb = b * ctx * 4 * hd
-    return {"key": f"k{hd}-{grp}-{b}-{ctx}-{rep}", "repetition": rep, "experiment": "kv-attn",
-            "params": {"context": ctx, "batch": b, "head_dim": hd, "group": grp},
-            "argv": ["/x/layer", "--dump", f"/d/attn-h{hd}-g{grp}", "--gemv", "avx512",
-                     "--slice", "0/1", "--batch", str(b), "--ctx", str(ctx)],
-            "metrics": [("kv_bytes_per_step", kvb, {"shape": f"attn-h{hd}-g{grp}"}),
-                        ("phase_gemv_p50", att_us, {"phase": "attention"})]}
+    return {
+        "key": f"k{hd}-{grp}-{b}-{ctx}-{rep}",
+        "repetition": rep,
+        "experiment": "kv-attn",
+        "params": {"context": ctx, "batch": b, "head_dim": hd, "group": grp},
+        "argv": [
+            "/x/layer",
+            "--dump",
+            f"/d/attn-h{hd}-g{grp}",
+            "--gemv",
+            "avx512",
+            "--slice",
+            "0/1",
+            "--batch",
+            str(b),
+            "--ctx",
+            str(ctx),
+        ],
+        "metrics": [
+            ("kv_bytes_per_step", kvb, {"shape": f"attn-h{hd}-g{grp}"}),
+            ("phase_gemv_p50", att_us, {"phase": "attention"}),
+        ],
+    }
 
 
 def test_store_reader_rates_per_class_and_batch():
     runs = []
     # (256, 8): 1 ns per byte at B=16, 0.25 at B=1; (128, 2): 0.1 ns per byte at both
     for ctx in (256, 1024):
-        runs += [_run(256, 8, 16, ctx, 16 * ctx * 1024 * 1e-3),
-                 _run(256, 8, 1, ctx, ctx * 1024 * 0.25e-3),
-                 _run(128, 2, 16, ctx, 16 * ctx * 512 * 0.1e-3)]
+        runs += [
+            _run(256, 8, 16, ctx, 16 * ctx * 1024 * 1e-3),
+            _run(256, 8, 1, ctx, ctx * 1024 * 0.25e-3),
+            _run(128, 2, 16, ctx, 16 * ctx * 512 * 0.1e-3),
+        ]
     got = {(k.head_dim, k.group, k.batch, k.kv_bytes): k for k, _ in kv_classes(runs, "avx512")}
     assert len(got) == 6  # one rate per class, batch and context
     assert got[256, 8, 16, 16 * 256 * 1024].gbps == pytest.approx(1.0)
@@ -189,7 +215,7 @@ def test_store_reader_class_rate_keeps_the_fixed_work_and_takes_the_median_repet
     attention is mostly that), and of three repetitions the median one counts."""
     runs = [_run(64, 2, 16, 64, 10.0 + 16 * 64 * 256 * 1e-3, rep) for rep in range(2)]
     runs.append(_run(64, 2, 16, 64, 1e6, 2))  # a descheduled repetition
-    (k, keys), = kv_classes(runs, "avx512")
+    ((k, keys),) = kv_classes(runs, "avx512")
     kvb = 16 * 64 * 256
     assert k.kv_bytes == kvb and len(keys) == 3
     assert k.gbps == pytest.approx(kvb / ((10.0 + kvb * 1e-3) * 1e3))

@@ -156,8 +156,9 @@ class Constants:
     def replace(self, **kw) -> Constants:
         return dataclasses.replace(self, **kw)
 
-    def kv_rate(self, head_dim: int, group: int, batch: int, kv_bytes: float) -> tuple[
-            float, KvRate | None]:
+    def kv_rate(
+        self, head_dim: int, group: int, batch: int, kv_bytes: float
+    ) -> tuple[float, KvRate | None]:
         """The KV GB/s of an attention of `head_dim` x `group` at `batch`, `kv_bytes` per step:
         the nearest measured class (log2 distance in head_dim + in group; exact where
         measured), its nearest batch, then its context pair nearest in KV bytes; kv_gbps where
@@ -165,8 +166,11 @@ class Constants:
         if not self.kv_classes or not head_dim:
             return self.kv_gbps, None
         near = min(_dist(k.head_dim, head_dim) + _dist(k.group, group) for k in self.kv_classes)
-        cls = [k for k in self.kv_classes
-               if _dist(k.head_dim, head_dim) + _dist(k.group, group) == near]
+        cls = [
+            k
+            for k in self.kv_classes
+            if _dist(k.head_dim, head_dim) + _dist(k.group, group) == near
+        ]
         cls = [k for k in cls if (k.head_dim, k.group) == (cls[0].head_dim, cls[0].group)]
         nb = min(_dist(k.batch, batch) for k in cls)
         cls = [k for k in cls if _dist(k.batch, batch) == nb]
@@ -221,8 +225,14 @@ class Prediction:
 
     @property
     def total_us(self) -> float:
-        return (self.gemv_us + self.sync_us + self.kv_us + self.act_us + self.allreduce_us
-                + self.elem_us)
+        return (
+            self.gemv_us
+            + self.sync_us
+            + self.kv_us
+            + self.act_us
+            + self.allreduce_us
+            + self.elem_us
+        )
 
     @property
     def onsocket_us(self) -> float:
@@ -278,14 +288,15 @@ def predict(load: Load, budget: Budget, c: Constants) -> tuple[int, Prediction]:
         # each attention at its class's rate; KV bytes of units without a class at kv_gbps
         classed = sum(b for _, _, b in load.kv_parts)
         kv_us = max(load.kv_bytes - classed, 0) / (c.kv_gbps * 1e3) + sum(
-            b / (c.kv_rate(hd, g, budget.batch, b)[0] * 1e3) for hd, g, b in load.kv_parts)
+            b / (c.kv_rate(hd, g, budget.batch, b)[0] * 1e3) for hd, g, b in load.kv_parts
+        )
     return bpc, Prediction(
         gemv_us=bpc / (rate * 1e3),
         sync_us=load.exchanges * c.exchange_us,
         kv_us=kv_us,
         act_us=max(budget.batch - 1, 0) * load.act_bytes / (c.act_gbps * 1e3),
-        allreduce_us=load.allreduces * allreduce_cost(c, load.out_bytes, budget.batch,
-                                                      load.sockets),
+        allreduce_us=load.allreduces
+        * allreduce_cost(c, load.out_bytes, budget.batch, load.sockets),
         elem_us=budget.batch * (load.elems * c.elem_ns + load.gelus * c.gelu_ns) / 1e3,
     )
 
@@ -325,10 +336,17 @@ def stage_load(units: list[Unit], pieces: list[Piece], budget: Budget) -> Load:
         if u.head_dim and u.kv_row_bytes:
             parts.append((u.head_dim, _group(u), _kv(u, budget, u.kv_row_bytes)))
         elems += u.elem_fixed + u.elem_heads + u.elem_split / budget.cores
-        gelus += (u.gelu_split + u.gelu_per_row * (p.row1 - p.row0 if u.rows else 0)) \
-            / budget.cores
-    return Load(bytes=nbytes, exchanges=exchanges, kv_bytes=kv, act_bytes=act, elems=elems,
-                gelus=gelus, kv_parts=tuple(parts), out_bytes=out)
+        gelus += (u.gelu_split + u.gelu_per_row * (p.row1 - p.row0 if u.rows else 0)) / budget.cores
+    return Load(
+        bytes=nbytes,
+        exchanges=exchanges,
+        kv_bytes=kv,
+        act_bytes=act,
+        elems=elems,
+        gelus=gelus,
+        kv_parts=tuple(parts),
+        out_bytes=out,
+    )
 
 
 def _kv(u: Unit, budget: Budget, row_bytes: int) -> int:
@@ -374,8 +392,13 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
             nbytes += (u.fixed_bytes - u.kv_weight_bytes) // s + share(u.kv_weight_bytes)
             kv += _kv(u, budget, share(u.kv_row_bytes))
             if u.head_dim and u.kv_row_bytes:  # a socket's q heads over its KV heads
-                parts.append((u.head_dim, _group(u, kvh, u.heads // s),
-                              _kv(u, budget, share(u.kv_row_bytes))))
+                parts.append(
+                    (
+                        u.head_dim,
+                        _group(u, kvh, u.heads // s),
+                        _kv(u, budget, share(u.kv_row_bytes)),
+                    )
+                )
             act += u.act_split // s
         elif u.kind == "ffn":
             if u.rows % (s * budget.min_rows_per_core):
@@ -385,9 +408,18 @@ def tp_load(units: list[Unit], idx: list[int], s: int, budget: Budget) -> Load |
         else:
             nbytes += u.bytes
             act += u.act_split + u.act_per_row * u.rows
-    return Load(bytes=nbytes, exchanges=exchanges, allreduces=2 if s > 1 else 0, kv_bytes=kv,
-                act_bytes=act, elems=elems, gelus=gelus, kv_parts=tuple(parts), out_bytes=out,
-                sockets=s)
+    return Load(
+        bytes=nbytes,
+        exchanges=exchanges,
+        allreduces=2 if s > 1 else 0,
+        kv_bytes=kv,
+        act_bytes=act,
+        elems=elems,
+        gelus=gelus,
+        kv_parts=tuple(parts),
+        out_bytes=out,
+        sockets=s,
+    )
 
 
 class _Packer:
@@ -398,24 +430,43 @@ class _Packer:
         self.open: list[Piece] = []
         self.used = 0
 
-    def _push(self, label: str, pieces: list[Piece], sockets: int, load: Load,
-              replicas: tuple[int, ...] = ()) -> None:
+    def _push(
+        self,
+        label: str,
+        pieces: list[Piece],
+        sockets: int,
+        load: Load,
+        replicas: tuple[int, ...] = (),
+    ) -> None:
         bpc, pred = predict(load, self.b, self.c)
         cap_per_core = self.b.bytes_per_core
         if load.tier == "l3":
             cap_per_core += self.b.l3_bytes_per_core
-        self.stages.append(Stage(
-            index=len(self.stages), label=label, pieces=tuple(pieces), sockets=sockets,
-            load=load, bytes_per_core=bpc, fill=bpc / cap_per_core, kv_replicas_of=replicas,
-            pred=pred,
-        ))
+        self.stages.append(
+            Stage(
+                index=len(self.stages),
+                label=label,
+                pieces=tuple(pieces),
+                sockets=sockets,
+                load=load,
+                bytes_per_core=bpc,
+                fill=bpc / cap_per_core,
+                kv_replicas_of=replicas,
+                pred=pred,
+            )
+        )
 
     def flush(self) -> None:
         if self.open:
             pieces, self.open = self.open, []
             name = pieces[0].label + (f" .. {pieces[-1].label}" if len(pieces) > 1 else "")
-            self._push(name, pieces, 1, stage_load(self.units, pieces, self.b),
-                       _replicas(self.units, pieces))
+            self._push(
+                name,
+                pieces,
+                1,
+                stage_load(self.units, pieces, self.b),
+                _replicas(self.units, pieces),
+            )
         self.used = 0
 
     def _whole(self, i: int) -> Piece:
@@ -429,7 +480,8 @@ class _Packer:
                 raise PlanError(
                     f"{_name(u)}: {u.bytes:,} B does not fit one socket ({b.cores} cores x "
                     f"{b.bytes_per_core // 1024:,} KiB = {cap:,} B); raise --budget-kib or use "
-                    f"--split tp")
+                    f"--split tp"
+                )
             if self.used + u.bytes > cap:
                 self.flush()
             self.open.append(self._whole(i))
@@ -449,7 +501,8 @@ class _Packer:
                     raise PlanError(
                         f"{_name(u)}: one socket holds fewer than {least} rows ({step} per core x "
                         f"{b.cores} cores) of {u.row_bytes:,} B: the budget "
-                        f"{b.bytes_per_core // 1024:,} KiB per core is smaller than one row unit")
+                        f"{b.bytes_per_core // 1024:,} KiB per core is smaller than one row unit"
+                    )
                 self.flush()
                 continue
             nbytes = fixed + fit * u.row_bytes
@@ -466,8 +519,10 @@ class _Packer:
             if load is not None and load.bytes <= self.cap:
                 break
         else:
-            raise PlanError(f"layer {layer}: no tensor-parallel degree up to {heads} fits "
-                            f"{self.cap:,} B per socket; raise --budget-kib")
+            raise PlanError(
+                f"layer {layer}: no tensor-parallel degree up to {heads} fits "
+                f"{self.cap:,} B per socket; raise --budget-kib"
+            )
         pieces = [self._whole(i) for i in dense]
         self._push(f"L{layer} tp{s}" if s > 1 else f"L{layer}", pieces, s, load)
         for i in idx:
@@ -482,27 +537,40 @@ class _Packer:
         cap = self.cap + (b.cores * b.l3_bytes_per_core if tier == "l3" else 0)
         per = cap // u.row_bytes
         if per == 0:
-            raise PlanError(f"layer {layer}: one expert ({u.row_bytes:,} B) does not fit a "
-                            f"socket ({cap:,} B)")
+            raise PlanError(
+                f"layer {layer}: one expert ({u.row_bytes:,} B) does not fit a socket ({cap:,} B)"
+            )
         sockets = -(-u.rows // per)
         held = u.rows / sockets
         active = held * (1 - (1 - u.top_k / u.rows) ** b.batch)
         pairs = b.batch * u.top_k / sockets  # (token, expert) pairs per socket per step
-        load = Load(bytes=int(active * u.row_bytes), exchanges=u.exchanges,
-                    act_bytes=u.act_fixed + int(pairs / max(b.batch, 1) * u.act_per_row),
-                    tier="l3" if tier == "l3" and held * u.row_bytes > self.cap else "l2",
-                    out_bytes=u.out_bytes)
-        self._push(f"L{layer}.experts x{sockets} ({held:.1f} per socket, {active:.1f} active)",
-                   [self._whole(i)], sockets, load)
+        load = Load(
+            bytes=int(active * u.row_bytes),
+            exchanges=u.exchanges,
+            act_bytes=u.act_fixed + int(pairs / max(b.batch, 1) * u.act_per_row),
+            tier="l3" if tier == "l3" and held * u.row_bytes > self.cap else "l2",
+            out_bytes=u.out_bytes,
+        )
+        self._push(
+            f"L{layer}.experts x{sockets} ({held:.1f} per socket, {active:.1f} active)",
+            [self._whole(i)],
+            sockets,
+            load,
+        )
 
     def head(self, i: int) -> None:
         self.flush()
         u = self.units[i]
         sockets = -(-u.bytes // self.cap)
-        load = Load(bytes=-(-u.bytes // sockets), exchanges=u.exchanges,
-                    allreduces=1 if sockets > 1 else 0,  # top-k merge over the vocab slices
-                    # the merge moves a few top-k candidates: the link's latency alone
-                    act_bytes=u.act_fixed, out_bytes=0, sockets=sockets)
+        load = Load(
+            bytes=-(-u.bytes // sockets),
+            exchanges=u.exchanges,
+            allreduces=1 if sockets > 1 else 0,  # top-k merge over the vocab slices
+            # the merge moves a few top-k candidates: the link's latency alone
+            act_bytes=u.act_fixed,
+            out_bytes=0,
+            sockets=sockets,
+        )
         self._push(f"head x{sockets}" if sockets > 1 else "head", [self._whole(i)], sockets, load)
 
 
@@ -566,15 +634,17 @@ def plan(units: list[Unit], budget: Budget, c: Constants) -> Plan:
     )
 
 
-def layer_stage(units: list[Unit], layer: int, budget: Budget, c: Constants,
-                *, gather_output: bool = False) -> Prediction:
+def layer_stage(
+    units: list[Unit], layer: int, budget: Budget, c: Constants, *, gather_output: bool = False
+) -> Prediction:
     """One whole layer alone on one socket, as the real-layer stage runs it. The measured stage
     does not gather the layer's output (a pipeline stage does: `gather_output`)."""
     idx = [i for i, u in enumerate(units) if u.layer == layer and u.kind != "experts"]
     if not idx:
         raise PlanError(f"layer {layer}: the model has no such layer")
-    pieces = [Piece(i, units[i].kind, layer, 0, units[i].rows, units[i].rows, units[i].bytes)
-              for i in idx]
+    pieces = [
+        Piece(i, units[i].kind, layer, 0, units[i].rows, units[i].rows, units[i].bytes) for i in idx
+    ]
     load = stage_load(units, pieces, budget)
     if not gather_output:
         out = sum(units[i].act_out for i in idx)

@@ -57,8 +57,9 @@ class Projection:
     allreduce_bytes: int = 0  #: with a link: the largest all-reduce's bytes per socket
 
 
-def project(p: Plan, hop_us: float, allreduce_us: float, calibration: float = 1.0,
-            link: Link | None = None) -> Projection:
+def project(
+    p: Plan, hop_us: float, allreduce_us: float, calibration: float = 1.0, link: Link | None = None
+) -> Projection:
     """With `link`, hop and all-reduce costs are bytes over it (hop_us / allreduce_us unused);
     without, the fixed microseconds."""
     b = p.budget.batch
@@ -76,21 +77,32 @@ def project(p: Plan, hop_us: float, allreduce_us: float, calibration: float = 1.
             ar_b.append(int(2 * (s.load.sockets - 1) / max(s.load.sockets, 1) * b * row))
         else:
             ars.append(0.0)
-    times = [s.pred.onsocket_us * calibration + s.load.allreduces * a
-             for s, a in zip(p.stages, ars, strict=True)]
+    times = [
+        s.pred.onsocket_us * calibration + s.load.allreduces * a
+        for s, a in zip(p.stages, ars, strict=True)
+    ]
     n = len(times)
     bn = max(times, default=0.0)
     hop = max(hops, default=hop_us)
     tps = b * 1e6 / (bn + hop) if bn > 0 else 0.0
     return Projection(
-        hop_us=hop, allreduce_us=max(ars, default=0.0), stages=n, sockets=p.summary.sockets,
-        bottleneck_us=bn, token_latency_us=sum(times) + sum(hops[:-1]),
-        tpot_saturated_us=n * (bn + hop), tokens_per_s=tps,
+        hop_us=hop,
+        allreduce_us=max(ars, default=0.0),
+        stages=n,
+        sockets=p.summary.sockets,
+        bottleneck_us=bn,
+        token_latency_us=sum(times) + sum(hops[:-1]),
+        tpot_saturated_us=n * (bn + hop),
+        tokens_per_s=tps,
         tokens_per_s_per_socket=tps / max(p.summary.sockets, 1),
-        link_latency_us=link.latency_us if link else None, link_gbps=link.gbps if link else None,
-        hop_bytes=max(hop_b), allreduce_bytes=max(ar_b))
+        link_latency_us=link.latency_us if link else None,
+        link_gbps=link.gbps if link else None,
+        hop_bytes=max(hop_b),
+        allreduce_bytes=max(ar_b),
+    )
 
 
-def sensitivity(p: Plan, calibration: float = 1.0,
-                rows: tuple[tuple[float, float], ...] = SENSITIVITY) -> list[Projection]:
+def sensitivity(
+    p: Plan, calibration: float = 1.0, rows: tuple[tuple[float, float], ...] = SENSITIVITY
+) -> list[Projection]:
     return [project(p, h, a, calibration) for h, a in rows]

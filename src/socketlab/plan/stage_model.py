@@ -24,8 +24,16 @@ from socketlab.plan.stage import Unit
 MODELS_DIR = EXPERIMENTS / "models"
 BF16 = 2
 FP32 = 4
-REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "layer_types", "vocab_size")
+REQUIRED = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "layer_types",
+    "vocab_size",
+)
 LAYER_TYPES = ("sliding_attention", "full_attention")
 
 
@@ -47,8 +55,10 @@ def load_model(arg: str | Path) -> Model:
         p = MODELS_DIR / f"{arg}.yaml"
     if not p.is_file():
         names = ", ".join(m.stem for m in model_files())
-        raise SpecError(f"{arg}: no such model; expected a config.json, a checkpoint directory, "
-                        f"a model file or one of: {names}")
+        raise SpecError(
+            f"{arg}: no such model; expected a config.json, a checkpoint directory, "
+            f"a model file or one of: {names}"
+        )
     try:
         text = p.read_text()
         doc = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
@@ -107,8 +117,10 @@ def units(model: Model) -> list[Unit]:
     vocab = _int(tc, "vocab_size", where)
     types = tc["layer_types"]
     if not isinstance(types, list) or len(types) != n or any(t not in LAYER_TYPES for t in types):
-        raise SpecError(f"{where}: layer_types: expected {n} entries (num_hidden_layers), each "
-                        f"sliding_attention or full_attention")
+        raise SpecError(
+            f"{where}: layer_types: expected {n} entries (num_hidden_layers), each "
+            f"sliding_attention or full_attention"
+        )
     shared = _int(tc, "num_kv_shared_layers", where, minimum=0, default=0)
     if shared >= n:
         raise SpecError(f"{where}: num_kv_shared_layers: expected < {n}, got {shared}")
@@ -138,8 +150,17 @@ def units(model: Model) -> list[Unit]:
     res = hidden * FP32  # the residual vector a hop sends / an all-reduce sums (6 KiB for E2B)
     out: list[Unit] = []
     if ple:
-        out.append(Unit("ple_proj", None, rows=n * ple, row_bytes=hidden * BF16,
-                        fixed_bytes=ple * BF16, exchanges=1, out_bytes=res))
+        out.append(
+            Unit(
+                "ple_proj",
+                None,
+                rows=n * ple,
+                row_bytes=hidden * BF16,
+                fixed_bytes=ple * BF16,
+                exchanges=1,
+                out_bytes=res,
+            )
+        )
     for layer in range(n):
         hd, kvh = dims(layer)
         q, kv = heads * hd, kvh * hd
@@ -151,41 +172,96 @@ def units(model: Model) -> list[Unit]:
         n_kv_mats = 1 if k_eq_v and types[layer] == "full_attention" else 2
         kvw = (n_kv_mats * kv * hidden + hd) * BF16 if own else 0
         attn = (2 * q * hidden + hd + 2 * hidden) * BF16  # q, o, q_norm, in/post-attn norms
-        out.append(Unit(
-            "attn", layer, fixed_bytes=attn + kvw, exchanges=4, kv_row_bytes=2 * kv_src * BF16,
-            window=window if types[layer] == "sliding_attention" else None,
-            kv_source=None if own else src,
-            act_fixed=hidden * FP32,  # o (FP32) ...
-            act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
-            heads=heads, kv_heads=kvh, kv_weight_bytes=kvw,
-            # the non-GEMV work, as native/layer does it per row: the input norm, the
-            # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
-            # per head, the combine over q's elements
-            elem_fixed=3 * hidden, elem_heads=q + (2 * kv if own else 0), elem_split=q,
-            head_dim=dims(src)[0], out_bytes=res,
-        ))
+        out.append(
+            Unit(
+                "attn",
+                layer,
+                fixed_bytes=attn + kvw,
+                exchanges=4,
+                kv_row_bytes=2 * kv_src * BF16,
+                window=window if types[layer] == "sliding_attention" else None,
+                kv_source=None if own else src,
+                act_fixed=hidden * FP32,  # o (FP32) ...
+                act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
+                heads=heads,
+                kv_heads=kvh,
+                kv_weight_bytes=kvw,
+                # the non-GEMV work, as native/layer does it per row: the input norm, the
+                # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
+                # per head, the combine over q's elements
+                elem_fixed=3 * hidden,
+                elem_heads=q + (2 * kv if own else 0),
+                elem_split=q,
+                head_dim=dims(src)[0],
+                out_bytes=res,
+            )
+        )
         width = inter * (2 if double and not own else 1)
-        out.append(Unit("ffn", layer, rows=width, row_bytes=3 * hidden * BF16,
-                        fixed_bytes=2 * hidden * BF16, exchanges=2,
-                        act_fixed=hidden * FP32, act_per_row=BF16,  # down (FP32), act (BF16)
-                        elem_fixed=3 * hidden, gelu_per_row=1,  # pre/post-FFN norms, residual
-                        out_bytes=res))
+        out.append(
+            Unit(
+                "ffn",
+                layer,
+                rows=width,
+                row_bytes=3 * hidden * BF16,
+                fixed_bytes=2 * hidden * BF16,
+                exchanges=2,
+                act_fixed=hidden * FP32,
+                act_per_row=BF16,  # down (FP32), act (BF16)
+                elem_fixed=3 * hidden,
+                gelu_per_row=1,  # pre/post-FFN norms, residual
+                out_bytes=res,
+            )
+        )
         if ple:
-            out.append(Unit("ple", layer, fixed_bytes=(2 * ple * hidden + hidden) * BF16,
-                            exchanges=2, act_fixed=ple * BF16 + hidden * FP32,
-                            act_out=hidden * FP32,
-                            # gelu(gate) x per-layer input (split), output norm + residual
-                            elem_fixed=2 * hidden, gelu_split=ple, out_bytes=res))
+            out.append(
+                Unit(
+                    "ple",
+                    layer,
+                    fixed_bytes=(2 * ple * hidden + hidden) * BF16,
+                    exchanges=2,
+                    act_fixed=ple * BF16 + hidden * FP32,
+                    act_out=hidden * FP32,
+                    # gelu(gate) x per-layer input (split), output norm + residual
+                    elem_fixed=2 * hidden,
+                    gelu_split=ple,
+                    out_bytes=res,
+                )
+            )
         if moe:
-            out.append(Unit("router", layer,
-                            fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
-                            exchanges=1, act_fixed=experts * FP32, out_bytes=res))
-            out.append(Unit("experts", layer, rows=experts, row_bytes=3 * e_inter * hidden * BF16,
-                            exchanges=2, act_per_row=e_inter * BF16, top_k=top_k,
-                            out_bytes=res))
-    out.append(Unit("head", None, rows=vocab, row_bytes=hidden * BF16, fixed_bytes=hidden * BF16,
-                    exchanges=1, act_fixed=hidden * FP32,
-                    out_bytes=res))  # a pipe split's head stages pass the input vector on
+            out.append(
+                Unit(
+                    "router",
+                    layer,
+                    fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
+                    exchanges=1,
+                    act_fixed=experts * FP32,
+                    out_bytes=res,
+                )
+            )
+            out.append(
+                Unit(
+                    "experts",
+                    layer,
+                    rows=experts,
+                    row_bytes=3 * e_inter * hidden * BF16,
+                    exchanges=2,
+                    act_per_row=e_inter * BF16,
+                    top_k=top_k,
+                    out_bytes=res,
+                )
+            )
+    out.append(
+        Unit(
+            "head",
+            None,
+            rows=vocab,
+            row_bytes=hidden * BF16,
+            fixed_bytes=hidden * BF16,
+            exchanges=1,
+            act_fixed=hidden * FP32,
+            out_bytes=res,
+        )
+    )  # a pipe split's head stages pass the input vector on
     return out
 
 
@@ -195,10 +271,18 @@ def layer_model(shape: str) -> Model:
     from socketlab.layer.shapes import load_shape
 
     s = load_shape(shape)
-    tc = {"hidden_size": s.hidden, "num_hidden_layers": 1, "num_attention_heads": s.heads,
-          "num_key_value_heads": s.kv_heads, "head_dim": s.head_dim,
-          "intermediate_size": s.inter, "layer_types": [s.layer_type], "vocab_size": 16,
-          "hidden_size_per_layer_input": s.ple, "attention_k_eq_v": s.kv_eq}
+    tc = {
+        "hidden_size": s.hidden,
+        "num_hidden_layers": 1,
+        "num_attention_heads": s.heads,
+        "num_key_value_heads": s.kv_heads,
+        "head_dim": s.head_dim,
+        "intermediate_size": s.inter,
+        "layer_types": [s.layer_type],
+        "vocab_size": 16,
+        "hidden_size_per_layer_input": s.ple,
+        "attention_k_eq_v": s.kv_eq,
+    }
     if s.window:
         tc["sliding_window"] = s.window - 1  # the stage attends window - 1 cached rows
     return Model(shape, tc, s.source or shape, {})
