@@ -1,10 +1,10 @@
 """The planner in `orchestrate report` (issue 13 item 5): the §5.10 published plan rows
 (experiments/published/plan-oct-2026.yaml) are verdicts on the campaign's stage-plan
 experiment, which runs the real `orchestrate stage-plan --points plan-oct-2026 --jsonl` with
-the seed's constants and is stored like any run; and every real-layer stage a host measured is put next to the
-planner's prediction from the constants the same host measured. The plan cells are host
-independent: the test runs them under this host's facts and under another CPU's and expects the
-same verdicts (nothing here depends on the host CPU)."""
+the seed's constants and is stored like any run; and every real-layer stage a host measured
+is put next to the planner's prediction from the constants the same host measured. The plan
+cells are host independent: the test runs them under this host's facts and under another CPU's
+and expects the same verdicts (nothing here depends on the host CPU)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ from socketlab.plan.stage_constants import (
 )
 from socketlab.plan.stage_model import layer_model, units
 from socketlab.report.compare import RECOMPUTED, RECOMPUTED_DIFFERS, compare
-from socketlab.report.planner import planner_markdown, stage_verdicts
 from socketlab.report.published import load_published
+from socketlab.report.stage_plan import planner_markdown, stage_verdicts
 
 REPO = Path(__file__).resolve().parents[1]
 ORCH = str(Path(sys.executable).parent / "orchestrate")
@@ -42,8 +42,13 @@ def planner_spec(tmp: Path) -> Path:
     doc = yaml.safe_load((EXPERIMENTS / "campaign-oct.yaml").read_text())
     exps = [e for e in doc["experiments"] if e["name"] in PLANNER_EXPERIMENTS]
     assert [e["name"] for e in exps] == list(PLANNER_EXPERIMENTS)
-    spec = {"schema_version": 1, "campaign": "campaign-oct", "hosts": {"pattern": "localhost"},
-            "defaults": doc["defaults"], "experiments": exps}
+    spec = {
+        "schema_version": 1,
+        "campaign": "campaign-oct",
+        "hosts": {"pattern": "localhost"},
+        "defaults": doc["defaults"],
+        "experiments": exps,
+    }
     p = tmp / "planner.yaml"
     p.write_text(yaml.safe_dump(spec, sort_keys=False))
     return p
@@ -53,8 +58,12 @@ def planner_spec(tmp: Path) -> Path:
 def planned(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("planner-campaign")
     results = tmp / "results"
-    proc = subprocess.run([ORCH, "run", str(planner_spec(tmp)), "--results", str(results),
-                           "--plain"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [ORCH, "run", str(planner_spec(tmp)), "--results", str(results), "--plain"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results
 
@@ -66,12 +75,30 @@ def _frame(results: Path):
         return s.metrics_frame("campaign-oct")
 
 
-AMD = {"topology": {"model_name": "AMD EPYC 7B13", "vendor": "AuthenticAMD", "family": 25,
-                    "model": 1, "physical_cores": 2, "cores": 2, "numa_nodes": 1,
-                    "flags": ["avx2", "fma"]}}
-XEON = {"topology": {"model_name": "Intel Xeon 6975P-C", "vendor": "GenuineIntel", "family": 6,
-                     "model": 173, "physical_cores": 96, "cores": 96, "numa_nodes": 3,
-                     "flags": ["avx512f", "amx_bf16"]}}
+AMD = {
+    "topology": {
+        "model_name": "AMD EPYC 7B13",
+        "vendor": "AuthenticAMD",
+        "family": 25,
+        "model": 1,
+        "physical_cores": 2,
+        "cores": 2,
+        "numa_nodes": 1,
+        "flags": ["avx2", "fma"],
+    }
+}
+XEON = {
+    "topology": {
+        "model_name": "Intel Xeon 6975P-C",
+        "vendor": "GenuineIntel",
+        "family": 6,
+        "model": 173,
+        "physical_cores": 96,
+        "cores": 96,
+        "numa_nodes": 3,
+        "flags": ["avx512f", "amx_bf16"],
+    }
+}
 
 
 def verdicts(results: Path, facts: dict) -> dict[str, str]:
@@ -82,8 +109,12 @@ def verdicts(results: Path, facts: dict) -> dict[str, str]:
 
 def test_published_plan_file_loads_and_every_table_is_host_independent():
     pub = load_published(PLAN)
-    assert {t.id for t in pub.tables} == {"plan-layer-checks", "plan-table", "plan-cluster",
-                                          "plan-sensitivity"}
+    assert {t.id for t in pub.tables} == {
+        "plan-layer-checks",
+        "plan-table",
+        "plan-cluster",
+        "plan-sensitivity",
+    }
     assert all(c.host_independent for t in pub.tables for c in t.cells)
     assert len(pub.tables[1].cells) == 8 * 6  # the eight plan-table rows, six columns
 
@@ -95,9 +126,12 @@ def test_plan_cells_reproduced_on_any_host(planned):
     constants", never counted with measured verdicts (issue 24 item 5)."""
     amd, xeon = verdicts(planned, AMD), verdicts(planned, XEON)
     assert amd == xeon
-    must = [k for k in amd if k.startswith(("plan-layer-checks/", "plan-table/",
-                                            "plan-sensitivity/"))
-            or (k.startswith("plan-cluster/") and k.endswith("/sockets"))]
+    must = [
+        k
+        for k in amd
+        if k.startswith(("plan-layer-checks/", "plan-table/", "plan-sensitivity/"))
+        or (k.startswith("plan-cluster/") and k.endswith("/sockets"))
+    ]
     assert len(must) == 3 + 48 + 2 + 18
     matches = "recomputed from published constants: matches within tolerance"
     bad = {k: amd[k] for k in must if not amd[k].startswith(matches)}
@@ -122,22 +156,37 @@ def test_a_changed_constant_changes_the_verdicts(planned, tmp_path):
     seed["exchange_us"]["value"] = seed["exchange_us"]["value"] * 1.1
     f = tmp_path / "slow.yaml"
     f.write_text(yaml.safe_dump(seed))
-    proc = subprocess.run([ORCH, "stage-plan", "gemma4-e2b", "--layer", "0", "--constants", str(f),
-                           "--jsonl"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [ORCH, "stage-plan", "gemma4-e2b", "--layer", "0", "--constants", str(f), "--jsonl"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
-    check = next(json.loads(x)["value"] for x in proc.stdout.splitlines()
-                 if '"layer_check_us"' in x)
+    check = next(
+        json.loads(x)["value"] for x in proc.stdout.splitlines() if '"layer_check_us"' in x
+    )
     pub = load_published(PLAN)
     cell = pub.table("plan-layer-checks").cell("e2b-l0-b1", "predicted_us")
     assert not cell.tolerance.allows(cell.reference, check)  # 47.5 µs is not 44
-    assert cell.tolerance.allows(cell.reference, layer_stage(
-        units(layer_model("gemma4-e2b-l0")), 0, Budget(batch=1, context=2048),
-        load_constants(SEED)).total_us)
+    assert cell.tolerance.allows(
+        cell.reference,
+        layer_stage(
+            units(layer_model("gemma4-e2b-l0")),
+            0,
+            Budget(batch=1, context=2048),
+            load_constants(SEED),
+        ).total_us,
+    )
 
 
 def test_report_has_the_plan_tables(planned):
-    proc = subprocess.run([ORCH, "report", "campaign-oct", "--results", str(planned),
-                           "--format", "md"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [ORCH, "report", "campaign-oct", "--results", str(planned), "--format", "md"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     md = (planned / "campaign-oct" / "report.md").read_text()
     assert "the planner's predictions and plans" in md
@@ -150,9 +199,21 @@ def test_report_has_the_plan_tables(planned):
 @pytest.fixture(scope="module")
 def layer_build(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("planner-native")
-    proc = subprocess.run(["make", "-C", str(REPO / "native"), f"BUILD={out}", "CC=gcc", "-j2",
-                           f"{out}/layer", f"{out}/exchange"], capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            "make",
+            "-C",
+            str(REPO / "native"),
+            f"BUILD={out}",
+            "CC=gcc",
+            "-j2",
+            f"{out}/layer",
+            f"{out}/exchange",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -171,12 +232,23 @@ def _store_run(results: Path, campaign: str, experiment: str, argv: list[str]) -
     (results / campaign).mkdir(parents=True, exist_ok=True)
     with Store(results / campaign / "store.sqlite") as s:
         t = time.time()
-        s.add_run(RunRecord(run_key=hashlib.sha256(json.dumps(argv).encode()).hexdigest(),
-                            campaign=campaign, experiment=experiment, host="localhost",
-                            repetition=0, params={}, status="ok", exit_code=0, started=t,
-                            finished=t, duration_s=0.0, argv=argv),
-                  [Metric(m["name"], m["value"], m["unit"], m["dims"], "jsonl/1")
-                   for m in metrics])
+        s.add_run(
+            RunRecord(
+                run_key=hashlib.sha256(json.dumps(argv).encode()).hexdigest(),
+                campaign=campaign,
+                experiment=experiment,
+                host="localhost",
+                repetition=0,
+                params={},
+                status="ok",
+                exit_code=0,
+                started=t,
+                finished=t,
+                duration_s=0.0,
+                argv=argv,
+            ),
+            [Metric(m["name"], m["value"], m["unit"], m["dims"], "jsonl/1") for m in metrics],
+        )
 
 
 def test_stage_next_to_its_prediction_from_the_same_hosts_constants(layer_build, tmp_path):
@@ -186,33 +258,92 @@ def test_stage_next_to_its_prediction_from_the_same_hosts_constants(layer_build,
     the constants: one line naming the experiment. After: the prediction is layer_stage of the
     tiny shape with exactly the stored constants, and the error is predicted / measured - 1."""
     dump = tmp_path / "tiny"
-    subprocess.run([ORCH, "layer-dump", "tiny", "--context", "100", "--batch", "1", "--seed", "1",
-                    "--out", str(dump), "--quiet"], check=True, timeout=300)
+    subprocess.run(
+        [
+            ORCH,
+            "layer-dump",
+            "tiny",
+            "--context",
+            "100",
+            "--batch",
+            "1",
+            "--seed",
+            "1",
+            "--out",
+            str(dump),
+            "--quiet",
+        ],
+        check=True,
+        timeout=300,
+    )
     res = tmp_path / "results"
     layer = str(layer_build / "layer")
     _store_run(res, "c", "layer-x", [layer, "--dump", str(dump), "--cpus", "0", "--steps", "40"])
     [v] = stage_verdicts(res, "c", ["localhost"])
     assert v.predicted is None and "run layer --slice" in v.note
     assert "not predicted" in planner_markdown(res, "c", ["localhost"])
-    _store_run(res, "c", "slice", [layer, "--dump", str(dump), "--cpus", "0", "--slice", "0/1",
-                                   "--steps", "40"])
+    _store_run(
+        res,
+        "c",
+        "slice",
+        [layer, "--dump", str(dump), "--cpus", "0", "--slice", "0/1", "--steps", "40"],
+    )
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("this host gives the test one CPU: exchange needs two participants")
     print(f"exchange over CPUs {cpus[0]},{cpus[1]}")
     for nbytes in ("2560", "37376"):
-        _store_run(res, "c", "exchange", [str(layer_build / "exchange"), "--mode", "diss",
-                                          "--cpus", f"{cpus[0]},{cpus[1]}", "--bytes", nbytes,
-                                          "--iters", "200"])
+        _store_run(
+            res,
+            "c",
+            "exchange",
+            [
+                str(layer_build / "exchange"),
+                "--mode",
+                "diss",
+                "--cpus",
+                f"{cpus[0]},{cpus[1]}",
+                "--bytes",
+                nbytes,
+                "--iters",
+                "200",
+            ],
+        )
     # no KV rate measured yet: the line names kvstream
     [v] = stage_verdicts(res, "c", ["localhost"])
     assert v.predicted is None and "kv_gbps" in v.note, v.note
     ladder_build = layer_build
-    subprocess.run(["make", "-C", str(REPO / "native"), f"BUILD={ladder_build}", "CC=gcc",
-                    f"{ladder_build}/ladder"], check=True, capture_output=True, timeout=600)
-    _store_run(res, "c", "kv-read", [str(ladder_build / "ladder"), "--kernel", "avx2-read",
-                                     "--size", "65536", "--cpus", "0", "--seconds", "0.05",
-                                     "--reps", "1"])
+    subprocess.run(
+        [
+            "make",
+            "-C",
+            str(REPO / "native"),
+            f"BUILD={ladder_build}",
+            "CC=gcc",
+            f"{ladder_build}/ladder",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    _store_run(
+        res,
+        "c",
+        "kv-read",
+        [
+            str(ladder_build / "ladder"),
+            "--kernel",
+            "avx2-read",
+            "--size",
+            "65536",
+            "--cpus",
+            "0",
+            "--seconds",
+            "0.05",
+            "--reps",
+            "1",
+        ],
+    )
     [v] = stage_verdicts(res, "c", ["localhost"])
     assert v.predicted is not None, v.note
     c = constants_from_store("localhost", results=res, batch=1)
@@ -222,16 +353,18 @@ def test_stage_next_to_its_prediction_from_the_same_hosts_constants(layer_build,
     want = layer_stage(units(layer_model("tiny")), 0, Budget(cores=1, batch=1, context=31), one)
     assert v.predicted.total_us == pytest.approx(want.total_us) and v.predicted.sync_us == 0
     assert v.note == "one worker: no sync or all-gather term"
-    assert want.gemv_us == pytest.approx(layer_stage(
-        units(layer_model("tiny")), 0, Budget(cores=1, batch=1, context=31), c).gemv_us)
+    assert want.gemv_us == pytest.approx(
+        layer_stage(units(layer_model("tiny")), 0, Budget(cores=1, batch=1, context=31), c).gemv_us
+    )
     assert v.error == pytest.approx(want.total_us / v.measured_us - 1)
     md = planner_markdown(res, "c", ["localhost"])
     print(md)
     assert "| localhost | layer-x | tiny | 31 | 1 | 1 |" in md
 
 
-def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(layer_build,
-                                                                               tmp_path):
+def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(
+    layer_build, tmp_path
+):
     """The non-GEMV term's constants (elem_ns, gelu_ns) are read from real `layer --slice`
     runs' per-phase timers, of a shape other than the one predicted: with tiny and tiny-full
     sliced, predicting tiny takes tiny-full's run and vice versa. Where they are found, the
@@ -243,16 +376,35 @@ def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(l
     layer = str(layer_build / "layer")
     for shape in ("tiny", "tiny-full"):
         dump = tmp_path / shape
-        subprocess.run([ORCH, "layer-dump", shape, "--context", "100", "--batch", "1", "--seed",
-                        "1", "--out", str(dump), "--quiet"], check=True, timeout=300)
-        _store_run(res, "c", f"slice-{shape}", [layer, "--dump", str(dump), "--cpus", "0",
-                                                "--slice", "0/1", "--steps", "60"])
+        subprocess.run(
+            [
+                ORCH,
+                "layer-dump",
+                shape,
+                "--context",
+                "100",
+                "--batch",
+                "1",
+                "--seed",
+                "1",
+                "--out",
+                str(dump),
+                "--quiet",
+            ],
+            check=True,
+            timeout=300,
+        )
+        _store_run(
+            res,
+            "c",
+            f"slice-{shape}",
+            [layer, "--dump", str(dump), "--cpus", "0", "--slice", "0/1", "--steps", "60"],
+        )
         if shape == "tiny":  # one shape only: no element costs, the absorbing GEMV rate
             alone = measured_constants("localhost", results=res, exclude_shape="tiny")
             assert "elem_ns" not in alone
             step, att, nbytes = _slice_figures(res, "slice-tiny")
-            assert alone["gemv_gbps_per_core"].value == pytest.approx(
-                nbytes / ((step - att) * 1e3))
+            assert alone["gemv_gbps_per_core"].value == pytest.approx(nbytes / ((step - att) * 1e3))
     keys = {r["experiment"]: r["key"] for r in stored_runs(res, "localhost")}
     for shape, other in (("tiny", "tiny-full"), ("tiny-full", "tiny")):
         m = measured_constants("localhost", results=res, exclude_shape=shape)
@@ -262,8 +414,12 @@ def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(l
         assert m["elem_ns"].value > 0 and m["gelu_ns"].value >= 0
         assert other in m["gelu_ns"].detail
     # the GEMV rate of tiny's own slice (nearest bytes per core): its kernel time alone
-    m = measured_constants("localhost", results=res, exclude_shape="tiny",
-                           bytes_per_core=sum(x.bytes for x in units(layer_model("tiny"))))
+    m = measured_constants(
+        "localhost",
+        results=res,
+        exclude_shape="tiny",
+        bytes_per_core=sum(x.bytes for x in units(layer_model("tiny"))),
+    )
     kernel_us, nbytes = _slice_gemv(res, "slice-tiny")
     assert m["gemv_gbps_per_core"].value == pytest.approx(nbytes / (kernel_us * 1e3))
 
@@ -276,15 +432,17 @@ def _slice_metrics(res: Path, experiment: str) -> list[tuple[str, float, dict]]:
 def _slice_figures(res: Path, experiment: str) -> tuple[float, float, float]:
     ms = _slice_metrics(res, experiment)
     step = next(v for n, v, _ in ms if n == "step_p50")
-    att = sum(v for n, v, d in ms if n == "phase_gemv_p50"
-              and d["phase"] in ("attention", "combine"))
+    att = sum(
+        v for n, v, d in ms if n == "phase_gemv_p50" and d["phase"] in ("attention", "combine")
+    )
     return step, att, sum(v for n, v, _ in ms if n == "phase_weight_bytes")
 
 
 def _slice_gemv(res: Path, experiment: str) -> tuple[float, float]:
     ms = _slice_metrics(res, experiment)
-    us = sum(v for n, v, d in ms if n == "phase_gemv_p50"
-             and d["phase"] not in ("attention", "combine"))
+    us = sum(
+        v for n, v, d in ms if n == "phase_gemv_p50" and d["phase"] not in ("attention", "combine")
+    )
     return us, sum(v for n, v, _ in ms if n == "phase_weight_bytes")
 
 

@@ -21,7 +21,7 @@ Links (hop and all-reduce as bytes, `Constants.link`): a constants file's `link_
 `link_gbps` (nothing multi-socket is measured on a single-socket guest).
 
 A host with none of them is one line naming the experiment to run.
-"""
+"""  # noqa: E501 (the table's rows)
 
 from __future__ import annotations
 
@@ -39,8 +39,17 @@ from socketlab.store import ok_runs_in_folder
 
 CONSTANTS_DIR = paths.EXPERIMENTS / "models" / "constants"
 SEED = CONSTANTS_DIR / "seed-oct-2026.yaml"
-NUMERIC = ("gemv_gbps_per_core", "exchange_us", "kv_gbps", "act_gbps", "hop_us", "allreduce_us",
-           "gemv_l3_gbps_per_core", "elem_ns", "gelu_ns")
+NUMERIC = (
+    "gemv_gbps_per_core",
+    "exchange_us",
+    "kv_gbps",
+    "act_gbps",
+    "hop_us",
+    "allreduce_us",
+    "gemv_l3_gbps_per_core",
+    "elem_ns",
+    "gelu_ns",
+)
 REQUIRED = NUMERIC[:4]
 BASE_BYTES = 2560
 #: what to run when the store has nothing for a constant
@@ -78,8 +87,10 @@ def load_constants(path: str | Path) -> Constants:
     extra = {"link_us", "link_gbps", "kv_classes"}
     unknown = set(doc) - set(NUMERIC) - extra - {"version", "host", "kernel", "note"}
     if unknown:
-        raise SpecError(f"{p}: {sorted(unknown)[0]}: unknown field; expected one of "
-                        f"{', '.join(NUMERIC)}, {', '.join(sorted(extra))}, host, kernel, note")
+        raise SpecError(
+            f"{p}: {sorted(unknown)[0]}: unknown field; expected one of "
+            f"{', '.join(NUMERIC)}, {', '.join(sorted(extra))}, host, kernel, note"
+        )
     link = None
     if ("link_us" in doc) != ("link_gbps" in doc):
         raise SpecError(f"{p}: link_us and link_gbps: expected both or neither")
@@ -98,16 +109,27 @@ def load_constants(path: str | Path) -> Constants:
         entry = doc["kv_classes"]
         rows = entry.get("value") if isinstance(entry, dict) else entry
         for i, row in enumerate(rows if isinstance(rows, list) else [None]):
-            if (not isinstance(row, list) or len(row) != 5
-                    or any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0
-                           for x in row)):
-                raise SpecError(f"{p}: kv_classes.value[{i}]: expected [head_dim, group, batch, "
-                                f"kv_bytes, gbps], positive numbers, got {row!r}")
-            classes.append(KvRate(int(row[0]), int(row[1]), int(row[2]), float(row[3]),
-                                  float(row[4])))
+            if (
+                not isinstance(row, list)
+                or len(row) != 5
+                or any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in row)
+            ):
+                raise SpecError(
+                    f"{p}: kv_classes.value[{i}]: expected [head_dim, group, batch, "
+                    f"kv_bytes, gbps], positive numbers, got {row!r}"
+                )
+            classes.append(
+                KvRate(int(row[0]), int(row[1]), int(row[2]), float(row[3]), float(row[4]))
+            )
         prov["kv_classes"] = str(entry.get("source", p)) if isinstance(entry, dict) else str(p)
-    return Constants(**values, host=str(doc.get("host", "")), kernel=str(doc.get("kernel", "")),
-                     kv_classes=tuple(classes), link=link, provenance=prov)
+    return Constants(
+        **values,
+        host=str(doc.get("host", "")),
+        kernel=str(doc.get("kernel", "")),
+        kv_classes=tuple(classes),
+        link=link,
+        provenance=prov,
+    )
 
 
 @dataclass(frozen=True)
@@ -119,8 +141,10 @@ class Measured:
 
 def _runs(results: Path, host: str) -> list[dict[str, Any]]:
     """Every ok run of `host` with its metrics, over all campaigns' stores."""
-    return [{"key": r["run_key"], **{k: v for k, v in r.items() if k != "run_key"}}
-            for r in ok_runs_in_folder(results, host)]
+    return [
+        {"key": r["run_key"], **{k: v for k, v in r.items() if k != "run_key"}}
+        for r in ok_runs_in_folder(results, host)
+    ]
 
 
 def stored_runs(results: Path, host: str) -> list[dict[str, Any]]:
@@ -139,7 +163,7 @@ def native_binary(run: dict) -> str:
 def _native(argv: list[str]) -> list[str]:
     """The native binary's argv: a campaign runs the stage through `orchestrate layer-stage ...
     -- build/cc/layer ...`, whose binary follows the `--`."""
-    return argv[argv.index("--") + 1:] if "--" in argv and "layer-stage" in argv else argv
+    return argv[argv.index("--") + 1 :] if "--" in argv and "layer-stage" in argv else argv
 
 
 def _binary(run: dict) -> str:
@@ -154,20 +178,25 @@ def _arg(run: dict, flag: str) -> str | None:
         if a == flag and i + 1 < len(argv):
             return argv[i + 1]
         if a.startswith(flag + "="):
-            return a[len(flag) + 1:]
+            return a[len(flag) + 1 :]
     return None
 
 
-def measured_constants(host: str, *, results: Path | None = None, kernel: str = "avx2",
-                       mode: str | None = None,
-                       bytes_per_core: int | None = None,
-                       batch: int | None = None,
-                       exclude_shape: str | None = None,
-                       elems: float | None = None,
-                       kv_bytes: float | None = None,
-                       repetition: int | None = None,
-                       head_dim: int | None = None,
-                       group: int | None = None) -> dict[str, Measured]:
+def measured_constants(
+    host: str,
+    *,
+    results: Path | None = None,
+    kernel: str = "avx2",
+    mode: str | None = None,
+    bytes_per_core: int | None = None,
+    batch: int | None = None,
+    exclude_shape: str | None = None,
+    elems: float | None = None,
+    kv_bytes: float | None = None,
+    repetition: int | None = None,
+    head_dim: int | None = None,
+    group: int | None = None,
+) -> dict[str, Measured]:
     """What the store holds for `host`, constant by constant (missing ones absent). The GEMV
     rate depends on the tier a slice lives in: with `bytes_per_core` the slice run nearest that
     size gives it, else the median over all slice runs. The element costs (elem_ns, gelu_ns)
@@ -182,13 +211,31 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
     if repetition is not None:
         runs = [r for r in runs if r["repetition"] == repetition]
     found: dict[str, Measured] = {}
-    slices = [r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
-              and not _arg(r, "--ctx")  # a shortened context measures attention (kv-attn)
-              and (_arg(r, "--gemv") or "avx2") == kernel]
+    slices = [
+        r
+        for r in runs
+        if _binary(r) == "layer"
+        and _arg(r, "--slice")
+        and not _arg(r, "--ctx")  # a shortened context measures attention (kv-attn)
+        and (_arg(r, "--gemv") or "avx2") == kernel
+    ]
     # the element costs from every slice, --ctx ones too (their non-GEMV phases are the same)
-    found.update(_elements([r for r in runs if _binary(r) == "layer" and _arg(r, "--slice")
-                            and (_arg(r, "--gemv") or "avx2") == kernel],
-                           batch, exclude_shape, kernel, elems, kv_bytes))
+    found.update(
+        _elements(
+            [
+                r
+                for r in runs
+                if _binary(r) == "layer"
+                and _arg(r, "--slice")
+                and (_arg(r, "--gemv") or "avx2") == kernel
+            ],
+            batch,
+            exclude_shape,
+            kernel,
+            elems,
+            kv_bytes,
+        )
+    )
     pure = "elem_ns" in found
     gemv = [r for r in slices if batch is None or int(_arg(r, "--batch") or 1) == batch]
     if gemv:
@@ -196,15 +243,21 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
         for r in gemv:
             nb = sum(v for n, v, d in r["metrics"] if n == "phase_weight_bytes")
             if pure:  # the weight phases' GEMV p50s: the kernel alone (elem_ns has the rest)
-                us = sum(v for n, v, d in r["metrics"] if n == "phase_gemv_p50"
-                         and d.get("phase") not in ("attention", "combine"))
+                us = sum(
+                    v
+                    for n, v, d in r["metrics"]
+                    if n == "phase_gemv_p50" and d.get("phase") not in ("attention", "combine")
+                )
             else:
                 # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
                 # phases with their norms and activations, as the stage runs them. p50s, not
                 # the phase means: one descheduled step on a shared host swamps a mean.
                 step = [v for n, v, d in r["metrics"] if n == "step_p50"]
-                att = sum(v for n, v, d in r["metrics"]
-                          if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine"))
+                att = sum(
+                    v
+                    for n, v, d in r["metrics"]
+                    if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine")
+                )
                 us = step[0] - att if step else 0.0
             if us > 0:
                 rates.append((nb / (us * 1e3), r["key"], nb))
@@ -215,10 +268,12 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
             rates.sort()
             mid = rates[len(rates) // 2]
             found["gemv_gbps_per_core"] = Measured(
-                mid[0], tuple(k for _, k, _ in rates),
+                mid[0],
+                tuple(k for _, k, _ in rates),
                 f"layer --slice --gemv {kernel}: median of {len(rates)} runs, "
                 f"{int(mid[2]):,} B per worker, "
-                + ("weight phases' GEMV p50" if pure else "step p50 less attention"))
+                + ("weight phases' GEMV p50" if pure else "step p50 less attention"),
+            )
     xch: dict[tuple[str, int, int], list[tuple[float, str]]] = {}
     for r in runs:
         if _binary(r) != "exchange":
@@ -226,34 +281,49 @@ def measured_constants(host: str, *, results: Path | None = None, kernel: str = 
         for n, v, d in r["metrics"]:
             if n == "latency_p50" and d.get("participants", 0) >= 2 and d.get("mode") != "pingpong":
                 xch.setdefault((d["mode"], d["participants"], int(d["bytes"])), []).append(
-                    (v, r["key"]))
+                    (v, r["key"])
+                )
     base = {k: v for k, v in xch.items() if k[2] == BASE_BYTES and (mode is None or k[0] == mode)}
     if base:
         (m, parts, _), vals = min(base.items(), key=lambda kv: _median(kv[1]))
-        found["exchange_us"] = Measured(_median(vals), tuple(k for _, k in vals),
-                                        f"exchange --mode {m}, {parts} participants, 2,560 B")
+        found["exchange_us"] = Measured(
+            _median(vals),
+            tuple(k for _, k in vals),
+            f"exchange --mode {m}, {parts} participants, 2,560 B",
+        )
         big = {k: v for k, v in xch.items() if k[:2] == (m, parts) and k[2] > BASE_BYTES}
         if big:
             (_, _, nb), bvals = max(big.items(), key=lambda kv: kv[0][2])
             dt = _median(bvals) - _median(vals)
             if dt > 0:
                 found["act_gbps"] = Measured(
-                    (nb - BASE_BYTES) / (dt * 1e3), tuple(k for _, k in vals + bvals),
-                    f"exchange --mode {m}, {parts} participants, {nb:,} B vs 2,560 B")
-    kv = [(r, v) for r in runs if _binary(r) == "kvstream"
-          for n, v, d in r["metrics"] if n == "kv_bw"]
+                    (nb - BASE_BYTES) / (dt * 1e3),
+                    tuple(k for _, k in vals + bvals),
+                    f"exchange --mode {m}, {parts} participants, {nb:,} B vs 2,560 B",
+                )
+    kv = [
+        (r, v) for r in runs if _binary(r) == "kvstream" for n, v, d in r["metrics"] if n == "kv_bw"
+    ]
     source = "kvstream"
     if not kv:  # AVX2-only hosts: the ladder's read of the KV bytes (no attention arithmetic)
-        kv = [(r, v) for r in runs if _binary(r) == "ladder" and r["experiment"] == "kv-read"
-              for n, v, d in r["metrics"] if n == "bw_total"]
+        kv = [
+            (r, v)
+            for r in runs
+            if _binary(r) == "ladder" and r["experiment"] == "kv-read"
+            for n, v, d in r["metrics"]
+            if n == "bw_total"
+        ]
         for r, _ in kv:
             r["argv"] = [*r["argv"], "--tokens", str(r["params"].get("context", 0))]
         source = "ladder --kernel avx2-read of the KV bytes (experiment kv-read)"
     if kv:
         most = max(int(_arg(r, "--tokens") or 0) for r, _ in kv)
         vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
-        found["kv_gbps"] = Measured(_median(vals), tuple(dict.fromkeys(k for _, k in vals)),
-                                    f"{source}, {most} tokens: median of {len(vals)} values")
+        found["kv_gbps"] = Measured(
+            _median(vals),
+            tuple(dict.fromkeys(k for _, k in vals)),
+            f"{source}, {most} tokens: median of {len(vals)} values",
+        )
     attn = _kv_attention(runs, kernel, batch, kv_bytes, head_dim, group)
     if attn:
         found["kv_gbps"] = attn
@@ -267,9 +337,14 @@ def _nongemv(r: dict) -> dict[str, float]:
     return {p: comp[p] - gemv.get(p, 0.0) for p in comp}
 
 
-def _elements(slices: list[dict], batch: int | None, exclude_shape: str | None,
-              kernel: str, elems: float | None = None,
-              kv_bytes: float | None = None) -> dict[str, Measured]:
+def _elements(
+    slices: list[dict],
+    batch: int | None,
+    exclude_shape: str | None,
+    kernel: str,
+    elems: float | None = None,
+    kv_bytes: float | None = None,
+) -> dict[str, Measured]:
     """elem_ns and gelu_ns from the stage's own per-phase timers in `layer --slice` runs of
     other shapes than `exclude_shape` (the norms, RoPE, combine and gelu are native/layer's own
     code; no microbenchmark runs them). Per run: the phase means outside the kernels
@@ -298,12 +373,18 @@ def _elements(slices: list[dict], batch: int | None, exclude_shape: str | None,
         w = int(str(_arg(r, "--slice")).split("/")[1])
         h, qd, kd = sh.hidden, sh.heads * sh.head_dim, sh.kv_heads * sh.head_dim
         ng = _nongemv(r)
-        elem = sum(ng.get(p, 0.0) for p in ("qkv", "attention", "combine")) * 1e3 \
+        elem = (
+            sum(ng.get(p, 0.0) for p in ("qkv", "attention", "combine"))
+            * 1e3
             / (b * (h + qd + 2 * kd + qd / w))
+        )
         # the vectorized gelu costs ~0.4 ns an element: within noise of the norms' share, so
         # the remainder may come out at or below zero; clamp it rather than drop the run
-        gel = max(0.0, (sum(ng.get(p, 0.0) for p in ("gateup", "ple_gate")) * 1e3
-                        - elem * b * 6 * h) / (b * (sh.inter + sh.ple) / w))
+        gel = max(
+            0.0,
+            (sum(ng.get(p, 0.0) for p in ("gateup", "ple_gate")) * 1e3 - elem * b * 6 * h)
+            / (b * (sh.inter + sh.ple) / w),
+        )
         # the stage model's counts (socketlab.plan.stage_model): 8 H + QD + 2 KD + QD / W
         n_elem = 8 * h + qd + 2 * kd + qd / w
         n_gelu = (sh.inter + sh.ple) / w
@@ -320,20 +401,32 @@ def _elements(slices: list[dict], batch: int | None, exclude_shape: str | None,
         near = min(abs(p[3] - elems) for p in pts)
         pts = [p for p in pts if abs(p[3] - elems) == near]
     if pts and kv_bytes:
+
         def dist(p: tuple) -> float:
             return abs(math.log(max(p[6], 1.0) / max(kv_bytes, 1.0)))
+
         kv_near = min(dist(p) for p in pts)
         pts = [p for p in pts if dist(p) == kv_near]
     if not pts:
         return {}
     keys = tuple(p[4] for p in pts)
-    where = (f"layer --slice --gemv {kernel} of {', '.join(sorted({p[5] for p in pts}))}, "
-             f"{int(pts[0][6]):,} B of KV per step "
-             f"({len(pts)} runs), phase_compute - phase_gemv, at most step_p50 - GEMV p50s")
-    return {"elem_ns": Measured(_median([(p[1], "") for p in pts]), keys,
-                                f"{where}: qkv + attention + combine per vector element"),
-            "gelu_ns": Measured(_median([(p[2], "") for p in pts]), keys,
-                                f"{where}: gateup + ple_gate per gelu'd element")}
+    where = (
+        f"layer --slice --gemv {kernel} of {', '.join(sorted({p[5] for p in pts}))}, "
+        f"{int(pts[0][6]):,} B of KV per step "
+        f"({len(pts)} runs), phase_compute - phase_gemv, at most step_p50 - GEMV p50s"
+    )
+    return {
+        "elem_ns": Measured(
+            _median([(p[1], "") for p in pts]),
+            keys,
+            f"{where}: qkv + attention + combine per vector element",
+        ),
+        "gelu_ns": Measured(
+            _median([(p[2], "") for p in pts]),
+            keys,
+            f"{where}: gateup + ple_gate per gelu'd element",
+        ),
+    }
 
 
 def _kv_class(r: dict) -> tuple[int, int, str] | None:
@@ -341,8 +434,7 @@ def _kv_class(r: dict) -> tuple[int, int, str] | None:
     (bench/stage_plan_host.py's class dumps) or the shape file its metrics name."""
     from socketlab.layer.shapes import load_shape
 
-    shape = next((str(d.get("shape")) for n, _, d in r["metrics"] if n == "kv_bytes_per_step"),
-                 "")
+    shape = next((str(d.get("shape")) for n, _, d in r["metrics"] if n == "kv_bytes_per_step"), "")
     p = r.get("params") or {}
     if p.get("head_dim") and p.get("group"):
         return int(p["head_dim"]), int(p["group"]), shape
@@ -353,23 +445,30 @@ def _kv_class(r: dict) -> tuple[int, int, str] | None:
     return sh.head_dim, max(sh.heads // max(sh.kv_heads, 1), 1), shape
 
 
-def _kv_points(runs: list[dict], kernel: str) -> dict[tuple[int, int, str], dict[
-        int, dict[int, list[tuple[float, float, str]]]]]:
+def _kv_points(
+    runs: list[dict], kernel: str
+) -> dict[tuple[int, int, str], dict[int, dict[int, list[tuple[float, float, str]]]]]:
     """kv-attn runs by class (head_dim, group, shape), batch, context: (KV bytes per step,
     attention phase_gemv_p50, run key)."""
     out: dict = {}
     for r in runs:
-        if not (_binary(r) == "layer" and _arg(r, "--slice") and _arg(r, "--ctx")
-                and (_arg(r, "--gemv") or "avx2") == kernel):
+        if not (
+            _binary(r) == "layer"
+            and _arg(r, "--slice")
+            and _arg(r, "--ctx")
+            and (_arg(r, "--gemv") or "avx2") == kernel
+        ):
             continue
         kvb = [v for n, v, _ in r["metrics"] if n == "kv_bytes_per_step"]
-        att = [v for n, v, d in r["metrics"]
-               if n == "phase_gemv_p50" and d.get("phase") == "attention"]
-        cls = _kv_class(r)
-        if kvb and att and cls:
+        att = [
+            v for n, v, d in r["metrics"] if n == "phase_gemv_p50" and d.get("phase") == "attention"
+        ]
+        cls, ctx = _kv_class(r), _arg(r, "--ctx")
+        if kvb and att and cls and ctx is not None:  # a rate is per context: none, no rate
             b = int(_arg(r, "--batch") or 1)
-            out.setdefault(cls, {}).setdefault(b, {}).setdefault(int(_arg(r, "--ctx")), []).append(
-                (kvb[0], att[0], r["key"]))
+            out.setdefault(cls, {}).setdefault(b, {}).setdefault(int(ctx), []).append(
+                (kvb[0], att[0], r["key"])
+            )
     return out
 
 
@@ -387,13 +486,18 @@ def kv_classes(runs: list[dict], kernel: str) -> list[tuple[KvRate, tuple[str, .
             for _ctx, xs in sorted(by_ctx.items()):
                 att = _median([(x[1], x[2]) for x in xs])
                 if att > 0:
-                    out.append((KvRate(hd, grp, b, xs[0][0], xs[0][0] / (att * 1e3)),
-                                tuple(x[2] for x in xs)))
+                    out.append(
+                        (
+                            KvRate(hd, grp, b, xs[0][0], xs[0][0] / (att * 1e3)),
+                            tuple(x[2] for x in xs),
+                        )
+                    )
     return out
 
 
-def measured_kv_classes(host: str, *, results: Path | None = None, kernel: str = "avx2",
-                        repetition: int | None = None) -> tuple[tuple[KvRate, ...], str]:
+def measured_kv_classes(
+    host: str, *, results: Path | None = None, kernel: str = "avx2", repetition: int | None = None
+) -> tuple[tuple[KvRate, ...], str]:
     """`kv_classes` of a host's stored runs (one repetition's with `repetition`), and their
     provenance (the run keys)."""
     runs = _runs(Path(results or paths.RESULTS), host)
@@ -406,12 +510,18 @@ def measured_kv_classes(host: str, *, results: Path | None = None, kernel: str =
         f"layer --slice --ctx attention p50 (kv-attn) per class (head_dim, group) "
         f"{', '.join(f'({h}, {g})' for h, g in classes)}: KV bytes / attention p50 at "
         f"{len(found)} (class, batch, context) points; runs "
-        f"{', '.join(keys)}")
+        f"{', '.join(keys)}"
+    )
 
 
-def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
-                  kv_bytes: float | None = None, head_dim: int | None = None,
-                  group: int | None = None) -> Measured | None:
+def _kv_attention(
+    runs: list[dict],
+    kernel: str,
+    batch: int | None,
+    kv_bytes: float | None = None,
+    head_dim: int | None = None,
+    group: int | None = None,
+) -> Measured | None:
     """The stage's own attention rate: `layer --slice ... --ctx N` runs (experiment kv-attn) of
     one dump at two or more contexts and the same batch: (KV bytes per step at the longer -
     at the shorter) / (attention's phase_gemv_p50 difference). On the portable kernel this is
@@ -425,14 +535,17 @@ def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
     if not by_cls:
         return None
     if head_dim and group:
+
         def d(c: tuple[int, int, str]) -> float:
             return abs(math.log2(c[0] / head_dim)) + abs(math.log2(c[1] / group))
+
         cls = min(by_cls, key=lambda c: (d(c), c))
     else:
         cls = max(by_cls, key=lambda c: (max(x for b in by_cls[c].values() for x in b), c))
     pts: dict[int, list[tuple[int, float, float, str]]] = {
         b: [(ctx, kvb, att, key) for ctx, xs in by_ctx.items() for kvb, att, key in xs]
-        for b, by_ctx in by_cls[cls].items()}
+        for b, by_ctx in by_cls[cls].items()
+    }
     if batch in pts:
         b = batch
     elif pts:
@@ -448,27 +561,45 @@ def _kv_attention(runs: list[dict], kernel: str, batch: int | None,
     pair = (ctxs[0], ctxs[-1])
     if kv_bytes:
         pairs = list(zip(ctxs, ctxs[1:], strict=False))
-        pair = min(pairs, key=lambda c: abs(math.log(kv_bytes / math.sqrt(
-            by_ctx[c[0]][0][1] * by_ctx[c[1]][0][1]))))
+        pair = min(
+            pairs,
+            key=lambda c: abs(
+                math.log(kv_bytes / math.sqrt(by_ctx[c[0]][0][1] * by_ctx[c[1]][0][1]))
+            ),
+        )
     lo, hi = by_ctx[pair[0]], by_ctx[pair[1]]
     # the median repetition at each context (repetitions of a loaded host spread widely)
     dt = _median([(x[2], x[3]) for x in hi]) - _median([(x[2], x[3]) for x in lo])
     if dt <= 0:
         return None
-    return Measured((hi[0][1] - lo[0][1]) / (dt * 1e3), tuple(x[3] for x in lo + hi),
-                    f"layer --slice --ctx attention p50 (kv-attn) of {cls[2]} (head_dim "
-                    f"{cls[0]}, group {cls[1]}): {pair[0]} vs {pair[1]} positions at B={b}, "
-                    f"median of {len(lo)} / {len(hi)} runs")
+    return Measured(
+        (hi[0][1] - lo[0][1]) / (dt * 1e3),
+        tuple(x[3] for x in lo + hi),
+        f"layer --slice --ctx attention p50 (kv-attn) of {cls[2]} (head_dim "
+        f"{cls[0]}, group {cls[1]}): {pair[0]} vs {pair[1]} positions at B={b}, "
+        f"median of {len(lo)} / {len(hi)} runs",
+    )
 
 
-def constants_from_store(host: str, *, results: Path | None = None, kernel: str = "avx2",
-                         hop_us: float = 5.0, allreduce_us: float = 10.0,
-                         batch: int | None = None,
-                         exclude_shape: str | None = None) -> Constants:
+def constants_from_store(
+    host: str,
+    *,
+    results: Path | None = None,
+    kernel: str = "avx2",
+    hop_us: float = 5.0,
+    allreduce_us: float = 10.0,
+    batch: int | None = None,
+    exclude_shape: str | None = None,
+) -> Constants:
     """The host's constants; the GEMV rate from slice runs at `batch` where there are any."""
     found = measured_constants(host, results=results, kernel=kernel, exclude_shape=exclude_shape)
-    at_b = measured_constants(host, results=results, kernel=kernel, batch=batch,
-                              exclude_shape=exclude_shape) if batch else {}
+    at_b = (
+        measured_constants(
+            host, results=results, kernel=kernel, batch=batch, exclude_shape=exclude_shape
+        )
+        if batch
+        else {}
+    )
     for k in ("gemv_gbps_per_core", "kv_gbps", "elem_ns", "gelu_ns"):
         if k in at_b:
             found[k] = at_b[k]
@@ -477,9 +608,11 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
         where = Path(results or paths.RESULTS)
         raise StoreError(
             f"host {host}: no measured {missing[0]} in {where}/*/store.sqlite; run "
-            f"{EXPERIMENT[missing[0]]} on it first (or pass --constants FILE)")
-    prov = {k: f"{m.detail}; runs {', '.join(x[:12] for x in m.run_keys)}"
-            for k, m in found.items()}
+            f"{EXPERIMENT[missing[0]]} on it first (or pass --constants FILE)"
+        )
+    prov = {
+        k: f"{m.detail}; runs {', '.join(x[:12] for x in m.run_keys)}" for k, m in found.items()
+    }
     prov["hop_us"] = prov["allreduce_us"] = "assumed (flag): no multi-socket link measured"
     classes, prov["kv_classes"] = measured_kv_classes(host, results=results, kernel=kernel)
     return Constants(
@@ -489,8 +622,13 @@ def constants_from_store(host: str, *, results: Path | None = None, kernel: str 
         act_gbps=found["act_gbps"].value,
         elem_ns=found["elem_ns"].value if "elem_ns" in found else 0.0,
         gelu_ns=found["gelu_ns"].value if "gelu_ns" in found else 0.0,
-        hop_us=hop_us, allreduce_us=allreduce_us, kv_classes=classes, host=host, kernel=kernel,
-        provenance=prov)
+        hop_us=hop_us,
+        allreduce_us=allreduce_us,
+        kv_classes=classes,
+        host=host,
+        kernel=kernel,
+        provenance=prov,
+    )
 
 
 def _median(vals: list[tuple[float, str]]) -> float:
