@@ -151,27 +151,20 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, dims: dict) -> int:
     """One plan (or one layer's prediction); ``dims`` go on every metric record."""
+    from socketlab.plan.plan_run import plan_constants, plan_projection
     from socketlab.plan.stage import Budget, plan
-    from socketlab.plan.stage_cluster import SENSITIVITY, project, sensitivity
-    from socketlab.plan.stage_constants import SEED, constants_from_store, load_constants
     from socketlab.plan.stage_model import load_model, units
 
     model = load_model(args.model)
-    if args.host:
-        from pathlib import Path
-
-        c = constants_from_store(
-            args.host,
-            kernel=args.kernel,
-            batch=args.batch,
-            results=Path(args.results) if args.results else None,
-        )
-    else:
-        c = load_constants(args.constants or SEED)
-    if args.hop_us:
-        c = c.replace(hop_us=args.hop_us)
-    if args.allreduce_us:
-        c = c.replace(allreduce_us=args.allreduce_us)
+    c = plan_constants(
+        host=args.host,
+        kernel=args.kernel,
+        batch=args.batch,
+        results=args.results,
+        constants=args.constants,
+        hop_us=args.hop_us,
+        allreduce_us=args.allreduce_us,
+    )
     budget = Budget(
         cores=args.cores,
         bytes_per_core=args.budget_kib * 1024,
@@ -186,53 +179,58 @@ def _plan(args: argparse.Namespace, dims: dict) -> int:
     if args.layer is not None:
         return _layer(args, model, us, budget, c, dims)
     pl = plan(us, budget, c)
-    s = pl.summary
     proj = []
     if args.project:
-        rows = (
-            SENSITIVITY if not (args.hop_us or args.allreduce_us) else ((c.hop_us, c.allreduce_us),)
+        proj = plan_projection(
+            pl,
+            us,
+            budget,
+            c,
+            calibration=args.calibration,
+            links_given=bool(args.hop_us or args.allreduce_us),
         )
-        proj = [dataclasses.asdict(x) for x in sensitivity(pl, args.calibration, rows)]
-        for b in (1, 16):
-            if b != args.batch:
-                other = plan(us, dataclasses.replace(budget, batch=b), c)
-                proj += [
-                    dict(dataclasses.asdict(project(other, h, a, args.calibration)), batch=b)
-                    for h, a in rows
-                ]
-        for x in proj:
-            x.setdefault("batch", args.batch)
     if args.jsonl:
         _emit_plan(args, model, budget, c, pl, proj, dims)
-        return 0
-    if args.json:
-        doc = {
-            "model": model.name,
-            "model_file": model.where,
-            "budget": dataclasses.asdict(budget),
-            "constants": dataclasses.asdict(c),
-            "summary": dataclasses.asdict(s),
-            "stages": [
-                {
-                    "index": st.index,
-                    "label": st.label,
-                    "sockets": st.sockets,
-                    "bytes_per_core": st.bytes_per_core,
-                    "fill": st.fill,
-                    "exchanges": st.load.exchanges,
-                    "allreduces": st.load.allreduces,
-                    "kv_bytes": st.load.kv_bytes,
-                    "act_bytes": st.load.act_bytes,
-                    "kv_replicas_of": list(st.kv_replicas_of),
-                    **st.pred.terms(),
-                }
-                for st in pl.stages
-            ],
-            "projection": proj,
-        }
-        json.dump(doc, sys.stdout, indent=1)
-        sys.stdout.write("\n")
-        return 0
+    elif args.json:
+        _print_plan_json(model, budget, c, pl, proj)
+    else:
+        _print_plan_text(args, model, budget, c, pl, proj)
+    return 0
+
+
+def _print_plan_json(model, budget, c, pl, proj: list[dict]) -> None:
+    """The plan as one JSON document: inputs, summary, every stage's terms, the projection."""
+    doc = {
+        "model": model.name,
+        "model_file": model.where,
+        "budget": dataclasses.asdict(budget),
+        "constants": dataclasses.asdict(c),
+        "summary": dataclasses.asdict(pl.summary),
+        "stages": [
+            {
+                "index": st.index,
+                "label": st.label,
+                "sockets": st.sockets,
+                "bytes_per_core": st.bytes_per_core,
+                "fill": st.fill,
+                "exchanges": st.load.exchanges,
+                "allreduces": st.load.allreduces,
+                "kv_bytes": st.load.kv_bytes,
+                "act_bytes": st.load.act_bytes,
+                "kv_replicas_of": list(st.kv_replicas_of),
+                **st.pred.terms(),
+            }
+            for st in pl.stages
+        ],
+        "projection": proj,
+    }
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _print_plan_text(args: argparse.Namespace, model, budget, c, pl, proj: list[dict]) -> None:
+    """The plan for a person: inputs, constants with provenance, tables."""
+    s = pl.summary
     print(
         f"{model.name} ({model.where}): {s.layers} layers, {s.weight_bytes / 2**30:.2f} GiB "
         f"BF16; {budget.cores} cores x {args.budget_kib:,} KiB, B={budget.batch}, "
@@ -252,19 +250,7 @@ def _plan(args: argparse.Namespace, dims: dict) -> int:
     for k, v in c.provenance.items():
         print(f"  {k}: {v}")
     if args.stages:
-        print(
-            "| stage | sockets | KiB/core | fill | gemv | sync | kv | act | allreduce | elem | "
-            "total µs |"
-        )
-        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for st in pl.stages:
-            t = st.pred
-            print(
-                f"| {st.label} | {st.sockets} | {st.bytes_per_core / 1024:,.0f} | "
-                f"{st.fill:.2f} | {t.gemv_us:.1f} | {t.sync_us:.1f} | {t.kv_us:.1f} | "
-                f"{t.act_us:.1f} | {t.allreduce_us:.1f} | {t.elem_us:.1f} | "
-                f"{t.total_us:.1f} |"
-            )
+        _print_stages_table(pl)
     print(
         "| model | B | ctx | stages | sockets | layers/stage | bottleneck µs | token latency ms "
         "| tok/s (seqs in flight) |"
@@ -277,22 +263,40 @@ def _plan(args: argparse.Namespace, dims: dict) -> int:
     )
     print(f"bottleneck stage: {s.bottleneck_stage}")
     if proj:
+        _print_projection_table(args.calibration, proj)
+
+
+def _print_stages_table(pl) -> None:
+    """Every stage with its terms (--stages)."""
+    print(
+        "| stage | sockets | KiB/core | fill | gemv | sync | kv | act | allreduce | elem | "
+        "total µs |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for st in pl.stages:
+        t = st.pred
         print(
-            f"projection (calibration {args.calibration:g}; hop and all-reduce assumed, "
-            f"not measured):"
+            f"| {st.label} | {st.sockets} | {st.bytes_per_core / 1024:,.0f} | "
+            f"{st.fill:.2f} | {t.gemv_us:.1f} | {t.sync_us:.1f} | {t.kv_us:.1f} | "
+            f"{t.act_us:.1f} | {t.allreduce_us:.1f} | {t.elem_us:.1f} | "
+            f"{t.total_us:.1f} |"
         )
+
+
+def _print_projection_table(calibration: float, proj: list[dict]) -> None:
+    """The cluster projection (--project), by batch, hop and all-reduce."""
+    print(f"projection (calibration {calibration:g}; hop and all-reduce assumed, not measured):")
+    print(
+        "| B | hop µs | all-reduce µs | sockets | TPOT B=1 ms | TPOT at saturation ms | "
+        "tok/s | tok/s per socket |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for x in sorted(proj, key=lambda x: (x["batch"], x["hop_us"], x["allreduce_us"])):
         print(
-            "| B | hop µs | all-reduce µs | sockets | TPOT B=1 ms | TPOT at saturation ms | "
-            "tok/s | tok/s per socket |"
+            f"| {x['batch']} | {x['hop_us']:g} | {x['allreduce_us']:g} | {x['sockets']} | "
+            f"{x['token_latency_us'] / 1e3:.2f} | {x['tpot_saturated_us'] / 1e3:.1f} | "
+            f"{x['tokens_per_s']:,.0f} | {x['tokens_per_s_per_socket']:.1f} |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for x in sorted(proj, key=lambda x: (x["batch"], x["hop_us"], x["allreduce_us"])):
-            print(
-                f"| {x['batch']} | {x['hop_us']:g} | {x['allreduce_us']:g} | {x['sockets']} | "
-                f"{x['token_latency_us'] / 1e3:.2f} | {x['tpot_saturated_us'] / 1e3:.1f} | "
-                f"{x['tokens_per_s']:,.0f} | {x['tokens_per_s_per_socket']:.1f} |"
-            )
-    return 0
 
 
 def _metric(name: str, value: float, unit: str, dims: dict, **more) -> None:
