@@ -213,6 +213,105 @@ def controller_cpus(wanted: list[int]) -> list[int]:
     return [c for c in wanted if c in allowed] or allowed
 
 
+def _fill(text: str, port: int, address: str) -> str:
+    """The arm's ``{port}`` and ``{address}`` placeholders filled in."""
+    return text.replace("{port}", str(port)).replace("{address}", address)
+
+
+def _client_on_controller(
+    out: ServingOutcome, dram: DramCounter, point: Any, place: dict, client_cpus: list[int]
+) -> list[int]:
+    """The load generator runs here, not on the host: its CPUs are this machine's."""
+    out.extra.update(
+        client_on="controller", server_host=point.host, host_client_cpus=place["client_cpus"]
+    )
+    client_cpus = controller_cpus(client_cpus)
+    out.extra["client_cpus"] = format_cpulist(client_cpus)
+    # perf here would count this machine's memory traffic, not the host's
+    dram.reason = f"DRAM counters are read on the controller, not on SSH host {point.host}"
+    return client_cpus
+
+
+def _start_server(out: ServingOutcome, server: Server, server_cpus: list[int]) -> None:
+    """Start the server, wait until ready and check its threads stay in the placement."""
+    server.start()
+    out.extra["ready_s"] = server.wait_ready()
+    affinity = server.affinity()
+    out.extra["server_affinity"] = dict(Counter(affinity.values()))
+    stray = {k: v for k, v in affinity.items() if not set(parse_cpulist(v)) <= set(server_cpus)}
+    if stray:
+        out.fail(f"server threads outside the placement: {sorted(set(stray.values()))}")
+
+
+def _spawn_sampler(ex: Any, server: Server, cfg: ServingConfig, place: dict, remote: str) -> int:
+    """The server-side sampler, beside the server, on the CPUs the server does not use there."""
+    return ex.spawn(
+        [
+            ex.python,
+            f"{ex.tools}/procstats.py",
+            "--root-pid",
+            str(server.pid),
+            "--out",
+            f"{remote}/procstats.jsonl",
+            "--interval-ms",
+            str(cfg.sample_interval_ms),
+        ],
+        cpus=parse_cpulist(place["client_cpus"]),
+        log=f"{remote}/procstats.log",
+    )
+
+
+def _run_levels(
+    out: ServingOutcome,
+    server: Server,
+    cfg: ServingConfig,
+    point: Any,
+    base_url: str,
+    client_cpus: list[int],
+    raw_dir: Path,
+    deadline: float,
+    windows: list[tuple[LevelResult, float, float]],
+) -> None:
+    """Every load level in turn, each within what is left of the run's time; ``windows``
+    gets each level's wall-clock window."""
+    for level in cfg.levels:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ServerFailure(f"run timed out before level {level.label} ({point.timeout_s:g} s)")
+        w0 = time.time()
+        lr = run_level(
+            cfg,
+            level,
+            base_url,
+            client_cpus,
+            raw_dir / level.label,
+            seed=int(point.extra.get("seed", 0)),
+            rep=point.repetition,
+            timeout_s=left,
+        )
+        windows.append((lr, w0, time.time()))
+        out.levels.append(lr)
+        server.check_alive()  # also remembers the tree's PIDs for stop()
+        s = lr.summary
+        why = health(level, s, cfg.output_tokens)
+        if why:
+            out.invalid(why)
+        if s["failed"]:
+            top = Counter(e for e in s["errors"] if e).most_common(1)[0]
+            out.fail(
+                f"{lr.level.label}: {s['failed']} of {s['num_prompts']} requests failed "
+                f"({top[0]} x{top[1]})"
+            )
+
+
+def _stop_sampler(ex: Any, sampler: int | None, remote: str, raw_dir: Path) -> None:
+    """Stop the sampler and fetch its samples, if it was started."""
+    if sampler is not None:  # SIGTERM makes it write its summary
+        with contextlib.suppress(Exception):  # a lost host: its samples are lost with it
+            ex.stop_spawned(sampler, 10.0)
+            ex.get(f"{remote}/procstats.jsonl", raw_dir / "procstats.jsonl")
+
+
 def run(context: RunContext, point: Any) -> ServingOutcome:
     """Run one serving point (``RunPoint`` of kind "serving"); never raises for server faults.
 
@@ -227,12 +326,8 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
     server_cpus = parse_cpulist(place["server_cpus"])
     client_cpus = parse_cpulist(place["client_cpus"])
     port = free_port(ex)
-
-    def fill(text: str) -> str:
-        return text.replace("{port}", str(port)).replace("{address}", ex.address)
-
-    argv = [fill(a) for a in point.argv]
-    base_url = fill(cfg.base_url)
+    argv = [_fill(a, port, ex.address) for a in point.argv]
+    base_url = _fill(cfg.base_url, port, ex.address)
     ready_url = base_url + (arm.ready_path or cfg.ready_path)
     out = ServingOutcome(
         extra={
@@ -255,82 +350,24 @@ def run(context: RunContext, point: Any) -> ServingOutcome:
         ready_timeout_s=cfg.ready_timeout_s,
     )
     dram = DramCounter(raw_dir / "dram-perf.csv")
-    if not ex.controller:  # the load generator runs here: its CPUs are this machine's
-        out.extra.update(
-            client_on="controller", server_host=point.host, host_client_cpus=place["client_cpus"]
-        )
-        client_cpus = controller_cpus(client_cpus)
-        out.extra["client_cpus"] = format_cpulist(client_cpus)
-        # perf here would count this machine's memory traffic, not the host's
-        dram.reason = f"DRAM counters are read on the controller, not on SSH host {point.host}"
+    if not ex.controller:
+        client_cpus = _client_on_controller(out, dram, point, place, client_cpus)
     sampler: int | None = None
     windows: list[tuple[LevelResult, float, float]] = []
     out.started = time.time()
     deadline = time.monotonic() + point.timeout_s
     try:
-        server.start()
-        out.extra["ready_s"] = server.wait_ready()
-        affinity = server.affinity()
-        out.extra["server_affinity"] = dict(Counter(affinity.values()))
-        stray = {k: v for k, v in affinity.items() if not set(parse_cpulist(v)) <= set(server_cpus)}
-        if stray:
-            out.fail(f"server threads outside the placement: {sorted(set(stray.values()))}")
-        # beside the server, on the CPUs the server does not use there
-        sampler = ex.spawn(
-            [
-                ex.python,
-                f"{ex.tools}/procstats.py",
-                "--root-pid",
-                str(server.pid),
-                "--out",
-                f"{remote}/procstats.jsonl",
-                "--interval-ms",
-                str(cfg.sample_interval_ms),
-            ],
-            cpus=parse_cpulist(place["client_cpus"]),
-            log=f"{remote}/procstats.log",
-        )
+        _start_server(out, server, server_cpus)
+        sampler = _spawn_sampler(ex, server, cfg, place, remote)
         dram.start()
-        for level in cfg.levels:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerFailure(
-                    f"run timed out before level {level.label} ({point.timeout_s:g} s)"
-                )
-            w0 = time.time()
-            lr = run_level(
-                cfg,
-                level,
-                base_url,
-                client_cpus,
-                raw_dir / level.label,
-                seed=int(point.extra.get("seed", 0)),
-                rep=point.repetition,
-                timeout_s=left,
-            )
-            windows.append((lr, w0, time.time()))
-            out.levels.append(lr)
-            server.check_alive()  # also remembers the tree's PIDs for stop()
-            s = lr.summary
-            why = health(level, s, cfg.output_tokens)
-            if why:
-                out.invalid(why)
-            if s["failed"]:
-                top = Counter(e for e in s["errors"] if e).most_common(1)[0]
-                out.fail(
-                    f"{lr.level.label}: {s['failed']} of {s['num_prompts']} requests failed "
-                    f"({top[0]} x{top[1]})"
-                )
+        _run_levels(out, server, cfg, point, base_url, client_cpus, raw_dir, deadline, windows)
     except ServerFailure as exc:
         out.fail(str(exc))
     except PromptError as exc:
         out.fail(f"prompts: {exc}")
     finally:
         counts = dram.stop()
-        if sampler is not None:  # SIGTERM makes it write its summary
-            with contextlib.suppress(Exception):  # a lost host: its samples are lost with it
-                ex.stop_spawned(sampler, 10.0)
-                ex.get(f"{remote}/procstats.jsonl", raw_dir / "procstats.jsonl")
+        _stop_sampler(ex, sampler, remote, raw_dir)
         left_over = server.stop()
         out.exit_code = server.exit_code
         if left_over:
