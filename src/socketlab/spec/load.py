@@ -388,11 +388,10 @@ def _requirements(sources: list[tuple[str, dict[str, Any] | None]]) -> Requireme
     return Requirements(tuple(flags), isolation, devices=tuple(devices), on_unmet=on_unmet)
 
 
-def _experiment(
-    ctx: _Ctx, data: dict[str, Any], index: int, body: dict[str, Any], builds: dict[str, Build]
-) -> Experiment:
-    base = f"experiments[{index}]"
-    defaults = data.get("defaults") or {}
+def _settings(
+    base: str, defaults: dict[str, Any], body: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """(settings, origins): each setting from the experiment, else from the spec's defaults."""
     origins: dict[str, str] = {}
     settings: dict[str, Any] = {}
     for key in SETTINGS:
@@ -400,8 +399,10 @@ def _experiment(
             settings[key], origins[key] = body[key], f"{base}.{key}"
         elif key in defaults:
             settings[key], origins[key] = defaults[key], f"defaults.{key}"
+    return settings, origins
 
-    build = body.get("build")
+
+def _check_build_name(ctx: _Ctx, base: str, build: Any, builds: dict[str, Build]) -> None:
     if build is not None and build not in builds:
         known = sorted(builds)
         hint = suggest(build, known) or (
@@ -409,15 +410,18 @@ def _experiment(
         )
         raise ctx.error(f"{base}.build", f"unknown build '{build}'{hint}")
 
-    _check_bounds(ctx, base, settings, origins)
-    sweep = _sweep(ctx, base, body.get("sweep") or {})
+
+def _check_sweep_names(ctx: _Ctx, base: str, sweep: Sweep) -> None:
+    """A swept parameter must not hide a name the templates already have."""
     for name in sweep.names:
         if name in CONTEXT_NAMES:
             where = f"{base}.sweep.{'matrix' if name in sweep.matrix else 'zip'}.{name}"
             raise ctx.error(where, f"parameter '{name}' would hide the template name '{name}'")
 
+
+def _command(ctx: _Ctx, base: str, raw_command: Any, origins: dict[str, str]) -> list[str]:
+    """The command as argv (a string is split like a shell would); each word's origin noted."""
     command: list[str] = []
-    raw_command = body.get("command")
     if isinstance(raw_command, str):
         try:
             command = split_command(raw_command)
@@ -431,19 +435,23 @@ def _experiment(
         command = [str(v) for v in raw_command]
         for j in range(len(command)):
             origins[f"command[{j}]"] = f"{base}.command[{j}]"
+    return command
 
+
+def _env(
+    base: str, defaults: dict[str, Any], body: dict[str, Any], origins: dict[str, str]
+) -> dict[str, str]:
+    """The defaults' environment, then the experiment's over it; each name's origin noted."""
     env: dict[str, str] = {}
     for source in ("defaults", base):
         block = defaults.get("env") if source == "defaults" else body.get("env")
         for name, value in (block or {}).items():
             env[name] = _env_text(value)
             origins[f"env.{name}"] = f"{source}.env.{name}"
+    return env
 
-    metrics = settings.get("metrics", {"parser": "jsonl"})
-    parsers = _parsers(ctx, origins.get("metrics", f"{base}.metrics"), metrics)
-    sanity = _sanity(ctx, origins.get("sanity", f"{base}.sanity"), settings.get("sanity") or {})
-    _check_required_metrics(ctx, origins.get("sanity", ""), sanity, parsers)
-    collectors = tuple(settings.get("collectors", ()))
+
+def _check_collectors(ctx: _Ctx, collectors: tuple[str, ...], origins: dict[str, str]) -> None:
     known = collector_names()
     for i, name in enumerate(collectors):
         if name not in known:
@@ -451,13 +459,19 @@ def _experiment(
                 f"{origins['collectors']}[{i}]",
                 f"unknown collector '{name}'{suggest(name, known)}; collectors: {', '.join(known)}",
             )
-    requires = _requirements(
-        [
-            ("requires", data.get("requires")),
-            ("defaults", defaults.get("requires")),
-            (base, body.get("requires")),
-        ]
-    )
+
+
+def _extra(
+    ctx: _Ctx,
+    base: str,
+    body: dict[str, Any],
+    build: Any,
+    sweep: Sweep,
+    parsers: tuple[ParserSpec, ...],
+    sanity: SanityRules,
+    settings: dict[str, Any],
+) -> dict[str, Any]:
+    """What the run kinds need beyond a command: serving, layer dump, runs_on, adaptive."""
     extra = {"serving": body["serving"]} if "serving" in body else {}
     if "layer_dump" in body:  # controller-generated input, shipped to the host (docs/spec.md)
         if "dump" in sweep.names:
@@ -485,6 +499,37 @@ def _experiment(
             sanity,
             settings.get("order", DEFAULTS["order"]),
         )
+    return extra
+
+
+def _experiment(
+    ctx: _Ctx, data: dict[str, Any], index: int, body: dict[str, Any], builds: dict[str, Build]
+) -> Experiment:
+    base = f"experiments[{index}]"
+    defaults = data.get("defaults") or {}
+    settings, origins = _settings(base, defaults, body)
+    build = body.get("build")
+    _check_build_name(ctx, base, build, builds)
+    _check_bounds(ctx, base, settings, origins)
+    sweep = _sweep(ctx, base, body.get("sweep") or {})
+    _check_sweep_names(ctx, base, sweep)
+    command = _command(ctx, base, body.get("command"), origins)
+    env = _env(base, defaults, body, origins)
+
+    metrics = settings.get("metrics", {"parser": "jsonl"})
+    parsers = _parsers(ctx, origins.get("metrics", f"{base}.metrics"), metrics)
+    sanity = _sanity(ctx, origins.get("sanity", f"{base}.sanity"), settings.get("sanity") or {})
+    _check_required_metrics(ctx, origins.get("sanity", ""), sanity, parsers)
+    collectors = tuple(settings.get("collectors", ()))
+    _check_collectors(ctx, collectors, origins)
+    requires = _requirements(
+        [
+            ("requires", data.get("requires")),
+            ("defaults", defaults.get("requires")),
+            (base, body.get("requires")),
+        ]
+    )
+    extra = _extra(ctx, base, body, build, sweep, parsers, sanity, settings)
     return Experiment(
         name=body["name"],
         index=index,
