@@ -232,52 +232,80 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (name, grp) in enumerate(sorted(groups.items())):
         color = colors[i % len(colors)]
-        pub = sorted(((float(r.cell.conditions[xkey]), r) for r in grp), key=lambda t: t[0])
-        xs = [x for x, _ in pub]
-        if per_core:
-            ys = [r.cell.per_core_reference for _, r in pub]
-            lo = hi = [0.0] * len(pub)
-        else:
-            ys = [r.cell.reference for _, r in pub]
-            lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
-            hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
         suffix = "" if name == "published" else f": {name}"
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[lo, hi],
-            fmt="o-",
-            color=color,
-            label=f"published{' per core' if per_core else ''}{suffix}",
-            capsize=3,
-            markersize=5,
-        )
-        # measured at the x it really ran at when the run reports it (participants=2 on a
-        # 2-core host), else at the published x
-        meas = sorted(
-            ((_x(r.measured.dims.get(xkey), x), r) for x, r in pub if r.measured is not None),
-            key=lambda t: t[0],
-        )
-        if meas:
-            mx = [x for x, _ in meas]
-            ms = [r.per_core_measured if per_core else r.measured for _, r in meas]
-            my = [m.median for m in ms]
-            ylo = [m.median - m.minimum for m in ms]
-            yhi = [m.maximum - m.median for m in ms]
-            hosts = sorted({r.host or "" for _, r in meas})
-            scale = _scale([r for _, r in meas], xkey)
-            where = ", ".join(hosts) + (f", {scale}" if scale else "")
-            ax.errorbar(
-                mx,
-                my,
-                yerr=[ylo, yhi],
-                fmt="s--",
-                color=color,
-                mfc="white",
-                label=f"measured ({where}){suffix}",
-                capsize=3,
-                markersize=6,
-            )
+        pub = sorted(((float(r.cell.conditions[xkey]), r) for r in grp), key=lambda t: t[0])
+        _draw_published(ax, pub, color, suffix, per_core)
+        _draw_measured(ax, pub, xkey, color, suffix, per_core)
+    _label_axes(ax, table, spec, column, xkey, per_core)
+    _place_legend(fig, ax)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _draw_published(
+    ax: Any, pub: list[tuple[float, Row]], color: str, suffix: str, per_core: bool
+) -> None:
+    """One series' published points, with the published range as error bars."""
+    xs = [x for x, _ in pub]
+    if per_core:
+        ys = [r.cell.per_core_reference for _, r in pub]
+        lo = hi = [0.0] * len(pub)
+    else:
+        ys = [r.cell.reference for _, r in pub]
+        lo = [r.cell.reference - r.cell.range[0] if r.cell.range else 0 for _, r in pub]
+        hi = [r.cell.range[1] - r.cell.reference if r.cell.range else 0 for _, r in pub]
+    ax.errorbar(
+        xs,
+        ys,
+        yerr=[lo, hi],
+        fmt="o-",
+        color=color,
+        label=f"published{' per core' if per_core else ''}{suffix}",
+        capsize=3,
+        markersize=5,
+    )
+
+
+def _draw_measured(
+    ax: Any, pub: list[tuple[float, Row]], xkey: str, color: str, suffix: str, per_core: bool
+) -> None:
+    """One series' measured medians with min–max, if any were measured."""
+    # measured at the x it really ran at when the run reports it (participants=2 on a
+    # 2-core host), else at the published x
+    meas = sorted(
+        ((_x(r.measured.dims.get(xkey), x), r) for x, r in pub if r.measured is not None),
+        key=lambda t: t[0],
+    )
+    if not meas:
+        return
+    mx = [x for x, _ in meas]
+    ms = [r.per_core_measured if per_core else r.measured for _, r in meas]
+    my = [m.median for m in ms]
+    ylo = [m.median - m.minimum for m in ms]
+    yhi = [m.maximum - m.median for m in ms]
+    hosts = sorted({r.host or "" for _, r in meas})
+    scale = _scale([r for _, r in meas], xkey)
+    where = ", ".join(hosts) + (f", {scale}" if scale else "")
+    ax.errorbar(
+        mx,
+        my,
+        yerr=[ylo, yhi],
+        fmt="s--",
+        color=color,
+        mfc="white",
+        label=f"measured ({where}){suffix}",
+        capsize=3,
+        markersize=6,
+    )
+
+
+def _label_axes(
+    ax: Any, table: Table, spec: dict[str, Any], column: str, xkey: str, per_core: bool
+) -> None:
+    """Scales, axis labels, title and grid from the plot spec."""
     if spec.get("xscale") == "log":
         ax.set_xscale("log")
     if spec.get("yscale") == "log":
@@ -293,6 +321,9 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
         ax.set_ylabel(spec.get("ylabel", f"{column} [{unit}]"))
         ax.set_title(spec.get("title", table.title), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
+
+
+def _place_legend(fig: Any, ax: Any) -> None:
     entries = len(ax.get_legend_handles_labels()[1])
     if entries > 6:  # a legend this long would hide the lines: put it under the axes
         rows_below = -(-entries // 2)
@@ -302,11 +333,6 @@ def plot_table(table: Table, rows: list[Row], per_core: bool = False) -> bytes |
         )
     else:
         ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 # -- HTML -------------------------------------------------------------------------------------
