@@ -905,18 +905,7 @@ def _per_core_row(
             f"not comparable: the runs did not record their {cell.per_core.divide_by or 'workers'}",
             **pc,
         )
-    floor = cell.per_core.min_duration_s
-    kept = []
-    for c in conditions:
-        if c[0] in HOST_CONDITIONS:  # per core, the worker count is what is divided out
-            continue
-        if (
-            c[0] == "duration_s"
-            and floor is not None
-            and all(_float(x) is not None and _float(x) >= floor for x in c[1].split("/"))
-        ):
-            continue  # a steady one-core rate: runs this long are the published measurement
-        kept.append(c)
+    kept = _per_core_conditions(conditions, cell.per_core.min_duration_s)
     reasons = _differences_text(kept, profile)
     if reasons:
         return Row(
@@ -933,6 +922,31 @@ def _per_core_row(
     )
     flags = [*cell.requires, *cell.per_core.flags]
     basis = match.basis + (f", flags {' '.join(flags)}" if flags else "")
+    return _per_core_verdict(cell, host, m, d, basis, pc)
+
+
+def _per_core_conditions(
+    conditions: list[tuple[str, str, str]], floor: float | None
+) -> list[tuple[str, str, str]]:
+    """The condition differences that still count when a cell is judged per core."""
+    kept = []
+    for c in conditions:
+        if c[0] in HOST_CONDITIONS:  # per core, the worker count is what is divided out
+            continue
+        if (
+            c[0] == "duration_s"
+            and floor is not None
+            and all(_float(x) is not None and _float(x) >= floor for x in c[1].split("/"))
+        ):
+            continue  # a steady one-core rate: runs this long are the published measurement
+        kept.append(c)
+    return kept
+
+
+def _per_core_verdict(
+    cell: Cell, host: str, m: Measured, d: Decision, basis: str, pc: dict[str, Any]
+) -> Row:
+    """The row for a per-core decision: reproduced, deviates or inconclusive per core."""
     on = f"; {d.why}" if d.why else ""
     if d.outcome == REPRODUCED:
         return Row(
