@@ -517,6 +517,25 @@ def provision(
             ) from None
         log(f"launched {', '.join(launched)} ({s.instance_type}, {ami})")
     ids = [i["InstanceId"] for i in existing] + launched
+    insts = _wait_usable(ec2, s, ids, launched, log)
+    hosts = [_host(i, s, created_key) for i in insts]
+    return {
+        "changed": bool(launched),
+        "campaign": s.campaign,
+        "launched": launched,
+        "existing": plan.facts()["existing"],
+        "plan": plan.facts(),
+        "preflight": preflight.facts() if preflight else None,
+        "hosts": hosts,
+        "target": target.describe(),
+    }
+
+
+def _wait_usable(
+    ec2: Any, s: LaunchSettings, ids: list[str], launched: list[str], log: Log
+) -> list[dict]:
+    """The instances once running, status ok and answering SSH; on any failure the ones this
+    run launched are terminated."""
     try:
         insts = wait_running(ec2, ids, s.status_timeout_s, s.poll_s)
         wait_status_ok(ec2, ids, s.status_timeout_s, s.poll_s)
@@ -538,17 +557,7 @@ def provision(
         if isinstance(exc, CloudError):
             raise CloudError(f"provision: {exc}") from None
         raise
-    hosts = [_host(i, s, created_key) for i in insts]
-    return {
-        "changed": bool(launched),
-        "campaign": s.campaign,
-        "launched": launched,
-        "existing": plan.facts()["existing"],
-        "plan": plan.facts(),
-        "preflight": preflight.facts() if preflight else None,
-        "hosts": hosts,
-        "target": target.describe(),
-    }
+    return insts
 
 
 def _subnet_zone(ec2: Any, s: LaunchSettings) -> str | None:
