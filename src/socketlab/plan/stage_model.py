@@ -102,8 +102,38 @@ def _int(tc: dict, key: str, where: str, *, minimum: int = 1, default: Any = ...
     return v
 
 
-def units(model: Model) -> list[Unit]:
-    """The decoder's units in execution order (see socketlab.plan.stage)."""
+@dataclass(frozen=True)
+class _Text:
+    """The text config's fields the planner reads, checked (units() validates through it)."""
+
+    hidden: int
+    n: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    inter: int
+    vocab: int
+    types: list
+    first_shared: int  # the first layer that reads an earlier layer's KV
+    window: int | None
+    ple: int
+    global_dim: int
+    k_eq_v: bool
+    global_kv: int
+    double: bool
+    moe: bool
+    experts: int = 0
+    top_k: int = 0
+    e_inter: int = 0
+
+    def dims(self, layer: int) -> tuple[int, int]:
+        """(head_dim, kv_heads) of a layer: full layers take the global values."""
+        if self.types[layer] == "full_attention":
+            return self.global_dim, self.global_kv if self.k_eq_v else self.kv_heads
+        return self.head_dim, self.kv_heads
+
+
+def _text(model: Model) -> _Text:
     tc, where = model.config, model.where
     for key in REQUIRED:
         if key not in tc:
@@ -133,136 +163,166 @@ def units(model: Model) -> list[Unit]:
     global_kv = _int(tc, "num_global_key_value_heads", where, default=kv_heads)
     double = bool(tc.get("use_double_wide_mlp", False))
     moe = bool(tc.get("enable_moe_block", False))
+    experts = top_k = e_inter = 0
     if moe:
         experts = _int(tc, "num_experts", where)
         top_k = _int(tc, "top_k_experts", where)
         e_inter = _int(tc, "moe_intermediate_size", where)
         if top_k > experts:
             raise SpecError(f"{where}: top_k_experts: expected <= num_experts ({experts})")
-    first_shared = n - shared
+    return _Text(
+        hidden,
+        n,
+        heads,
+        kv_heads,
+        head_dim,
+        inter,
+        vocab,
+        types,
+        n - shared,
+        window,
+        ple,
+        global_dim,
+        k_eq_v,
+        global_kv,
+        double,
+        moe,
+        experts,
+        top_k,
+        e_inter,
+    )
 
-    def dims(layer: int) -> tuple[int, int]:
-        """(head_dim, kv_heads) of a layer: full layers take the global values."""
-        if types[layer] == "full_attention":
-            return global_dim, global_kv if k_eq_v else kv_heads
-        return head_dim, kv_heads
 
-    res = hidden * FP32  # the residual vector a hop sends / an all-reduce sums (6 KiB for E2B)
+def units(model: Model) -> list[Unit]:
+    """The decoder's units in execution order (see socketlab.plan.stage)."""
+    t = _text(model)
+    res = t.hidden * FP32  # the residual vector a hop sends / an all-reduce sums (6 KiB for E2B)
     out: list[Unit] = []
-    if ple:
+    if t.ple:
         out.append(
             Unit(
                 "ple_proj",
                 None,
-                rows=n * ple,
-                row_bytes=hidden * BF16,
-                fixed_bytes=ple * BF16,
+                rows=t.n * t.ple,
+                row_bytes=t.hidden * BF16,
+                fixed_bytes=t.ple * BF16,
                 exchanges=1,
                 out_bytes=res,
             )
         )
-    for layer in range(n):
-        hd, kvh = dims(layer)
-        q, kv = heads * hd, kvh * hd
-        own = layer < first_shared
-        src = layer
-        if not own:
-            src = next(s for s in range(first_shared - 1, -1, -1) if types[s] == types[layer])
-        kv_src = dims(src)[1] * dims(src)[0]
-        n_kv_mats = 1 if k_eq_v and types[layer] == "full_attention" else 2
-        kvw = (n_kv_mats * kv * hidden + hd) * BF16 if own else 0
-        attn = (2 * q * hidden + hd + 2 * hidden) * BF16  # q, o, q_norm, in/post-attn norms
-        out.append(
-            Unit(
-                "attn",
-                layer,
-                fixed_bytes=attn + kvw,
-                exchanges=4,
-                kv_row_bytes=2 * kv_src * BF16,
-                window=window if types[layer] == "sliding_attention" else None,
-                kv_source=None if own else src,
-                act_fixed=hidden * FP32,  # o (FP32) ...
-                act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
-                heads=heads,
-                kv_heads=kvh,
-                kv_weight_bytes=kvw,
-                # the non-GEMV work, as native/layer does it per row: the input norm, the
-                # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
-                # per head, the combine over q's elements
-                elem_fixed=3 * hidden,
-                elem_heads=q + (2 * kv if own else 0),
-                elem_split=q,
-                head_dim=dims(src)[0],
-                out_bytes=res,
-            )
-        )
-        width = inter * (2 if double and not own else 1)
-        out.append(
-            Unit(
-                "ffn",
-                layer,
-                rows=width,
-                row_bytes=3 * hidden * BF16,
-                fixed_bytes=2 * hidden * BF16,
-                exchanges=2,
-                act_fixed=hidden * FP32,
-                act_per_row=BF16,  # down (FP32), act (BF16)
-                elem_fixed=3 * hidden,
-                gelu_per_row=1,  # pre/post-FFN norms, residual
-                out_bytes=res,
-            )
-        )
-        if ple:
-            out.append(
-                Unit(
-                    "ple",
-                    layer,
-                    fixed_bytes=(2 * ple * hidden + hidden) * BF16,
-                    exchanges=2,
-                    act_fixed=ple * BF16 + hidden * FP32,
-                    act_out=hidden * FP32,
-                    # gelu(gate) x per-layer input (split), output norm + residual
-                    elem_fixed=2 * hidden,
-                    gelu_split=ple,
-                    out_bytes=res,
-                )
-            )
-        if moe:
-            out.append(
-                Unit(
-                    "router",
-                    layer,
-                    fixed_bytes=(experts * hidden + hidden + experts + 3 * hidden) * BF16,
-                    exchanges=1,
-                    act_fixed=experts * FP32,
-                    out_bytes=res,
-                )
-            )
-            out.append(
-                Unit(
-                    "experts",
-                    layer,
-                    rows=experts,
-                    row_bytes=3 * e_inter * hidden * BF16,
-                    exchanges=2,
-                    act_per_row=e_inter * BF16,
-                    top_k=top_k,
-                    out_bytes=res,
-                )
-            )
+    for layer in range(t.n):
+        out += _layer_units(t, layer, res)
     out.append(
         Unit(
             "head",
             None,
-            rows=vocab,
-            row_bytes=hidden * BF16,
-            fixed_bytes=hidden * BF16,
+            rows=t.vocab,
+            row_bytes=t.hidden * BF16,
+            fixed_bytes=t.hidden * BF16,
             exchanges=1,
-            act_fixed=hidden * FP32,
+            act_fixed=t.hidden * FP32,
             out_bytes=res,
         )
     )  # a pipe split's head stages pass the input vector on
     return out
+
+
+def _layer_units(t: _Text, layer: int, res: int) -> list[Unit]:
+    """One decoder layer's units: attention, FFN, then its PLE and MoE parts where it has them."""
+    out = [_attn_unit(t, layer, res)]
+    own = layer < t.first_shared
+    width = t.inter * (2 if t.double and not own else 1)
+    out.append(
+        Unit(
+            "ffn",
+            layer,
+            rows=width,
+            row_bytes=3 * t.hidden * BF16,
+            fixed_bytes=2 * t.hidden * BF16,
+            exchanges=2,
+            act_fixed=t.hidden * FP32,
+            act_per_row=BF16,  # down (FP32), act (BF16)
+            elem_fixed=3 * t.hidden,
+            gelu_per_row=1,  # pre/post-FFN norms, residual
+            out_bytes=res,
+        )
+    )
+    if t.ple:
+        out.append(
+            Unit(
+                "ple",
+                layer,
+                fixed_bytes=(2 * t.ple * t.hidden + t.hidden) * BF16,
+                exchanges=2,
+                act_fixed=t.ple * BF16 + t.hidden * FP32,
+                act_out=t.hidden * FP32,
+                # gelu(gate) x per-layer input (split), output norm + residual
+                elem_fixed=2 * t.hidden,
+                gelu_split=t.ple,
+                out_bytes=res,
+            )
+        )
+    if t.moe:
+        out.append(
+            Unit(
+                "router",
+                layer,
+                fixed_bytes=(t.experts * t.hidden + t.hidden + t.experts + 3 * t.hidden) * BF16,
+                exchanges=1,
+                act_fixed=t.experts * FP32,
+                out_bytes=res,
+            )
+        )
+        out.append(
+            Unit(
+                "experts",
+                layer,
+                rows=t.experts,
+                row_bytes=3 * t.e_inter * t.hidden * BF16,
+                exchanges=2,
+                act_per_row=t.e_inter * BF16,
+                top_k=t.top_k,
+                out_bytes=res,
+            )
+        )
+    return out
+
+
+def _attn_unit(t: _Text, layer: int, res: int) -> Unit:
+    """A layer's attention: its own KV weights, or (a KV-shared layer) the KV of the last earlier
+    layer of its type."""
+    hd, kvh = t.dims(layer)
+    q, kv = t.heads * hd, kvh * hd
+    own = layer < t.first_shared
+    src = layer
+    if not own:
+        src = next(s for s in range(t.first_shared - 1, -1, -1) if t.types[s] == t.types[layer])
+    kv_src = t.dims(src)[1] * t.dims(src)[0]
+    n_kv_mats = 1 if t.k_eq_v and t.types[layer] == "full_attention" else 2
+    kvw = (n_kv_mats * kv * t.hidden + hd) * BF16 if own else 0
+    attn = (2 * q * t.hidden + hd + 2 * t.hidden) * BF16  # q, o, q_norm, in/post-attn norms
+    return Unit(
+        "attn",
+        layer,
+        fixed_bytes=attn + kvw,
+        exchanges=4,
+        kv_row_bytes=2 * kv_src * BF16,
+        window=t.window if t.types[layer] == "sliding_attention" else None,
+        kv_source=None if own else src,
+        act_fixed=t.hidden * FP32,  # o (FP32) ...
+        act_split=q * FP32 + q * BF16,  # ... q (FP32) and the attention output (BF16)
+        heads=t.heads,
+        kv_heads=kvh,
+        kv_weight_bytes=kvw,
+        # the non-GEMV work, as native/layer does it per row: the input norm, the
+        # post-attention norm and residual (3 x hidden), q/k norms with RoPE and the v norm
+        # per head, the combine over q's elements
+        elem_fixed=3 * t.hidden,
+        elem_heads=q + (2 * kv if own else 0),
+        elem_split=q,
+        head_dim=t.dims(src)[0],
+        out_bytes=res,
+    )
 
 
 def layer_model(shape: str) -> Model:
