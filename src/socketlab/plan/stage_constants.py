@@ -238,42 +238,66 @@ def measured_constants(
     )
     pure = "elem_ns" in found
     gemv = [r for r in slices if batch is None or int(_arg(r, "--batch") or 1) == batch]
-    if gemv:
-        rates = []
-        for r in gemv:
-            nb = sum(v for n, v, d in r["metrics"] if n == "phase_weight_bytes")
-            if pure:  # the weight phases' GEMV p50s: the kernel alone (elem_ns has the rest)
-                us = sum(
-                    v
-                    for n, v, d in r["metrics"]
-                    if n == "phase_gemv_p50" and d.get("phase") not in ("attention", "combine")
-                )
-            else:
-                # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
-                # phases with their norms and activations, as the stage runs them. p50s, not
-                # the phase means: one descheduled step on a shared host swamps a mean.
-                step = [v for n, v, d in r["metrics"] if n == "step_p50"]
-                att = sum(
-                    v
-                    for n, v, d in r["metrics"]
-                    if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine")
-                )
-                us = step[0] - att if step else 0.0
-            if us > 0:
-                rates.append((nb / (us * 1e3), r["key"], nb))
-        if rates and bytes_per_core:
-            near = min(abs(nb - bytes_per_core) for _, _, nb in rates)
-            rates = [r for r in rates if abs(r[2] - bytes_per_core) == near]
-        if rates:
-            rates.sort()
-            mid = rates[len(rates) // 2]
-            found["gemv_gbps_per_core"] = Measured(
-                mid[0],
-                tuple(k for _, k, _ in rates),
-                f"layer --slice --gemv {kernel}: median of {len(rates)} runs, "
-                f"{int(mid[2]):,} B per worker, "
-                + ("weight phases' GEMV p50" if pure else "step p50 less attention"),
+    rate = _gemv_rate(gemv, pure, bytes_per_core, kernel)
+    if rate:
+        found["gemv_gbps_per_core"] = rate
+    found.update(_exchange_constants(runs, mode))
+    stream = _kv_stream(runs)
+    if stream:
+        found["kv_gbps"] = stream
+    attn = _kv_attention(runs, kernel, batch, kv_bytes, head_dim, group)
+    if attn:
+        found["kv_gbps"] = attn
+    return found
+
+
+def _gemv_rate(
+    gemv: list[dict], pure: bool, bytes_per_core: int | None, kernel: str
+) -> Measured | None:
+    """The GEMV rate per core: the median over the slice runs (those nearest `bytes_per_core`
+    where given); `pure`: the weight phases' GEMV p50s, else the step less attention."""
+    rates = []
+    for r in gemv:
+        nb = sum(v for n, v, d in r["metrics"] if n == "phase_weight_bytes")
+        if pure:  # the weight phases' GEMV p50s: the kernel alone (elem_ns has the rest)
+            us = sum(
+                v
+                for n, v, d in r["metrics"]
+                if n == "phase_gemv_p50" and d.get("phase") not in ("attention", "combine")
             )
+        else:
+            # The slice's step p50 less attention's q.K / P.V (the KV term's): the weight
+            # phases with their norms and activations, as the stage runs them. p50s, not
+            # the phase means: one descheduled step on a shared host swamps a mean.
+            step = [v for n, v, d in r["metrics"] if n == "step_p50"]
+            att = sum(
+                v
+                for n, v, d in r["metrics"]
+                if n == "phase_gemv_p50" and d.get("phase") in ("attention", "combine")
+            )
+            us = step[0] - att if step else 0.0
+        if us > 0:
+            rates.append((nb / (us * 1e3), r["key"], nb))
+    if rates and bytes_per_core:
+        near = min(abs(nb - bytes_per_core) for _, _, nb in rates)
+        rates = [r for r in rates if abs(r[2] - bytes_per_core) == near]
+    if not rates:
+        return None
+    rates.sort()
+    mid = rates[len(rates) // 2]
+    return Measured(
+        mid[0],
+        tuple(k for _, k, _ in rates),
+        f"layer --slice --gemv {kernel}: median of {len(rates)} runs, "
+        f"{int(mid[2]):,} B per worker, "
+        + ("weight phases' GEMV p50" if pure else "step p50 less attention"),
+    )
+
+
+def _exchange_constants(runs: list[dict], mode: str | None) -> dict[str, Measured]:
+    """exchange_us (the fastest mode, or `mode`, at 2,560 B) and act_gbps (the same mode and
+    participants at the largest vector measured)."""
+    found: dict[str, Measured] = {}
     xch: dict[tuple[str, int, int], list[tuple[float, str]]] = {}
     for r in runs:
         if _binary(r) != "exchange":
@@ -284,23 +308,30 @@ def measured_constants(
                     (v, r["key"])
                 )
     base = {k: v for k, v in xch.items() if k[2] == BASE_BYTES and (mode is None or k[0] == mode)}
-    if base:
-        (m, parts, _), vals = min(base.items(), key=lambda kv: _median(kv[1]))
-        found["exchange_us"] = Measured(
-            _median(vals),
-            tuple(k for _, k in vals),
-            f"exchange --mode {m}, {parts} participants, 2,560 B",
-        )
-        big = {k: v for k, v in xch.items() if k[:2] == (m, parts) and k[2] > BASE_BYTES}
-        if big:
-            (_, _, nb), bvals = max(big.items(), key=lambda kv: kv[0][2])
-            dt = _median(bvals) - _median(vals)
-            if dt > 0:
-                found["act_gbps"] = Measured(
-                    (nb - BASE_BYTES) / (dt * 1e3),
-                    tuple(k for _, k in vals + bvals),
-                    f"exchange --mode {m}, {parts} participants, {nb:,} B vs 2,560 B",
-                )
+    if not base:
+        return found
+    (m, parts, _), vals = min(base.items(), key=lambda kv: _median(kv[1]))
+    found["exchange_us"] = Measured(
+        _median(vals),
+        tuple(k for _, k in vals),
+        f"exchange --mode {m}, {parts} participants, 2,560 B",
+    )
+    big = {k: v for k, v in xch.items() if k[:2] == (m, parts) and k[2] > BASE_BYTES}
+    if big:
+        (_, _, nb), bvals = max(big.items(), key=lambda kv: kv[0][2])
+        dt = _median(bvals) - _median(vals)
+        if dt > 0:
+            found["act_gbps"] = Measured(
+                (nb - BASE_BYTES) / (dt * 1e3),
+                tuple(k for _, k in vals + bvals),
+                f"exchange --mode {m}, {parts} participants, {nb:,} B vs 2,560 B",
+            )
+    return found
+
+
+def _kv_stream(runs: list[dict]) -> Measured | None:
+    """kv_gbps from kvstream's kv_bw (else, on AVX2-only hosts, the kv-read ladder's), at the
+    longest context measured; the kv-attn rate, where there is one, replaces it."""
     kv = [
         (r, v) for r in runs if _binary(r) == "kvstream" for n, v, d in r["metrics"] if n == "kv_bw"
     ]
@@ -316,18 +347,15 @@ def measured_constants(
         for r, _ in kv:
             r["argv"] = [*r["argv"], "--tokens", str(r["params"].get("context", 0))]
         source = "ladder --kernel avx2-read of the KV bytes (experiment kv-read)"
-    if kv:
-        most = max(int(_arg(r, "--tokens") or 0) for r, _ in kv)
-        vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
-        found["kv_gbps"] = Measured(
-            _median(vals),
-            tuple(dict.fromkeys(k for _, k in vals)),
-            f"{source}, {most} tokens: median of {len(vals)} values",
-        )
-    attn = _kv_attention(runs, kernel, batch, kv_bytes, head_dim, group)
-    if attn:
-        found["kv_gbps"] = attn
-    return found
+    if not kv:
+        return None
+    most = max(int(_arg(r, "--tokens") or 0) for r, _ in kv)
+    vals = [(v, r["key"]) for r, v in kv if int(_arg(r, "--tokens") or 0) == most]
+    return Measured(
+        _median(vals),
+        tuple(dict.fromkeys(k for _, k in vals)),
+        f"{source}, {most} tokens: median of {len(vals)} values",
+    )
 
 
 def _nongemv(r: dict) -> dict[str, float]:
