@@ -15,10 +15,9 @@
 const char* const l_xchg_names[] = { "direct", "rep", "repcld", "repnt", "fid", NULL };
 const char* const l_barrier_names[] = { "diss", "hier", NULL };
 
-/* vectors, replicas and barrier flags on line pairs of their own (the adjacent-line prefetcher
- * fetches 128 B): a vector's first or last line shared with another allocation would be written
- * by two cores; first touch homes the pages on the caller's node */
-static void* zalloc(size_t bytes) { return sl_zalloc_lines(bytes); }
+/* Vectors, replicas and barrier flags all come from sl_zalloc_lines: line pairs of their own
+ * (the adjacent-line prefetcher fetches 128 B), so a vector's first or last line is never shared
+ * with another allocation two cores write; first touch homes the pages on the caller's node. */
 
 static bool fid_nt; /* 64-byte non-temporal line stores (AVX-512) or ordered plain stores */
 
@@ -46,7 +45,7 @@ void l_vec_init(
     }
     v->bytes = at;
     v->lines = lines;
-    v->direct = zalloc((size_t)batch * n * esz);
+    v->direct = sl_zalloc_lines((size_t)batch * n * esz);
     const char* why;
     fid_nt = sl_have_avx512(&why);
 }
@@ -54,10 +53,10 @@ void l_vec_init(
 void l_vec_alloc_node(l_vec* v, int node)
 {
     if (v->mode == X_FID) {
-        v->fid[node][0] = zalloc((size_t)v->lines * 64);
-        v->fid[node][1] = zalloc((size_t)v->lines * 64);
+        v->fid[node][0] = sl_zalloc_lines((size_t)v->lines * 64);
+        v->fid[node][1] = sl_zalloc_lines((size_t)v->lines * 64);
     } else if (v->mode != X_DIRECT) {
-        v->rep[node] = zalloc(v->bytes);
+        v->rep[node] = sl_zalloc_lines(v->bytes);
     }
 }
 
@@ -208,10 +207,10 @@ void l_barrier_init(l_barrier* b, int kind, int n, const int* node_of)
     memset(b, 0, sizeof(*b));
     b->kind = kind;
     b->n = n;
-    b->diss = zalloc(sizeof(*b->diss) * (size_t)n);
-    b->arrive = zalloc(sizeof(l_line) * L_MAX_NODES);
-    b->done = zalloc(sizeof(l_line) * L_MAX_NODES);
-    b->gate = zalloc(sizeof(l_line) * L_MAX_NODES);
+    b->diss = sl_zalloc_lines(sizeof(*b->diss) * (size_t)n);
+    b->arrive = sl_zalloc_lines(sizeof(l_line) * L_MAX_NODES);
+    b->done = sl_zalloc_lines(sizeof(l_line) * L_MAX_NODES);
+    b->gate = sl_zalloc_lines(sizeof(l_line) * L_MAX_NODES);
     for (int k = 0; k < L_MAX_NODES; k++)
         b->node_first[k] = -1;
     for (int w = 0; w < n; w++) {
