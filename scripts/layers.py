@@ -28,10 +28,8 @@ def part_of(module: str) -> str | None:
 
 def imports(path: Path) -> set[str]:
     """Dotted names of the socketlab modules ``path`` imports, relative imports resolved."""
-    rel = path.relative_to(SRC.parent).with_suffix("")
-    package = list(rel.parts if path.name == "__init__.py" else rel.parts[:-1])
-    if path.name == "__init__.py":
-        package = package[:-1] if package[-1] == "__init__" else package
+    # the package a relative import starts from: the folder, for __init__.py and modules alike
+    package = list(path.relative_to(SRC.parent).parts[:-1])
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -46,9 +44,8 @@ def imports(path: Path) -> set[str]:
 
 def graph() -> dict[str, set[str]]:
     """Part -> the other parts it imports."""
-    parts = {p.stem if p.is_file() else p.name for p in SRC.iterdir()}
-    parts = {p for p in parts if not p.startswith("_") and p not in ("py", "schemas")}
-    edges: dict[str, set[str]] = {p: set() for p in parts}
+    parts = [p.stem for p in SRC.glob("*.py")] + [p.parent.name for p in SRC.glob("*/__init__.py")]
+    edges: dict[str, set[str]] = {p: set() for p in parts if not p.startswith("_")}
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC)
         me = rel.parts[0].removesuffix(".py")
