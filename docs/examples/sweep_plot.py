@@ -74,7 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     res = results.load(args.source)
     for name, table in plot(res, args.output).items():
-        print(f"{name}:\n{table.round(2).to_string()}\n")
+        # two decimals in every cell (to_string alone drops a column's common trailing zeros)
+        print(f"{name}:\n{table.to_string(float_format=lambda v: f'{v:.2f}')}\n")
     print(f"plot written to {args.output}")
 
 

@@ -128,7 +128,10 @@ def _parquet(rows: list[dict[str, Any]], schema) -> bytes:
 def _read_parquet(data: bytes) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
-    return pq.read_table(io.BytesIO(data)).to_pylist()
+    # One thread, no pre-buffering: read_table's thread pools can still be live when the CLI
+    # exits, and Arrow then aborts the process ("terminate called without an active
+    # exception", exit -6; apache/arrow#34314). These parts are small; threads buy nothing.
+    return pq.ParquetFile(io.BytesIO(data), pre_buffer=False).read(use_threads=False).to_pylist()
 
 
 def _sha(obj: Any) -> str:
