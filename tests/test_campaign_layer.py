@@ -192,21 +192,8 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
             [str(ORCHESTRATE), "layer-stage", *args], capture_output=True, text=True, timeout=300
         )
 
-    first = stage(
-        "--shape",
-        "tiny-full",
-        "--context",
-        "64",
-        "--batch",
-        "2",
-        "--cache",
-        str(cache),
-        "--kv-cap",
-        "32",
-        "--",
-        "/bin/echo",
-        "ARGS",
-    )
+    full = ["--shape", "tiny-full", "--context", "64", "--batch", "2", "--cache", str(cache)]
+    first = stage(*full, "--kv-cap", "32", "--", "/bin/echo", "ARGS")
     assert first.returncode == 0, first.stderr
     assert "layer dump: generated" in first.stderr
     (dump,) = [d for d in cache.iterdir() if d.is_dir()]
@@ -214,21 +201,7 @@ def test_layer_stage_caches_the_dump_and_repeats_long_kv(tmp_path):
     assert first.stdout.split() == ["ARGS", "--dump", str(dump.resolve()), "--ctx-repeat", "2"]
     assert json.loads((dump / "meta.json").read_text())["ctx"] == 32
     mtime = (dump / "meta.json").stat().st_mtime_ns
-    again = stage(
-        "--shape",
-        "tiny-full",
-        "--context",
-        "64",
-        "--batch",
-        "2",
-        "--cache",
-        str(cache),
-        "--kv-cap",
-        "32",
-        "--",
-        "/bin/echo",
-        "ARGS",
-    )
+    again = stage(*full, "--kv-cap", "32", "--", "/bin/echo", "ARGS")
     assert again.returncode == 0 and "generated" not in again.stderr
     assert (dump / "meta.json").stat().st_mtime_ns == mtime
     sliding = stage(

@@ -9,30 +9,19 @@ compilers); tiny shapes, a few steps."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "native"
-SHAPES = REPO / "experiments" / "shapes"
-TIMEOUT = 120
+from tests.support.layer_run import CPUS, REPO, layer_dump, make, orchestrate, records, run
 
-
-def two_cpus() -> str:
-    first = Path("/sys/devices/system/cpu/online").read_text().strip().split(",")[0]
-    lo, _, hi = first.partition("-")
-    return f"{lo},{int(lo) + 1}" if hi and int(hi) > int(lo) else lo
-
-
-CPUS = {1: "0", 2: two_cpus()}
 #: (batch, workers) every mode is gated at
 SHAPES_RUN = [(1, 1), (1, 2), (16, 1), (16, 2)]
 #: the KV modes that compute the layer, as native/layer flags
@@ -51,70 +40,21 @@ def build(tmp_path_factory) -> Path:
     if shutil.which("gcc") is None:
         pytest.fail("gcc is not installed (scripts/system-deps.sh installs it)")
     out = tmp_path_factory.mktemp("layer-kv")
-    proc = subprocess.run(
-        [
-            "make",
-            "-C",
-            str(NATIVE),
-            f"BUILD={out}",
-            "CC=gcc",
-            "-j2",
-            f"{out}/layer",
-            f"{out}/layer_amx_emu",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = make(out, "gcc", f"{out}/layer", f"{out}/layer_amx_emu")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return out
-
-
-def layer_dump(shape: str, context: int, batch: int, out: Path) -> Path:
-    orchestrate = Path(sys.executable).parent / "orchestrate"
-    proc = subprocess.run(
-        [
-            str(orchestrate),
-            "layer-dump",
-            str(SHAPES / f"{shape}.yaml"),
-            "--context",
-            str(context),
-            "--batch",
-            str(batch),
-            "--seed",
-            "3",
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
 @pytest.fixture(scope="module")
 def full(tmp_path_factory) -> Path:
     """tiny-full (a full-attention layer) at 256 positions, 16 rows."""
-    return layer_dump("tiny-full", 256, 16, tmp_path_factory.mktemp("kv-full") / "d")
+    return layer_dump("tiny-full", 256, 16, tmp_path_factory.mktemp("kv-full") / "d", "--quiet")
 
 
 @pytest.fixture(scope="module")
 def sliding(tmp_path_factory) -> Path:
     """tiny (sliding, window 32) at 100 positions: the cache holds the window's last 31 rows."""
-    return layer_dump("tiny", 100, 16, tmp_path_factory.mktemp("kv-sliding") / "d")
-
-
-def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=TIMEOUT)
-
-
-def records(proc: subprocess.CompletedProcess) -> tuple[dict, list[dict]]:
-    recs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
-    assert recs and recs[0]["type"] == "meta" and recs[0]["binary"] == "layer"
-    return recs[0], recs[1:]
+    return layer_dump("tiny", 100, 16, tmp_path_factory.mktemp("kv-sliding") / "d", "--quiet")
 
 
 def gated(proc: subprocess.CompletedProcess, batch: int) -> tuple[dict, list[dict]]:
@@ -137,66 +77,34 @@ def kernels(build: Path) -> list[tuple[Path, str]]:
     return [(build / "layer", "avx2"), (build / "layer_amx_emu", "amx")]
 
 
+def every_run(
+    build: Path, dump: Path, steps: int, *extra: str, shapes: Iterable[tuple[int, int]] = SHAPES_RUN
+) -> Iterator[tuple[str, int, subprocess.CompletedProcess]]:
+    """dump on each of kernels() at each (batch, workers) of shapes, extra flags last: (kernel,
+    batch, the run) for each, run as the loop reaches it."""
+    for binary, kernel in kernels(build):
+        for batch, workers in shapes:
+            flags = {"dump": dump, "gemv": kernel, "batch": batch, "cpus": CPUS[workers]}
+            yield kernel, batch, run(binary, *extra, **flags, steps=steps)
+
+
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_kv_mode_passes_gate(build, full, mode):
-    for binary, kernel in kernels(build):
-        for batch, workers in SHAPES_RUN:
-            proc = run(
-                binary,
-                "--dump",
-                str(full),
-                "--gemv",
-                kernel,
-                "--batch",
-                str(batch),
-                "--cpus",
-                CPUS[workers],
-                "--steps",
-                "5",
-                *MODES[mode],
-            )
-            meta, _ = gated(proc, batch)
-            assert meta["gemv"] == kernel
+    for kernel, batch, proc in every_run(build, full, 5, *MODES[mode]):
+        meta, _ = gated(proc, batch)
+        assert meta["gemv"] == kernel
 
 
 def test_sliding_layer_under_the_kv_policy_passes_gate(build, sliding):
     """A sliding layer (the window bounds its KV) with cold copies and T0 prefetch: path C."""
-    for binary, kernel in kernels(build):
-        for batch, workers in SHAPES_RUN:
-            proc = run(
-                binary,
-                "--dump",
-                str(sliding),
-                "--gemv",
-                kernel,
-                "--batch",
-                str(batch),
-                "--cpus",
-                CPUS[workers],
-                "--steps",
-                "4",
-                "--kv-cold-mib",
-                "1",
-            )
-            meta, _ = gated(proc, batch)
-            assert meta["layer_type"] == "sliding_attention" and meta["kv_copies"] > 1
+    for _, batch, proc in every_run(build, sliding, 4, "--kv-cold-mib", "1"):
+        meta, _ = gated(proc, batch)
+        assert meta["layer_type"] == "sliding_attention" and meta["kv_copies"] > 1
 
 
 def test_cold_mib_rotates_at_least_that_much(build, full):
     """--kv-cold-mib M: ceil(M MiB / the whole layer's KV per step) copies, as p4_run.sh."""
-    proc = run(
-        build / "layer",
-        "--dump",
-        str(full),
-        "--batch",
-        "4",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "3",
-        "--kv-cold-mib",
-        "8",
-    )
+    proc = run(build / "layer", dump=full, batch=4, cpus=CPUS[2], steps=3, kv_cold_mib=8)
     meta, metrics = gated(proc, 4)
     kv = next(m["value"] for m in metrics if m["name"] == "kv_bytes_per_step")
     assert meta["kv_copies"] == math.ceil(8 * 2**20 / kv)
@@ -218,23 +126,9 @@ def test_planted_error_in_each_mode_fails_gate(build, full, sliding, mode, flags
     """One K element of the copy the middle step reads off by +1 is caught copy by copy (its
     attention differs from the last step's); the other modes keep the gate's planted errors."""
     for dump in (full, sliding):
-        for binary, kernel in kernels(build):
-            proc = run(
-                binary,
-                "--dump",
-                str(dump),
-                "--gemv",
-                kernel,
-                "--batch",
-                "16",
-                "--cpus",
-                CPUS[2],
-                "--steps",
-                "6",
-                "--debug",
-                planted,
-                *flags,
-            )
+        for kernel, _, proc in every_run(
+            build, dump, 6, "--debug", planted, *flags, shapes=[(16, 2)]
+        ):
             assert proc.returncode == 1, (mode, kernel, proc.stderr)
             assert re.search(f"gate failed at {where}", proc.stderr), proc.stderr
             assert len(proc.stderr.strip().splitlines()) == 1
@@ -243,17 +137,13 @@ def test_planted_error_in_each_mode_fails_gate(build, full, sliding, mode, flags
 def test_attn_only_runs_without_numerics(build, full):
     proc = run(
         build / "layer",
-        "--dump",
-        str(full),
-        "--batch",
-        "16",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "5",
         "--attn-only",
         "--kv-copies",
         "2",
+        dump=full,
+        batch=16,
+        cpus=CPUS[2],
+        steps=5,
     )
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
@@ -303,7 +193,7 @@ def test_cold_target_is_p4_runs_on_the_published_l3():
 
 @pytest.fixture(scope="module")
 def moe(tmp_path_factory) -> Path:
-    return layer_dump("tiny-moe", 64, 16, tmp_path_factory.mktemp("moe") / "d")
+    return layer_dump("tiny-moe", 64, 16, tmp_path_factory.mktemp("moe") / "d", "--quiet")
 
 
 def moe_records(metrics: list[dict]) -> dict[str, dict]:
@@ -316,50 +206,24 @@ def test_moe_layer_passes_gate(build, moe):
     """Every boundary of the MoE layer (rs rw xn3 moe among them) within the gate; the routing
     distribution as close to FP32 as the BF16 reference's, no pinned expert outside the stage's
     own top-k."""
-    for binary, kernel in kernels(build):
-        for batch, workers in SHAPES_RUN:
-            proc = run(
-                binary,
-                "--dump",
-                str(moe),
-                "--gemv",
-                kernel,
-                "--batch",
-                str(batch),
-                "--cpus",
-                CPUS[workers],
-                "--steps",
-                "4",
-            )
-            meta, metrics = records(proc)
-            assert proc.returncode == 0, proc.stderr
-            gate = {m["boundary"] for m in metrics if m["name"] == "gate_rel_rms"}
-            assert {"rs", "rw", "xn3", "moe"} <= gate and not gate & {"pg", "pact", "pp"}
-            assert all(m["pass"] for m in metrics if m["name"] == "gate_rel_rms")
-            got = moe_records(metrics)
-            assert got["gate_pass"]["value"] == 1 and got["routing_flips"]["value"] == 0
-            assert got["routing_flips"]["pairs"] == 2 * batch
-            assert 0 < got["routing_kl"]["value"] < 2 * got["routing_kl"]["bf16"], got
-            phases = {m["phase"] for m in metrics if m["name"] == "phase_compute"}
-            assert {"gateup", "down", "expert_down"} <= phases
+    for _, batch, proc in every_run(build, moe, 4):
+        meta, metrics = records(proc)
+        assert proc.returncode == 0, proc.stderr
+        gate = {m["boundary"] for m in metrics if m["name"] == "gate_rel_rms"}
+        assert {"rs", "rw", "xn3", "moe"} <= gate and not gate & {"pg", "pact", "pp"}
+        assert all(m["pass"] for m in metrics if m["name"] == "gate_rel_rms")
+        got = moe_records(metrics)
+        assert got["gate_pass"]["value"] == 1 and got["routing_flips"]["value"] == 0
+        assert got["routing_flips"]["pairs"] == 2 * batch
+        assert 0 < got["routing_kl"]["value"] < 2 * got["routing_kl"]["bf16"], got
+        phases = {m["phase"] for m in metrics if m["name"] == "phase_compute"}
+        assert {"gateup", "down", "expert_down"} <= phases
 
 
 def test_moe_planted_errors_fail_gate(build, moe, full):
     """A wrong expert for one pick fails at the routing weights (the block's first boundary it
     reaches); a dense layer refuses the MoE planted error (exit 2)."""
-    proc = run(
-        build / "layer",
-        "--dump",
-        str(moe),
-        "--batch",
-        "16",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "4",
-        "--debug",
-        "swap-expert",
-    )
+    proc = run(build / "layer", dump=moe, batch=16, cpus=CPUS[2], steps=4, debug="swap-expert")
     assert proc.returncode == 1 and "gate failed at boundary rw:" in proc.stderr, proc.stderr
     assert moe_records(records(proc)[1])["gate_pass"]["value"] == 0
     proc = run(build / "layer", "--dump", str(full), "--steps", "3", "--debug", "swap-expert")
@@ -369,29 +233,9 @@ def test_moe_planted_errors_fail_gate(build, moe, full):
 def test_near_tie_moe_unsplit_p_fails_split_passes(build, tmp_path):
     """The routing check's premise on the near-tie variant: P rounded to one bf16 fails the
     gate at attn (and says so in gate_pass before exiting 1); split P passes."""
-    orchestrate = Path(sys.executable).parent / "orchestrate"
     dump = tmp_path / "nt"
-    proc = subprocess.run(
-        [
-            str(orchestrate),
-            "layer-dump",
-            "tiny-moe",
-            "--context",
-            "256",
-            "--batch",
-            "16",
-            "--seed",
-            "1",
-            "--variant",
-            "near-tie",
-            "--out",
-            str(dump),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    dump_args = ["--context", "256", "--batch", "16", "--seed", "1", "--variant", "near-tie"]
+    proc = orchestrate("layer-dump", "tiny-moe", *dump_args, "--out", dump, "--quiet")
     assert proc.returncode == 0, proc.stderr
     args = ["--dump", str(dump), "--gemv", "amx", "--batch", "16", "--steps", "3"]
     split = run(build / "layer_amx_emu", *args)
@@ -415,25 +259,11 @@ def test_dense_layer_without_ple_and_with_k_eq_v(build, tmp_path):
         load_shape("tiny-moe"), experts=0, top_k=0, moe_inter=0, name="tiny-dense-keqv"
     )
     write_layer(build_layer(shape, 64, 16, 3), tmp_path / "d")
-    for binary, kernel in kernels(build):
-        for batch, workers in ((1, 1), (16, 2)):
-            proc = run(
-                binary,
-                "--dump",
-                str(tmp_path / "d"),
-                "--gemv",
-                kernel,
-                "--batch",
-                str(batch),
-                "--cpus",
-                CPUS[workers],
-                "--steps",
-                "4",
-            )
-            assert proc.returncode == 0, proc.stderr
-            _, metrics = records(proc)
-            gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
-            assert len(gate) == 17 and all(m["pass"] for m in gate)  # no pg pact pp
+    for _, _, proc in every_run(build, tmp_path / "d", 4, shapes=((1, 1), (16, 2))):
+        assert proc.returncode == 0, proc.stderr
+        _, metrics = records(proc)
+        gate = [m for m in metrics if m["name"] == "gate_rel_rms"]
+        assert len(gate) == 17 and all(m["pass"] for m in gate)  # no pg pact pp
 
 
 # ---- tensor-parallel slices (ref_layer.py's tp ranks; socketlab.layer.tp) ----
@@ -444,33 +274,11 @@ def tp_ranks(tmp_path_factory) -> list[Path]:
     """Both ranks of tiny (sliding, 4 q / 2 KV heads) split TP2: 2 q heads, 1 KV head, 384 FFN
     rows each, 16 rows."""
     out = tmp_path_factory.mktemp("tp")
-    orchestrate = Path(sys.executable).parent / "orchestrate"
+    args = ["--context", "100", "--batch", "16", "--seed", "3", "--tp", "2"]
     dirs = []
     for rank in (0, 1):
         d = out / f"r{rank}"
-        proc = subprocess.run(
-            [
-                str(orchestrate),
-                "layer-dump",
-                "tiny",
-                "--context",
-                "100",
-                "--batch",
-                "16",
-                "--seed",
-                "3",
-                "--tp",
-                "2",
-                "--rank",
-                str(rank),
-                "--out",
-                str(d),
-                "--quiet",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = orchestrate("layer-dump", "tiny", *args, "--rank", rank, "--out", d, "--quiet")
         assert proc.returncode == 0, proc.stderr
         dirs.append(d)
     return dirs
@@ -478,44 +286,20 @@ def tp_ranks(tmp_path_factory) -> list[Path]:
 
 def test_tp_slice_passes_gate(build, tp_ranks):
     for rank, dump in enumerate(tp_ranks):
-        for binary, kernel in kernels(build):
-            for batch, workers in SHAPES_RUN:
-                proc = run(
-                    binary,
-                    "--dump",
-                    str(dump),
-                    "--gemv",
-                    kernel,
-                    "--batch",
-                    str(batch),
-                    "--cpus",
-                    CPUS[workers],
-                    "--steps",
-                    "4",
-                )
-                meta, _ = gated(proc, batch)
-                assert (
-                    meta["tp"],
-                    meta["rank"],
-                    meta["heads"],
-                    meta["kv_heads"],
-                    meta["inter"],
-                ) == (2, rank, 2, 1, 384)
+        for _, batch, proc in every_run(build, dump, 4):
+            meta, _ = gated(proc, batch)
+            assert (
+                meta["tp"],
+                meta["rank"],
+                meta["heads"],
+                meta["kv_heads"],
+                meta["inter"],
+            ) == (2, rank, 2, 1, 384)
 
 
 def test_tp_slice_without_the_all_reduce_fails_at_h1(build, tp_ranks):
     proc = run(
-        build / "layer",
-        "--dump",
-        str(tp_ranks[1]),
-        "--batch",
-        "16",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "4",
-        "--debug",
-        "drop-rest",
+        build / "layer", dump=tp_ranks[1], batch=16, cpus=CPUS[2], steps=4, debug="drop-rest"
     )
     assert proc.returncode == 1 and "gate failed at boundary h1:" in proc.stderr, proc.stderr
 
@@ -539,33 +323,27 @@ def test_tp_slice_references_are_the_whole_layers(tp_ranks):
         assert np.allclose(d.f32("ref.o") + d.f32("o_rest"), whole.f32["o"][0], atol=1e-5)
         for b in ("h1", "h2", "out"):
             assert err(d.f32(f"ref.{b}"), whole.f32[b][0])["rel_rms"] < 1e-6, b
-    orchestrate = Path(sys.executable).parent / "orchestrate"
-    check = [str(orchestrate), "layer-check", str(tp_ranks[0])]
-    assert subprocess.run(check, capture_output=True, timeout=300).returncode == 0
+    assert orchestrate("layer-check", tp_ranks[0]).returncode == 0
     rest = tp_ranks[0] / "o_rest.f32"
     saved = rest.read_bytes()
     try:
         a = np.frombuffer(saved, "<f4").copy()
         a[:8] += 1.0
         rest.write_bytes(a.tobytes())
-        proc = subprocess.run(check, capture_output=True, text=True, timeout=300)
+        proc = orchestrate("layer-check", tp_ranks[0])
         assert proc.returncode == 1 and "boundary h1" in proc.stdout + proc.stderr
     finally:
         rest.write_bytes(saved)
 
 
 def test_bad_tp_split_is_one_line_exit_2(tmp_path):
-    orchestrate = Path(sys.executable).parent / "orchestrate"
     for args, message in (
         (["tiny", "--tp", "3"], "heads 4 and inter 768 must be multiples"),
         (["tiny", "--tp", "2", "--rank", "2"], "0 <= rank < tp"),
         (["tiny-moe", "--tp", "2"], "a MoE layer splits into head and expert"),
     ):
-        proc = subprocess.run(
-            [str(orchestrate), "layer-dump", *args, "--context", "8", "--out", str(tmp_path / "x")],
-            capture_output=True,
-            text=True,
-            timeout=120,
+        proc = orchestrate(
+            "layer-dump", *args, "--context", "8", "--out", tmp_path / "x", timeout=120
         )
         assert proc.returncode == 2 and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1

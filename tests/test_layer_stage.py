@@ -11,16 +11,22 @@ import dataclasses
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-NATIVE = REPO / "native"
-SHAPES = REPO / "experiments" / "shapes"
+from tests.support.layer_run import (
+    CPUS,
+    SHAPES,
+    TIMEOUT,
+    layer_dump,
+    make,
+    orchestrate,
+    records,
+    run,
+)
+
 COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
-TIMEOUT = 120
 MODES = ("direct", "rep", "repcld", "repnt", "fid")
 SIMDE_H = Path("/usr/include/simde/x86/avx512.h")
 
@@ -38,15 +44,6 @@ HAS_AVX512_BF16 = {"avx512f", "avx512bw", "avx512_bf16"} <= FLAGS
 HAS_AVX512 = {"avx512f", "avx512bw"} <= FLAGS
 
 
-def two_cpus() -> str:
-    first = Path("/sys/devices/system/cpu/online").read_text().strip().split(",")[0]
-    lo, _, hi = first.partition("-")
-    return f"{lo},{int(lo) + 1}" if hi and int(hi) > int(lo) else lo
-
-
-CPUS = {1: "0", 2: two_cpus()}
-
-
 @pytest.fixture(scope="module", params=sorted(COMPILERS))
 def build(request, tmp_path_factory) -> Path:
     cc = COMPILERS[request.param]
@@ -55,48 +52,9 @@ def build(request, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp(f"layer-{request.param}")
     # layer_avx512_emu needs SIMDe's headers; without them the emu512 fixture says so
     emu = [f"{out}/layer_avx512_emu"] if SIMDE_H.exists() else []
-    proc = subprocess.run(
-        [
-            "make",
-            "-C",
-            str(NATIVE),
-            f"BUILD={out}",
-            f"CC={cc}",
-            "-j2",
-            f"{out}/layer",
-            f"{out}/layer_amx_emu",
-            *emu,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = make(out, cc, f"{out}/layer", f"{out}/layer_amx_emu", *emu)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
-    return out
-
-
-def layer_dump(shape: str, context: int, batch: int, out: Path, seed: int = 3) -> Path:
-    orchestrate = Path(sys.executable).parent / "orchestrate"
-    proc = subprocess.run(
-        [
-            str(orchestrate),
-            "layer-dump",
-            str(SHAPES / f"{shape}.yaml"),
-            "--context",
-            str(context),
-            "--batch",
-            str(batch),
-            "--seed",
-            str(seed),
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
 
@@ -161,16 +119,6 @@ def e2b(tmp_path_factory) -> Path:
     return layer_dump("gemma4-e2b-l0", 2048, 1, tmp_path_factory.mktemp("e2b") / "d")
 
 
-def run(binary: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=TIMEOUT)
-
-
-def records(proc: subprocess.CompletedProcess) -> tuple[dict, list[dict]]:
-    recs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
-    assert recs and recs[0]["type"] == "meta" and recs[0]["binary"] == "layer"
-    return recs[0], recs[1:]
-
-
 def assert_gate_passed(proc: subprocess.CompletedProcess, batch: int) -> dict:
     assert proc.returncode == 0, proc.stderr[-2000:]
     meta, metrics = records(proc)
@@ -200,25 +148,37 @@ def assert_gate_passed(proc: subprocess.CompletedProcess, batch: int) -> dict:
     return meta
 
 
+def run_tiny(
+    binary: Path,
+    tiny: Path,
+    batch: int,
+    workers: int,
+    mode: str,
+    *,
+    steps: int,
+    tile_kib: int,
+    gemv: str | None = None,
+) -> subprocess.CompletedProcess:
+    """binary (--gemv first where given) on tiny: batch rows on 1 or 2 workers in exchange mode
+    mode, steps steps, tile_kib KiB KV tiles."""
+    first = {"gemv": gemv} if gemv else {}
+    return run(
+        binary,
+        **first,
+        dump=tiny,
+        batch=batch,
+        cpus=CPUS[workers],
+        xchg=mode,
+        steps=steps,
+        kv_tile_kib=tile_kib,
+    )
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("batch", [1, 4, 16])
 @pytest.mark.parametrize("mode", MODES)
 def test_portable_every_mode_passes_gate(build, tiny, workers, batch, mode):
-    proc = run(
-        build / "layer",
-        "--dump",
-        str(tiny),
-        "--batch",
-        str(batch),
-        "--cpus",
-        CPUS[workers],
-        "--xchg",
-        mode,
-        "--steps",
-        "12",
-        "--kv-tile-kib",
-        "4",
-    )
+    proc = run_tiny(build / "layer", tiny, batch, workers, mode, steps=12, tile_kib=4)
     meta = assert_gate_passed(proc, batch)
     assert meta["xchg"] == mode and meta["gemv"] == "avx2"
 
@@ -227,100 +187,38 @@ def test_portable_every_mode_passes_gate(build, tiny, workers, batch, mode):
     "variant", [("--barrier", "hier"), ("--nobcast",), ("--gemv", "scalar"), ("--page", "4k")]
 )
 def test_portable_variants_pass_gate(build, tiny, variant):
-    proc = run(
-        build / "layer",
-        "--dump",
-        str(tiny),
-        "--batch",
-        "4",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "12",
-        *variant,
-    )
+    proc = run(build / "layer", *variant, dump=tiny, batch=4, cpus=CPUS[2], steps=12)
     assert_gate_passed(proc, 4)
+
+
+def emulated_gate(binary: Path, gemv: str, tiny: Path, workers: int, batch: int) -> dict:
+    """An emulated --gemv path on tiny (fid on 2 workers, direct on 1; 3 steps, 8 KiB KV tiles)
+    through the gate; its meta record."""
+    mode = "fid" if workers == 2 else "direct"
+    proc = run_tiny(binary, tiny, batch, workers, mode, steps=3, tile_kib=8, gemv=gemv)
+    return assert_gate_passed(proc, batch)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("batch", [1, 4, 16])
 def test_amx_emulated_passes_gate(build, tiny, workers, batch):
-    mode = "fid" if workers == 2 else "direct"
-    proc = run(
-        build / "layer_amx_emu",
-        "--gemv",
-        "amx",
-        "--dump",
-        str(tiny),
-        "--batch",
-        str(batch),
-        "--cpus",
-        CPUS[workers],
-        "--xchg",
-        mode,
-        "--steps",
-        "3",
-        "--kv-tile-kib",
-        "8",
-    )
-    meta = assert_gate_passed(proc, batch)
+    meta = emulated_gate(build / "layer_amx_emu", "amx", tiny, workers, batch)
     assert meta["amx_emulated"] is True and meta["pv_split"] is True and meta["row_unit"] == 16
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("batch", [1, 4, 16])
-def test_avx512_emulated_passes_gate(emu512, tiny, workers, batch):
-    """The --gemv avx512 path (native/gemv's VDPBF16PS kernel, VNNI-packed KV) on SIMDe: on every
-    host, whether or not the CPU has AVX-512 (test_avx512_path_or_exit_3 runs the real one)."""
-    mode = "fid" if workers == 2 else "direct"
-    proc = run(
-        emu512,
-        "--gemv",
-        "avx512",
-        "--dump",
-        str(tiny),
-        "--batch",
-        str(batch),
-        "--cpus",
-        CPUS[workers],
-        "--xchg",
-        mode,
-        "--steps",
-        "3",
-        "--kv-tile-kib",
-        "8",
-    )
-    meta = assert_gate_passed(proc, batch)
+@pytest.mark.parametrize(
+    "gemv,batch",
+    [("avx512", 1), ("avx512", 4), ("avx512", 16), ("avx512-vnni", 1), ("avx512-vnni", 16)],
+)
+def test_avx512_emulated_passes_gate(emu512, tiny, workers, gemv, batch):
+    """The --gemv avx512 path (native/gemv's VDPBF16PS kernel, VNNI-packed KV) and avx512-vnni
+    (the blocked kernel on AMX's 16-row VNNI layout, kept for comparison) on SIMDe: the same gate
+    on every host, whether or not the CPU has AVX-512 (test_avx512_path_or_exit_3 runs the real
+    one)."""
+    meta = emulated_gate(emu512, gemv, tiny, workers, batch)
     assert meta["avx512_emulated"] is True and meta["pv_split"] is True
-    assert meta["gemv"] == "avx512" and meta["row_unit"] == 4
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-@pytest.mark.parametrize("batch", [1, 16])
-def test_avx512_vnni_emulated_passes_gate(emu512, tiny, workers, batch):
-    """--gemv avx512-vnni (the blocked kernel on AMX's 16-row VNNI layout, kept for comparison)
-    on SIMDe: the same gate on every host."""
-    mode = "fid" if workers == 2 else "direct"
-    proc = run(
-        emu512,
-        "--gemv",
-        "avx512-vnni",
-        "--dump",
-        str(tiny),
-        "--batch",
-        str(batch),
-        "--cpus",
-        CPUS[workers],
-        "--xchg",
-        mode,
-        "--steps",
-        "3",
-        "--kv-tile-kib",
-        "8",
-    )
-    meta = assert_gate_passed(proc, batch)
-    assert meta["avx512_emulated"] is True and meta["pv_split"] is True
-    assert meta["gemv"] == "avx512-vnni" and meta["row_unit"] == 4
+    assert meta["gemv"] == gemv and meta["row_unit"] == 4
 
 
 # worker 0 of 90 on E2B L0, bytes per weight phase: row-major kernels stream their rows (4-row
@@ -345,19 +243,7 @@ E2B_SLICE0_VNNI = {
 
 
 def slice0_bytes(binary: Path, dump: Path, kernel: str) -> dict:
-    proc = run(
-        binary,
-        "--dump",
-        str(dump),
-        "--slice",
-        "0/90",
-        "--cpus",
-        "0",
-        "--gemv",
-        kernel,
-        "--steps",
-        "2",
-    )
+    proc = run(binary, dump=dump, slice="0/90", cpus="0", gemv=kernel, steps=2)
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
     assert meta["gemv"] == kernel
@@ -398,9 +284,7 @@ def test_fid_store_is_reported(build, tiny):
     AVX-512 ("nt64"), else payload then tail tag with release ("plain"); meta says which."""
     want = "nt64" if HAS_AVX512 else "plain"
     print(f"branch: CPU {'has' if HAS_AVX512 else 'lacks'} AVX-512, expecting fid_store {want}")
-    proc = run(
-        build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--xchg", "fid", "--steps", "4"
-    )
+    proc = run(build / "layer", dump=tiny, cpus=CPUS[2], xchg="fid", steps=4)
     meta = assert_gate_passed(proc, 1)
     assert meta["fid_store"] == want
     proc = run(build / "layer", "--dump", str(tiny), "--steps", "4")
@@ -409,9 +293,7 @@ def test_fid_store_is_reported(build, tiny):
 
 @pytest.mark.parametrize("flag,boundary", [("perturb-row", "q"), ("drop-combine", "attn")])
 def test_planted_errors_fail_gate_naming_boundary(build, tiny, flag, boundary):
-    proc = run(
-        build / "layer", "--dump", str(tiny), "--cpus", CPUS[2], "--steps", "4", "--debug", flag
-    )
+    proc = run(build / "layer", dump=tiny, cpus=CPUS[2], steps=4, debug=flag)
     assert proc.returncode == 1
     assert f"gate failed at boundary {boundary}:" in proc.stderr, proc.stderr
 
@@ -434,19 +316,7 @@ def test_perturbed_weight_file_fails_gate(build, tiny, tmp_path):
 
 def test_avx512_path_or_exit_3(build, tiny):
     """Host-dependent: real AVX-512 BF16 where the CPU has it, else exit 3 naming the reason."""
-    proc = run(
-        build / "layer",
-        "--gemv",
-        "avx512",
-        "--dump",
-        str(tiny),
-        "--batch",
-        "4",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "6",
-    )
+    proc = run(build / "layer", gemv="avx512", dump=tiny, batch=4, cpus=CPUS[2], steps=6)
     if HAS_AVX512_BF16:
         print("branch: CPU has AVX-512 BF16, the real path ran")
         assert_gate_passed(proc, 4)
@@ -464,23 +334,7 @@ def test_avx512_every_mode_passes_gate_or_exit_3(build, tiny, workers, batch, mo
     """Host-dependent: the real VDPBF16PS paths (row-major and VNNI-blocked; fid with one 64-byte
     non-temporal store per line) in every exchange mode where the CPU has AVX-512 BF16, else
     exit 3."""
-    proc = run(
-        build / "layer",
-        "--gemv",
-        kernel,
-        "--dump",
-        str(tiny),
-        "--batch",
-        str(batch),
-        "--cpus",
-        CPUS[workers],
-        "--xchg",
-        mode,
-        "--steps",
-        "6",
-        "--kv-tile-kib",
-        "8",
-    )
+    proc = run_tiny(build / "layer", tiny, batch, workers, mode, steps=6, tile_kib=8, gemv=kernel)
     if not HAS_AVX512_BF16:
         assert proc.returncode == 3 and "not available on this host" in proc.stderr
         return
@@ -532,19 +386,7 @@ def test_avx512_small_vector_rows_pass_gate_or_exit_3(build, tiny_s1):
     """Host-dependent: the same on the real VDPBF16PS path where the CPU has AVX-512 BF16 (1 and
     2 workers), else exit 3 naming the reason."""
     for cpus in ("0", CPUS[2]):
-        proc = run(
-            build / "layer",
-            "--gemv",
-            "avx512",
-            "--dump",
-            str(tiny_s1),
-            "--batch",
-            "16",
-            "--cpus",
-            cpus,
-            "--steps",
-            "3",
-        )
+        proc = run(build / "layer", gemv="avx512", dump=tiny_s1, batch=16, cpus=cpus, steps=3)
         if not HAS_AVX512_BF16:
             print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
             assert proc.returncode == 3 and "not available on this host" in proc.stderr
@@ -625,19 +467,7 @@ def test_gelu_isas_agree_bit_for_bit(build, tiny, kernel):
 
 def test_real_amx_path_or_exit_3(build, tiny):
     """Host-dependent: the real (not emulated) AMX path where the CPU has AMX, else exit 3."""
-    proc = run(
-        build / "layer",
-        "--gemv",
-        "amx",
-        "--dump",
-        str(tiny),
-        "--batch",
-        "16",
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "6",
-    )
+    proc = run(build / "layer", gemv="amx", dump=tiny, batch=16, cpus=CPUS[2], steps=6)
     if HAS_AMX:
         print("branch: CPU has AMX, the real path ran")
         assert records(proc)[0]["amx_emulated"] is False
@@ -648,29 +478,15 @@ def test_real_amx_path_or_exit_3(build, tiny):
 
 
 def test_e2b_l0_2k_passes_gate(build, e2b):
-    proc = run(
-        build / "layer", "--dump", str(e2b), "--cpus", CPUS[2], "--steps", "6", "--xchg", "repnt"
-    )
+    proc = run(build / "layer", dump=e2b, cpus=CPUS[2], steps=6, xchg="repnt")
     meta = assert_gate_passed(proc, 1)
     assert meta["hidden"] == 1536 and meta["cache_len"] == 511
-    proc = run(
-        build / "layer_amx_emu",
-        "--gemv",
-        "amx",
-        "--dump",
-        str(e2b),
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        "2",
-    )
+    proc = run(build / "layer_amx_emu", gemv="amx", dump=e2b, cpus=CPUS[2], steps=2)
     assert_gate_passed(proc, 1)
 
 
 def test_slice_mode_reports_one_worker_of_90(build, e2b):
-    proc = run(
-        build / "layer", "--dump", str(e2b), "--slice", "0/90", "--cpus", "0", "--steps", "50"
-    )
+    proc = run(build / "layer", dump=e2b, slice="0/90", cpus="0", steps=50)
     assert proc.returncode == 0, proc.stderr
     meta, metrics = records(proc)
     assert meta["slice"] is True and meta["slice_of"] == 90 and meta["workers"] == 90
@@ -740,14 +556,8 @@ def test_bad_dump_spread(build, tiny, tmp_path):
     meta["batch"] = 1  # broken_copy keeps row 0 only
     (d / "meta.json").write_text(json.dumps(meta, indent=1))
     one_line_exit_2(run(build / "layer", "--dump", str(d)), "bf16_ref_spread.rel_rms_max.pp")
-    orchestrate = Path(sys.executable).parent / "orchestrate"
     one_line_exit_2(
-        subprocess.run(
-            [str(orchestrate), "layer-check", str(d), "--no-recompute"],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        ),
+        orchestrate("layer-check", d, "--no-recompute", timeout=TIMEOUT),
         "bf16_ref_spread.rel_rms_max.pp",
     )
 

@@ -52,6 +52,16 @@ def online_cpus() -> list[int]:
     return out
 
 
+def make(out: Path, cc: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """native/Makefile into out with CC=cc, then args (flags, variables, targets)."""
+    return subprocess.run(
+        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 @pytest.fixture(scope="module", params=sorted(COMPILERS))
 def build(request, tmp_path_factory) -> tuple[str, Path]:
     """One build directory per compiler, built by native/Makefile with CC overridden."""
@@ -60,19 +70,20 @@ def build(request, tmp_path_factory) -> tuple[str, Path]:
     if shutil.which(cc) is None:
         pytest.fail(f"{cc} is not installed (scripts/system-deps.sh installs it)")
     out = tmp_path_factory.mktemp(f"native-{name}")
-    proc = subprocess.run(
-        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={cc}", "-j2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = make(out, cc, "-j2")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-4000:]
     return name, out
 
 
-def run(binary: Path, *args: str, timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
+def run(
+    binary: Path, *args: object, timeout: int = TIMEOUT, **flags: object
+) -> subprocess.CompletedProcess:
+    """binary with `--name value` for each keyword (underscores as dashes, in the order given),
+    then args; every value as str."""
+    opts = [x for k, v in flags.items() for x in (f"--{k.replace('_', '-')}", v)]
+    argv = [str(binary), *map(str, [*opts, *args])]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
 
 UNIT_WORDS = re.compile(r"(gbs|gb_s|_us$|_ns$|_ms$|mib|gib|gflops$|percent)", re.I)
@@ -113,12 +124,7 @@ def names(metrics: list[dict]) -> set[str]:
 
 def test_make_check_passes(build):
     name, out = build
-    proc = subprocess.run(
-        ["make", "-C", str(NATIVE), f"BUILD={out}", f"CC={COMPILERS[name]}", "check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = make(out, COMPILERS[name], "check", timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "FAIL" not in proc.stdout
     (host,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("host: ")]
@@ -133,35 +139,11 @@ needs_two = pytest.mark.skipif(len(online_cpus()) < 2, reason="needs 2 online CP
 
 CONTRACT_RUNS = {
     "ladder": (
-        [
-            "--kernel",
-            READ_KERNEL,
-            "--size",
-            "32K",
-            "--seconds",
-            "0.02",
-            "--reps",
-            "2",
-            "--cpus",
-            TWO,
-        ],
+        dict(kernel=READ_KERNEL, size="32K", seconds="0.02", reps=2, cpus=TWO),
         {"bw_total", "bw_per_core_mean", "bw_per_core_min", "bw_per_core_p50", "bw_per_core_max"},
     ),
     "gemv": (
-        [
-            "--kernel",
-            "avx512-bf16",
-            "--rows",
-            "64",
-            "--cols",
-            "128",
-            "--batch",
-            "4",
-            "--steps",
-            "20",
-            "--cpus",
-            TWO,
-        ],
+        dict(kernel="avx512-bf16", rows=64, cols=128, batch=4, steps=20, cpus=TWO),
         {
             "step_p50",
             "step_p99",
@@ -173,11 +155,11 @@ CONTRACT_RUNS = {
         },
     ),
     "kvstream": (
-        ["--tokens", "512", "--heads", "2", "--steps", "5", "--cpus", TWO],
+        dict(tokens=512, heads=2, steps=5, cpus=TWO),
         {"kv_bw", "step_p50", "step_p99", "rel_rms_err", "cosine"},
     ),
     "exchange": (
-        ["--mode", "diss", "--cpus", TWO, "--iters", "100", "--warmup", "10"],
+        dict(mode="diss", cpus=TWO, iters=100, warmup=10),
         {"latency_p50", "latency_p99"},
     ),
 }
@@ -193,8 +175,8 @@ def test_output_follows_json_lines_contract(build, binary):
         pytest.skip(f"{binary} needs AVX-512 BF16; this CPU lacks it")
     if binary == "ladder":
         print(f"host branch: ladder --kernel {READ_KERNEL}")
-    args, expected = CONTRACT_RUNS[binary]
-    proc = run(out / binary, *args)
+    flags, expected = CONTRACT_RUNS[binary]
+    proc = run(out / binary, **flags)
     assert proc.returncode == 0, proc.stderr
     meta, metrics = parse_contract(proc.stdout, binary, name)
     assert expected <= names(metrics), expected - names(metrics)
@@ -261,18 +243,7 @@ def test_exchange_hier_groups(build):
     a, b = TWO.split(",")
     for extra, groups in ((["--groups", f"{a}/{b}"], 2), ([], None)):
         proc = run(
-            out / "exchange",
-            "--mode",
-            "hier",
-            "--cpus",
-            TWO,
-            "--iters",
-            "500",
-            "--warmup",
-            "50",
-            "--bytes",
-            "4096",
-            *extra,
+            out / "exchange", *extra, mode="hier", cpus=TWO, iters=500, warmup=50, bytes=4096
         )
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "exchange", name)
@@ -318,17 +289,7 @@ def test_ladder_avx512_bf16_compute(build):
     which catches an overcount, holds for every run."""
     name, out = build
     for attempt in range(3):
-        proc = run(
-            out / "ladder",
-            "--kernel",
-            "avx512-bf16-compute",
-            "--cpus",
-            TWO,
-            "--seconds",
-            "0.1",
-            "--reps",
-            "2",
-        )
+        proc = run(out / "ladder", kernel="avx512-bf16-compute", cpus=TWO, seconds="0.1", reps=2)
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "ladder", name)
         assert meta["kernel"] == "avx512-bf16-compute" and "flops" in meta["statistic"]
@@ -441,21 +402,7 @@ def test_gemv_matches_fp32_reference(build, kernel, batch):
     if not has:
         pytest.skip(f"gemv --kernel {kernel} needs {isa}; this CPU lacks it")
     proc = run(
-        out / "gemv",
-        "--kernel",
-        kernel,
-        "--rows",
-        "200",
-        "--cols",
-        "512",
-        "--batch",
-        str(batch),
-        "--steps",
-        "10",
-        "--warmup",
-        "1",
-        "--cpus",
-        TWO,
+        out / "gemv", kernel=kernel, rows=200, cols=512, batch=batch, steps=10, warmup=1, cpus=TWO
     )
     assert proc.returncode == 0, proc.stderr
     _, metrics = parse_contract(proc.stdout, "gemv", name)
@@ -474,44 +421,15 @@ def test_gemv_avx512_emulated_matches_fp32_reference(build, kernel, batch):
     name, out = build
     if not SIMDE_H.exists():
         pytest.fail(f"{SIMDE_H} missing: scripts/system-deps.sh installs libsimde-dev")
-    proc = run(
-        out / "gemv_avx512_emu",
-        "--kernel",
-        kernel,
-        "--rows",
-        "200",
-        "--cols",
-        "256",
-        "--batch",
-        str(batch),
-        "--steps",
-        "2",
-        "--warmup",
-        "1",
-        "--cpus",
-        TWO,
-    )
+    emu = out / "gemv_avx512_emu"
+    proc = run(emu, kernel=kernel, rows=200, cols=256, batch=batch, steps=2, warmup=1, cpus=TWO)
     assert proc.returncode == 0, proc.stderr
     meta, metrics = parse_contract(proc.stdout, "gemv", name)
     assert meta["avx512_emulated"] is True and meta["kernel"] == kernel
     value = {m["name"]: m["value"] for m in metrics}
     assert 0 < value["rel_rms_err"] <= 1e-5 and value["cosine"] >= 0.99999
     # and the check is live there too: below the real error it fails
-    proc = run(
-        out / "gemv_avx512_emu",
-        "--kernel",
-        kernel,
-        "--rows",
-        "64",
-        "--cols",
-        "512",
-        "--steps",
-        "2",
-        "--warmup",
-        "0",
-        "--max-rel-rms",
-        "1e-15",
-    )
+    proc = run(emu, kernel=kernel, rows=64, cols=512, steps=2, warmup=0, max_rel_rms="1e-15")
     assert proc.returncode == 1 and "self-check failed" in proc.stderr
 
 
@@ -528,18 +446,12 @@ def test_gemv_avx512_rows_every_row_and_input_group(build, binary):
     for batch in (1, 2, 3, 5, 6, 7, 16):
         proc = run(
             out / binary,
-            "--kernel",
-            "avx512-bf16-rows",
-            "--rows",
-            "37",
-            "--cols",
-            "96",
-            "--batch",
-            str(batch),
-            "--steps",
-            "2",
-            "--warmup",
-            "0",
+            kernel="avx512-bf16-rows",
+            rows=37,
+            cols=96,
+            batch=batch,
+            steps=2,
+            warmup=0,
         )
         if binary == "gemv" and not HAS_AVX512_BF16:
             print("branch: CPU lacks AVX-512 BF16, expecting exit 3")
@@ -555,19 +467,7 @@ def test_gemv_real_build_reports_avx512_not_emulated(build):
     """The real gemv says avx512_emulated false (AVX-512 hosts) or exits 3 (others): the
     emulation never leaks into the timed binary. Host-dependent, the branch is printed."""
     _, out = build
-    proc = run(
-        out / "gemv",
-        "--kernel",
-        "avx512-fp32",
-        "--rows",
-        "64",
-        "--cols",
-        "64",
-        "--steps",
-        "2",
-        "--warmup",
-        "0",
-    )
+    proc = run(out / "gemv", kernel="avx512-fp32", rows=64, cols=64, steps=2, warmup=0)
     if HAS_AVX512:
         print("branch: CPU has AVX-512, the real kernel ran")
         assert proc.returncode == 0, proc.stderr
@@ -581,19 +481,7 @@ def test_gemv_real_build_reports_avx512_not_emulated(build):
 def test_gemv_check_can_fail(build):
     """A threshold below the real error makes the self-check fail with exit 1."""
     _, out = build
-    proc = run(
-        out / "gemv",
-        "--kernel",
-        "avx512-bf16",
-        "--rows",
-        "64",
-        "--cols",
-        "2048",
-        "--steps",
-        "2",
-        "--max-rel-rms",
-        "1e-15",
-    )
+    proc = run(out / "gemv", kernel="avx512-bf16", rows=64, cols=2048, steps=2, max_rel_rms="1e-15")
     err = next(json.loads(ln) for ln in proc.stdout.splitlines() if '"rel_rms_err"' in ln)
     assert err["value"] > 1e-15
     assert proc.returncode == 1
@@ -606,19 +494,7 @@ def test_tile_granularity_imbalance(build):
     """16-row tiles: 40 rows = 3 tiles over 2 workers -> 32 vs 8 rows, max/mean 32/20 = 1.6
     (the seed's effect: 1,536 rows = 96 tiles over 90 cores leaves 6 cores with two tiles)."""
     name, out = build
-    proc = run(
-        out / "gemv",
-        "--kernel",
-        "avx512-bf16",
-        "--rows",
-        "40",
-        "--cols",
-        "64",
-        "--steps",
-        "2",
-        "--cpus",
-        TWO,
-    )
+    proc = run(out / "gemv", kernel="avx512-bf16", rows=40, cols=64, steps=2, cpus=TWO)
     assert proc.returncode == 0, proc.stderr
     _, metrics = parse_contract(proc.stdout, "gemv", name)
     value = {m["name"]: m["value"] for m in metrics}
@@ -708,21 +584,8 @@ def test_tilecfg_check_catches_the_old_loader(compiler, tmp_path):
     drops = compiler == "gcc" and gcc_tile_loadconfig_drops_stores()
     if compiler == "gcc" and not drops:
         pytest.skip("this gcc's _tile_loadconfig passes the whole config: nothing to catch")
-    proc = subprocess.run(
-        [
-            "make",
-            "-C",
-            str(NATIVE),
-            f"BUILD={tmp_path}",
-            f"CC={cc}",
-            "-j2",
-            "CFLAGS=-O3 -march=native -DSL_TILECFG_LEGACY",
-            f"{tmp_path}/tilecfg_check",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    legacy = "CFLAGS=-O3 -march=native -DSL_TILECFG_LEGACY"
+    proc = make(tmp_path, cc, "-j2", legacy, f"{tmp_path}/tilecfg_check", timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = run(tmp_path / "tilecfg_check")
     _, metrics = parse_contract(proc.stdout, "tilecfg_check", compiler)
@@ -796,17 +659,7 @@ def test_hugetlb_without_reserved_pages_is_unsupported(build):
     total = int(re.search(r"HugePages_Total:\s+(\d+)", meminfo).group(1))
     print(f"host branch: HugePages_Total {total}, ladder --kernel {READ_KERNEL}")
     proc = run(
-        out / "ladder",
-        "--kernel",
-        READ_KERNEL,
-        "--size",
-        "64K",
-        "--seconds",
-        "0.01",
-        "--reps",
-        "1",
-        "--page",
-        "hugetlb",
+        out / "ladder", kernel=READ_KERNEL, size="64K", seconds="0.01", reps=1, page="hugetlb"
     )
     if total == 0:
         assert proc.returncode == 3 and "MAP_HUGETLB" in proc.stderr
@@ -900,16 +753,7 @@ def test_watchdog_stops_a_stuck_run(build):
     1, one line."""
     _, out = build
     proc = run(
-        out / "ladder",
-        "--kernel",
-        READ_KERNEL,
-        "--size",
-        "16K",
-        "--seconds",
-        "30",
-        "--timeout",
-        "1",
-        timeout=20,
+        out / "ladder", "--timeout", "1", kernel=READ_KERNEL, size="16K", seconds=30, timeout=20
     )
     assert proc.returncode == 1
     assert "watchdog" in proc.stderr
@@ -923,20 +767,13 @@ def test_kvstream_tiles_and_prefetch_agree(build):
     for tile, pf in (("0.5", "0"), ("16", "4")):
         proc = run(
             out / "kvstream",
-            "--tokens",
-            "777",
-            "--heads",
-            "3",
-            "--head-dim",
-            "64",
-            "--tile-kib",
-            tile,
-            "--prefetch-kib",
-            pf,
-            "--steps",
-            "3",
-            "--cpus",
-            TWO,
+            tokens=777,
+            heads=3,
+            head_dim=64,
+            tile_kib=tile,
+            prefetch_kib=pf,
+            steps=3,
+            cpus=TWO,
         )
         assert proc.returncode == 0, proc.stderr
         meta, metrics = parse_contract(proc.stdout, "kvstream", name)

@@ -26,6 +26,23 @@ def inventory(pool, tmp_path: Path) -> Path:
     return pool.inventory(tmp_path / "hosts.yml", group="testhosts", extra=extra)
 
 
+def one_experiment_spec(
+    tmp_path: Path, campaign: str, name: str, command: list, matrix: dict | None = None
+) -> Path:
+    """tmp_path/spec.yaml: campaign on the testhosts group, one experiment (30 s timeout, JSON-lines
+    metrics) swept over matrix where given."""
+    sweep = {"sweep": {"matrix": matrix}} if matrix else {}
+    experiment = {"name": name, "timeout_s": 30, "command": command, **sweep}
+    return write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "campaign": campaign,
+            "hosts": {"group": "testhosts"},
+            "experiments": [{**experiment, "metrics": {"parser": "jsonl"}}],
+        },
+    )
+
+
 def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
     keep, evil = shell_bait(tmp_path)
     spec = write_spec(
@@ -123,42 +140,18 @@ def test_spec_fans_out_over_both_hosts_with_provenance(ssh_pool, tmp_path):
 @pytest.mark.slow
 def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
     points = 6
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "campaign": "ssh-outage",
-            "hosts": {"group": "testhosts"},
-            "experiments": [
-                {
-                    "name": "slow",
-                    "timeout_s": 30,
-                    "command": [PY, "-c", "import time, sys; time.sleep(0.5); " + EMIT, "{{ i }}"],
-                    "sweep": {"matrix": {"i": list(range(points))}},
-                    "metrics": {"parser": "jsonl"},
-                }
-            ],
-        },
-    )
+    command = [PY, "-c", "import time, sys; time.sleep(0.5); " + EMIT, "{{ i }}"]
+    spec = one_experiment_spec(tmp_path, "ssh-outage", "slow", command, {"i": list(range(points))})
     results = tmp_path / "results"
     db = store_path("ssh-outage", results)
     pool = ssh_pool
     inv = inventory(pool, tmp_path)
     lost, other = pool.hosts[0], pool.hosts[1]
     veth = f"sl{pool.tag}o0"  # the outer end of host 0's link (tests/support/netns.py)
+    run = ["run", str(spec), "--results", str(results), "--inventory", str(inv), "--plain"]
     restarted = False
     try:
-        argv = [
-            sys.executable,
-            "-m",
-            "socketlab.cli",
-            "run",
-            str(spec),
-            "--results",
-            str(results),
-            "--inventory",
-            str(inv),
-            "--plain",
-        ]
+        argv = [sys.executable, "-m", "socketlab.cli", *run]
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_for(lambda: ok_count(db, lost.name) >= 2, 90, "two runs on the first host")
@@ -183,21 +176,7 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
 
         pool.restart(lost)
         restarted = True
-        assert (
-            main(
-                [
-                    "run",
-                    str(spec),
-                    "--results",
-                    str(results),
-                    "--inventory",
-                    str(inv),
-                    "--plain",
-                    "--rerun-failed",
-                ]
-            )
-            == 0
-        )
+        assert main([*run, "--rerun-failed"]) == 0
         after = stored(results, "ssh-outage")
         assert len(after) == 2 * points and {r.status for r in after.values()} == {"ok"}
         for key, started in done_before.items():
@@ -210,22 +189,8 @@ def test_host_lost_mid_campaign_then_rerun_failed(ssh_pool, tmp_path):
 
 
 def test_host_unreachable_at_facts_is_recorded_then_retried(ssh_pool, tmp_path, capsys):
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "campaign": "ssh-facts-down",
-            "hosts": {"group": "testhosts"},
-            "experiments": [
-                {
-                    "name": "emit",
-                    "timeout_s": 30,
-                    "command": [PY, "-c", EMIT, "{{ i }}"],
-                    "sweep": {"matrix": {"i": [1, 2]}},
-                    "metrics": {"parser": "jsonl"},
-                }
-            ],
-        },
-    )
+    command = [PY, "-c", EMIT, "{{ i }}"]
+    spec = one_experiment_spec(tmp_path, "ssh-facts-down", "emit", command, {"i": [1, 2]})
     results = tmp_path / "results"
     pool = ssh_pool
     dead, alive_host = pool.hosts[0], pool.hosts[1]
@@ -280,21 +245,7 @@ def test_busy_host_is_noted_then_cleared_once_held(ssh_pool, tmp_path, capsys):
     from socketlab.execute.ssh import SshExecutor
     from socketlab.inventory import load_inventory
 
-    spec = write_spec(
-        tmp_path / "spec.yaml",
-        {
-            "campaign": "ssh-busy",
-            "hosts": {"group": "testhosts"},
-            "experiments": [
-                {
-                    "name": "emit",
-                    "timeout_s": 30,
-                    "command": [PY, "-c", EMIT, "1"],
-                    "metrics": {"parser": "jsonl"},
-                }
-            ],
-        },
-    )
+    spec = one_experiment_spec(tmp_path, "ssh-busy", "emit", [PY, "-c", EMIT, "1"])
     results = tmp_path / "results"
     inv = inventory(ssh_pool, tmp_path)
     busy = next(h for h in load_inventory(inv) if h.name == ssh_pool.hosts[0].name)
