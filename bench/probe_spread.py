@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """How much the interference probe moves between back-to-back readings on one CPU.
 
-    python bench/probe_spread.py [--cpu 1] [--n 30] [--ladder native/build/cc/ladder]
+    python bench/probe_spread.py [--cpu 1] [--n 30] [--gap 0] [--ladder native/build/cc/ladder]
 
-Runs `ladder --probe` N times in a row (one process each, as the runner does) and prints per
-unit the median, min and max rate and min / median: the spread a quiet host shows is what the
-`below` fraction of a spec's `probe:` must stay under (docs/report.md, Interference). Each run
-is started and waited for by its PID; nothing else runs here.
+Runs `ladder --probe` N times (one process each, as the runner does; ``--gap`` seconds apart)
+and prints per unit the median, min and max rate and min / median: the spread a quiet host shows
+is what the `below` fraction of a spec's `probe:` must stay under (docs/report.md,
+Interference). It also prints the best rate per unit as experiments/probe/quiet.yaml's `units:`
+line, for recording a core class's quiet reference (readings spread over minutes, `--gap`, so
+one quiet moment is not mistaken for the class). Each run is started and waited for by its
+PID; nothing else runs here.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", default="1")
     ap.add_argument("--n", type=int, default=30)
     ap.add_argument("--size", default="1M")
+    ap.add_argument("--gap", type=float, default=0.0, help="seconds between runs")
     ap.add_argument("--ladder", type=Path, default=REPO / "native" / "build" / "cc" / "ladder")
     args = ap.parse_args(argv)
     if not args.ladder.exists():
@@ -35,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     rates: dict[str, list[float]] = {}
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     took = []
-    for _ in range(args.n):
+    for i in range(args.n):
+        if i and args.gap > 0:
+            time.sleep(args.gap)
         t0 = time.monotonic()
         out = subprocess.run(
             [str(args.ladder), "--probe", "--cpus", args.cpu, "--size", args.size],
@@ -61,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {unit} | {med:.1f} | {min(vals):.1f} | {max(vals):.1f} | "
             f"{min(vals) / med:.2f} | {max(vals) / med:.2f} |"
         )
+    best = ", ".join(f"{unit}: {max(vals):.1f}" for unit, vals in sorted(rates.items()))
+    print(f"quiet.yaml: units: {{{best}}}  # best of {args.n}, GB/s per CPU")
     return 0
 
 

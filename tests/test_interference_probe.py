@@ -15,7 +15,15 @@ import pytest
 
 from socketlab.errors import SpecError
 from socketlab.probe import cpus_of, point_probe, probe_bytes, reading
-from socketlab.report.interference import RunState, is_guest, references, run_states
+from socketlab.report.interference import (
+    RunState,
+    campaign_best,
+    is_guest,
+    references,
+    run_states,
+    summary_text,
+)
+from socketlab.report.probe_quiet import QuietClass, class_of, load, recorded_references
 from socketlab.spec.expand import expand_points
 from socketlab.spec.load import load_spec
 from socketlab.store import Store, store_path
@@ -147,10 +155,11 @@ def test_disturbed_is_below_the_fraction_of_the_hosts_best():
         },
         {"run_key": "f", "host": "h"},
     ]
-    assert references(runs) == {
+    assert campaign_best(runs) == {
         "h": {"amx-stream": 130.0, "l2-read": 170.0},
         "other": {"amx-stream": 60.0, "l2-read": 170.0},
     }
+    assert {u: r.value for u, r in references(runs)["h"].items()} == campaign_best(runs)["h"]
     states = run_states(runs)
     assert states["a"] == RunState(True, False, "")
     assert states["b"].disturbed and states["b"].why == (
@@ -162,6 +171,102 @@ def test_disturbed_is_below_the_fraction_of_the_hosts_best():
     assert states["d"] == RunState() and states["f"] == RunState()  # not probed
     assert states["e"] == RunState(True, False, "")  # its own host's best, not h's
     assert is_guest({"flags": ["fpu", "hypervisor"]}) and not is_guest({"flags": ["fpu"]})
+
+
+GNR_TOPOLOGY = {  # the recorded Granite Rapids guest's facts, as far as the class match reads
+    "vendor": "GenuineIntel",
+    "family": 6,
+    "caches": {"L1d": {"size_bytes": 48 << 10}, "L2": {"size_bytes": 2 << 20}},
+}
+GNR = QuietClass(
+    "gnr",
+    {"vendor": "GenuineIntel", "family": 6, "l1d_kib": 48, "l2_kib": 2048},
+    {"amx-stream": 120.0, "l2-read": 170.0},
+    "a test's words",
+)
+
+
+def test_a_recorded_quiet_rate_exposes_a_neighbour_who_stayed_the_whole_campaign():
+    """Every run of a campaign read low together (a neighbour for its whole length): against
+    the campaign's best nothing is disturbed; against the core class's recorded quiet rate every
+    run is, and the message names the recorded source. A campaign above the recorded rate keeps
+    its own best; a host of another class, or a unit not recorded, is unaffected."""
+    slow = [
+        {
+            "run_key": k,
+            "host": "h",
+            "probe": {"before": _reading(i, 45.0), "after": _reading(i + 3, 44.0), "below": 0.8},
+        }
+        for i, k in enumerate("abc")
+    ]
+    assert not any(s.disturbed for s in run_states(slow).values())  # the old blind spot
+    recorded = recorded_references({"h": {"topology": GNR_TOPOLOGY}}, [GNR])
+    assert recorded == {"h": GNR}
+    states = run_states(slow, recorded)
+    assert all(s.disturbed for s in states.values())
+    assert states["a"].why == (
+        "probe amx-stream 44 vs quiet 120 GB/s (recorded for gnr; 0.37x, below 0.8x) "
+        "after the run on cpu 1"
+    )
+    refs = references(slow, recorded)["h"]
+    assert (refs["amx-stream"].value, refs["amx-stream"].source) == (120.0, "recorded for gnr")
+    assert (refs["l2-read"].value, refs["l2-read"].source) == (170.0, "the campaign's best")
+    line = summary_text(slow, recorded)["h"]
+    assert line.startswith("quiet reference (recorded for gnr) amx-stream 120 GB/s; ")
+    assert "(the campaign's best) l2-read 170 GB/s" in line and "3 disturbed" in line, line
+    fast = [{**r, "probe": {**r["probe"], "before": _reading(0, 150.0)}} for r in slow]
+    assert references(fast, recorded)["h"]["amx-stream"].value == 150.0  # its own best
+    amd = {**GNR_TOPOLOGY, "vendor": "AuthenticAMD"}
+    assert class_of(amd, [GNR]) is None and recorded_references({"h": amd}, [GNR]) == {}
+    l2_1m = {**GNR_TOPOLOGY, "caches": {**GNR_TOPOLOGY["caches"], "L2": {"size_bytes": 1 << 20}}}
+    assert class_of(l2_1m, [GNR]) is None
+
+
+def test_the_shipped_quiet_file_loads_and_matches_the_recorded_guest():
+    """experiments/probe/quiet.yaml holds a class for the published core, matched by the
+    recorded Granite Rapids guest's own facts file."""
+    from socketlab.topology import topology_from_snapshot
+
+    classes = load()
+    assert classes and all(c.units and c.measured for c in classes)
+    topo = topology_from_snapshot(hostclass.snapshot("gnr-kvm-2vcpu")).facts()
+    found = class_of(topo, classes)
+    assert found is not None and {"l2-read", "amx-stream", "bf16-dot"} <= set(found.units)
+    zen4 = topology_from_snapshot(hostclass.snapshot("zen4-kvm-2vcpu")).facts()
+    assert class_of(zen4, classes) is None
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("format: other/1\nclasses: []\n", "format: expected socketlab.probe-quiet/1"),
+        ("format: socketlab.probe-quiet/1\n", "classes: expected a list of core classes"),
+        (
+            "format: socketlab.probe-quiet/1\nclasses: [{id: x, core: {vendor: V}, units: "
+            "{a: 1}, measured: m}]\n",
+            "classes[0].core: expected a mapping of exactly vendor, family, l1d_kib, l2_kib",
+        ),
+        (
+            "format: socketlab.probe-quiet/1\nclasses: [{id: x, core: {vendor: V, family: 6, "
+            "l1d_kib: 48, l2_kib: 2048}, units: {l2-read: -1}, measured: m}]\n",
+            "classes[0].units.l2-read: expected a positive number (GB/s per CPU)",
+        ),
+        (
+            "format: socketlab.probe-quiet/1\nclasses: [{id: x, core: {vendor: V, family: 6, "
+            "l1d_kib: 48, l2_kib: 2048}, units: {l2-read: 1}, measured: m, extra: 1}]\n",
+            "classes[0].extra: expected one of id, core, units, measured, probe_bytes",
+        ),
+        ("format: [unclosed\n", "YAML syntax error"),
+    ],
+)
+def test_a_bad_quiet_file_is_one_line_naming_file_and_field(tmp_path, text, error):
+    path = tmp_path / "quiet.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as exc:
+        load(path)
+    msg = str(exc.value)
+    assert msg.startswith(str(path)) and error in msg and "\n" not in msg, msg
+    assert load(tmp_path / "absent.yaml") == []  # no file: the campaign's best decides
 
 
 def test_a_real_run_stores_the_probe_around_each_point(tmp_path):
@@ -403,7 +508,7 @@ def test_a_per_core_profile_run_is_judged_per_core(tmp_path):
         klass = hostclass.classify(topo, rep.published[0].host)
         print(f"branch: facts of {host}: {klass}: {r.verdict}")
         probe_line = rep.provenance["interference"]["localhost"]
-        assert probe_line.startswith("quiet reference (the campaign's best) ")
+        assert probe_line.startswith("quiet reference (")  # the campaign's best or recorded
         assert "; 3 of 3 runs probed, " in probe_line, probe_line
         assert r.measured is not None and r.measured.n == 3
         assert "profile" not in r.verdict and "reps" not in r.verdict.split(";")[0]

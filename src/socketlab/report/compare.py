@@ -37,7 +37,7 @@ Verdicts, in the order they are decided for each (cell, host):
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +52,7 @@ from socketlab.report.interval import (
     median_interval,
     placement,
 )
+from socketlab.report.probe_quiet import QuietClass, recorded_references
 from socketlab.report.published import Cell, Published
 from socketlab.units import convert
 
@@ -601,6 +602,7 @@ def compare(
     runs: Iterable[Mapping[str, Any]] = (),
     explain: Callable[[Cell, str], str | None] | None = None,
     profile: str | None = None,
+    quiet: Sequence[QuietClass] = (),
 ) -> list[Row]:
     """Every published cell against every host that has facts.
 
@@ -613,14 +615,17 @@ def compare(
     says why; with ``run_key`` and ``meta`` (the binary's meta record) they also tell the
     conditions a run recorded. ``explain(cell, host)``: why the campaign has no such point (e.g.
     left out by a profile), asked last. ``profile``: the profile the campaign ran with, named
-    when its shorter runs make a cell not comparable.
+    when its shorter runs make a cell not comparable. ``quiet``: recorded quiet probe rates per
+    core class (``socketlab.report.probe_quiet.load()``), the probe's reference where higher
+    than the campaign's best.
     """
     records = metrics.to_dict("records") if hasattr(metrics, "to_dict") else list(metrics)
     records = derive(records)  # the stage's phase sums the published tables name
     skip_reason = {(h, e): r for h, e, r in skips}
     all_runs = list(runs)
     meta = {str(r["run_key"]): r.get("meta") or {} for r in all_runs if r.get("run_key")}
-    states = run_states(all_runs)  # disturbed or not, from the interference probe
+    # disturbed or not, from the interference probe
+    states = run_states(all_runs, recorded_references(hosts, list(quiet)))
     host_names = sorted(hosts) or sorted({str(r["host"]) for r in records if r.get("host")})
     rows: list[Row] = []
     for cell in published.cells:
@@ -629,21 +634,20 @@ def compare(
             rows.append(Row(cell, None, None, None, NOT_RUN, f"not run: {reason}"))
             continue
         for host in host_names:
-            rows.append(
-                _row(
-                    published,
-                    cell,
-                    host,
-                    hosts.get(host, {}),
-                    records,
-                    skip_reason,
-                    all_runs,
-                    explain,
-                    meta,
-                    profile,
-                    states,
-                )
+            row = _plain_row(
+                published,
+                cell,
+                host,
+                hosts.get(host, {}),
+                records,
+                skip_reason,
+                all_runs,
+                explain,
+                meta,
+                profile,
+                states,
             )
+            rows.append(_disputed(row) if cell.disputed else row)
     return rows
 
 
@@ -668,35 +672,6 @@ def _failure(cell: Cell, host: str, runs: list[Mapping[str, Any]]) -> str | None
         if why:
             return f"collector {collector} unsupported here: {why}"
     return None
-
-
-def _row(
-    published: Published,
-    cell: Cell,
-    host: str,
-    facts: Mapping[str, Any],
-    records: list[dict[str, Any]],
-    skip_reason: Mapping[tuple[str, str], str],
-    runs: list[Mapping[str, Any]] = (),
-    explain: Callable[[Cell, str], str | None] | None = None,
-    meta: Mapping[str, Mapping[str, Any]] | None = None,
-    profile: str | None = None,
-    states: Mapping[str, RunState] | None = None,
-) -> Row:
-    row = _plain_row(
-        published,
-        cell,
-        host,
-        facts,
-        records,
-        skip_reason,
-        runs,
-        explain,
-        meta,
-        profile,
-        states or {},
-    )
-    return _disputed(row) if cell.disputed else row
 
 
 def _plain_row(

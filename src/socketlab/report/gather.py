@@ -17,6 +17,7 @@ from typing import Any
 
 from socketlab import paths
 from socketlab.errors import SocketlabError
+from socketlab.report import probe_quiet
 from socketlab.report.compare import _equal, compare
 from socketlab.report.interference import summary_text as interference_summary
 from socketlab.report.isolation import isolation_text
@@ -219,10 +220,11 @@ def build_report(
     skips = _skips(spec_path, hosts, profile)
     stored = run_dicts(campaign_dir, runs)
     explain = explainer(spec_path, profile)
+    quiet = probe_quiet.load()  # recorded quiet probe rates per core class
     rows = [
         row
         for pub in published
-        for row in compare(pub, frame, hosts, skips, stored, explain, profile)
+        for row in compare(pub, frame, hosts, skips, stored, explain, profile, quiet)
     ]
     builds: dict[str, dict[str, Any]] = {}
     for r in runs:
@@ -248,7 +250,7 @@ def build_report(
         "builds": list(builds.values()),
         "isolation": isolation,
         # each host's probe reference and how many runs it marked (socketlab.report.interference)
-        "interference": interference_summary(stored),
+        "interference": interference_summary(stored, probe_quiet.recorded_references(hosts, quiet)),
     }
     # the planner's predictions of the stages each host measured (socketlab.report.stage_plan)
     from socketlab.report.stage_plan import planner_markdown
