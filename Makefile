@@ -87,9 +87,15 @@ lint: setup
 	@echo "clang-format: native/ formatted"
 	$(VENV)/bin/ansible-lint --profile production $(COLLECTION) playbooks roles isolate.yml verify.yml restore.yml
 
+# Two pytest-xdist workers by default (a test file stays on one worker, so its module fixtures
+# are built once): most tests wait on subprocesses, ssh and Ansible, and one process leaves a
+# core idle. Tests that change kernel knobs or measure speed run with nothing beside them
+# (tests/conftest.py). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: setup guidellm-venv checkpatch-tool
 	$(MAKE) lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import time
 from pathlib import Path
 
@@ -35,22 +36,35 @@ def ssh_pool(tmp_path_factory):
 KERNEL_KNOBS_LOCK = Path("/run/lock/socketlab-tests-kernel-knobs.lock")
 
 
+#: Taken briefly before KERNEL_KNOBS_LOCK, and held by an exclusive taker while it waits: flock
+#: grants a shared lock beside other shared holders even while an exclusive taker waits, so
+#: without it a session running tests back to back (an xdist worker) starves the other's
+#: exclusive test. With it, new shared takers queue behind the waiting exclusive one.
+KERNEL_KNOBS_TURNSTILE = KERNEL_KNOBS_LOCK.with_suffix(".turnstile")
+
+
+def _flock_within(handle, mode: int, deadline: float, what: str) -> None:
+    while True:
+        try:
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def _knobs_locked(mode: int, what: str):
     """Hold KERNEL_KNOBS_LOCK in ``mode`` (flock), waiting up to 15 min for other sessions."""
     KERNEL_KNOBS_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(KERNEL_KNOBS_LOCK, "a") as handle:
-        deadline = time.monotonic() + 900
-        while True:
-            try:
-                fcntl.flock(handle, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    pytest.fail(
-                        f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})"
-                    )
-                time.sleep(0.5)
+    deadline = time.monotonic() + 900
+    with open(KERNEL_KNOBS_TURNSTILE, "a") as gate, open(KERNEL_KNOBS_LOCK, "a") as handle:
+        _flock_within(gate, fcntl.LOCK_EX, deadline, what)
+        try:
+            _flock_within(handle, mode, deadline, what)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
@@ -67,9 +81,22 @@ def kernel_knobs_lock():
 @pytest.fixture(autouse=True)
 def _steady_kernel_knobs(request):
     """Every other test holds the lock shared: runs fingerprint the host before and after and
-    would be marked invalid if another session's isolation test changed a knob meanwhile."""
+    would be marked invalid if another session's isolation test changed a knob meanwhile. A test
+    marked ``alone`` (it measures speed on every CPU) holds it exclusively: nothing of another
+    session or xdist worker runs beside it."""
     if "kernel_knobs_lock" in request.fixturenames:  # a second fd of ours would block it
         yield
         return
-    with _knobs_locked(fcntl.LOCK_SH, "shared"):
+    alone = request.node.get_closest_marker("alone") is not None
+    mode, what = (fcntl.LOCK_EX, "alone") if alone else (fcntl.LOCK_SH, "shared")
+    with _knobs_locked(mode, what):
         yield
+
+
+def pytest_configure(config):
+    """Under pytest-xdist each worker is an orchestrator of its own: it gets its own default
+    work folder on every host (builds, host lock), so two workers' campaigns on localhost don't
+    find the host busy (socketlab.execute.default_workroot)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and "SOCKETLAB_WORKROOT" not in os.environ:
+        os.environ["SOCKETLAB_WORKROOT"] = f"/tmp/socketlab-{worker}"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from socketlab.execute import default_workroot
 from socketlab.layer.shapes import load_shape
 from socketlab.report.compare import (
     DEVIATES,
@@ -123,7 +124,8 @@ def test_quick_plan_runs_the_layer_stage_through_the_dump_cache(host):
         assert dump["key"].startswith(load_shape(dump["shape"]).name + "-c")
         stage = list(p.argv)
         assert stage[0] == "build/cc/layer"
-        assert _opt(stage, "--dump") == f"/tmp/socketlab/{host}/layer-dumps/{dump['key']}"
+        root = default_workroot()  # /tmp/socketlab, or the xdist worker's own folder
+        assert _opt(stage, "--dump") == f"{root}/{host}/layer-dumps/{dump['key']}"
         want = "amx" if p.params["gemv"] == "amx" else kernel
         assert _opt(stage, "--gemv") == want, p.argv
     (slice_point, *_) = [p for p in points if p.experiment == "layer-slice"]

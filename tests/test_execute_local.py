@@ -92,6 +92,44 @@ def test_second_orchestrator_finds_the_host_busy(tmp_path):
     second.unlock()
 
 
+def test_the_default_work_folder_moves_with_the_environment_and_the_inventory_wins(
+    tmp_path, monkeypatch
+):
+    """$SOCKETLAB_WORKROOT moves every host's default work folder (two orchestrators on one
+    machine keep apart locks and builds); a host's socketlab_workroot still wins; a relative
+    value is one line naming the variable."""
+    from types import SimpleNamespace
+
+    from socketlab.errors import HostError
+    from socketlab.execute import DEFAULT_WORKROOT, default_workroot, make_executor
+    from socketlab.spec.expand import tools_dir
+
+    monkeypatch.delenv("SOCKETLAB_WORKROOT", raising=False)
+    assert default_workroot() == DEFAULT_WORKROOT == "/tmp/socketlab"
+    monkeypatch.setenv("SOCKETLAB_WORKROOT", str(tmp_path / "a"))
+    host = SimpleNamespace(name="h1", vars={}, connection="local", python=None)
+    assert make_executor(host).workdir == str(tmp_path / "a" / "h1")
+    assert LocalExecutor("h2").workdir == str(tmp_path / "a" / "h2")
+    assert tools_dir("h1", {}) == str(tmp_path / "a" / "h1" / "tools")
+    mine = {"socketlab_workroot": str(tmp_path / "b")}
+    assert make_executor(SimpleNamespace(**{**vars(host), "vars": mine})).workdir == str(
+        tmp_path / "b" / "h1"
+    )
+    # two orchestrators, two environments: the second is not refused as busy
+    first = LocalExecutor("shared")
+    monkeypatch.setenv("SOCKETLAB_WORKROOT", str(tmp_path / "c"))
+    second = LocalExecutor("shared")
+    first.lock({"campaign": "a"})
+    try:
+        second.lock({"campaign": "b"})
+        second.unlock()
+    finally:
+        first.unlock()
+    monkeypatch.setenv("SOCKETLAB_WORKROOT", "relative/dir")
+    with pytest.raises(HostError, match=r"^\$SOCKETLAB_WORKROOT: 'relative/dir': expected an abs"):
+        default_workroot()
+
+
 def test_tree_round_trip(executor, tmp_path):
     src = tmp_path / "a.txt"
     src.write_text("hello")

@@ -280,6 +280,7 @@ def test_exchange_hier_umwait_needs_waitpkg(build):
 
 @needs_two
 @needs_avx512
+@pytest.mark.alone  # a flops-per-cycle floor on both CPUs: nothing may run beside it
 def test_ladder_avx512_bf16_compute(build):
     """Registers only: TFLOP/s total and per core, the core clock from an IMUL chain, and a rate
     a core can physically deliver (flops per core cycle between 16 and 256: one to four zmm

@@ -117,6 +117,7 @@ def test_every_scenario_runs_and_reports_per_core_and_summary(binary, scenario):
     assert value(metrics, "min_bw", "all") == pytest.approx(min(per_core), rel=1e-4)
 
 
+@pytest.mark.alone  # latency tiers measured on this machine
 def test_calibration_separates_l2_l3_dram(binary):
     """The classifier's calibration on this host (printed): cached lines read faster than DRAM,
     L1 <= L2 <= L3, thresholds at the midpoints, and cal_ordered says whether L2 and L3 came
@@ -173,6 +174,7 @@ def held(binary: Path, scenario: str, tries: int, *extra: str, stop_at: float = 
     return out
 
 
+@pytest.mark.alone  # a timing contrast: another worker beside it blurs it
 def test_held_fraction_drops_when_the_core_streams_dram(binary):
     """An L2/4 slice with no interference stays in L2: held >= 0.99 on a quiet machine (the
     issue's acceptance, in docs/residency.md); here the bound is 0.9 for the best of 30, see

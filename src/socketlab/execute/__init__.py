@@ -14,6 +14,7 @@ from socketlab.errors import HostError
 from socketlab.execute.base import (
     BECOME_REFUSED,
     DEFAULT_WORKROOT,
+    WORKROOT_ENV,
     Executor,
     HostBusy,
     HostUnreachable,
@@ -23,6 +24,7 @@ from socketlab.execute.base import (
     become_refused,
     become_requested,
     become_variable,
+    default_workroot,
     process,
     tool_files,
     tools_bundle,
@@ -33,6 +35,8 @@ from socketlab.execute.ssh import SshExecutor
 __all__ = [
     "BECOME_REFUSED",
     "DEFAULT_WORKROOT",
+    "WORKROOT_ENV",
+    "default_workroot",
     "Executor",
     "HostBusy",
     "HostUnreachable",
@@ -54,10 +58,11 @@ __all__ = [
 def make_executor(host, workroot: str | None = None) -> Executor:
     """The executor for an inventory host (socketlab.inventory.InventoryHost-like).
 
-    The host variable ``socketlab_workroot`` moves the host's work folder (default /tmp/socketlab).
+    The host variable ``socketlab_workroot`` moves the host's work folder (default /tmp/socketlab,
+    or $SOCKETLAB_WORKROOT: ``default_workroot``).
     """
     vars_ = getattr(host, "vars", None) or {}
-    workroot = workroot or vars_.get("socketlab_workroot") or DEFAULT_WORKROOT
+    workroot = workroot or vars_.get("socketlab_workroot") or default_workroot()
     if getattr(host, "connection", "local") == "local":
         if become_requested(vars_) and os.geteuid() != 0:
             raise HostError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import tarfile
 from dataclasses import dataclass
 from functools import cache
@@ -18,6 +19,20 @@ from socketlab.safepath import inside
 #: Where each host keeps the orchestrator's tools, builds and per-run scratch, keyed by
 #: inventory name because network-namespace test hosts share one filesystem.
 DEFAULT_WORKROOT = "/tmp/socketlab"
+#: The controller's environment may move that default for every host (a host's inventory
+#: variable ``socketlab_workroot`` still wins): two orchestrators on one machine, e.g. parallel
+#: test workers, then keep apart build caches and host locks.
+WORKROOT_ENV = "SOCKETLAB_WORKROOT"
+
+
+def default_workroot() -> str:
+    """DEFAULT_WORKROOT, or the absolute folder $SOCKETLAB_WORKROOT names."""
+    value = os.environ.get(WORKROOT_ENV, "").strip()
+    if not value:
+        return DEFAULT_WORKROOT
+    if not value.startswith("/"):
+        raise HostError(f"${WORKROOT_ENV}: {value!r}: expected an absolute folder path")
+    return value
 
 
 class HostUnreachable(HostError):

@@ -22,11 +22,11 @@ from pathlib import Path
 
 from socketlab.errors import HostError
 from socketlab.execute.base import (
-    DEFAULT_WORKROOT,
     Executor,
     HostBusy,
     HostUnreachable,
     Result,
+    default_workroot,
     process,
     tool_files,
 )
@@ -41,12 +41,12 @@ class LocalExecutor(Executor):
         self,
         name: str = "localhost",
         *,
-        workroot: str = DEFAULT_WORKROOT,
+        workroot: str | None = None,
         python: str | None = None,
     ) -> None:
         self.name = name
         self.python = python or "python3"
-        self.workdir = inside(workroot, name, what="host name")
+        self.workdir = inside(workroot or default_workroot(), name, what="host name")
         self.run_as = pwd.getpwuid(os.geteuid()).pw_name  # recorded with each run
         self._lock_fh = None
         self._agent: subprocess.Popen | None = None

@@ -29,12 +29,12 @@ from socketlab.cpulist import parse_cpulist
 from socketlab.errors import HostError
 from socketlab.execute import sshconfig
 from socketlab.execute.base import (
-    DEFAULT_WORKROOT,
     Executor,
     HostBusy,
     HostUnreachable,
     Result,
     become_requested,
+    default_workroot,
     tools_bundle,
 )
 from socketlab.safepath import inside
@@ -157,13 +157,11 @@ def _boot_source() -> str:
 
 
 class SshExecutor(Executor):
-    def __init__(
-        self, host, *, workroot: str = DEFAULT_WORKROOT, connect_timeout: float = 8.0
-    ) -> None:
+    def __init__(self, host, *, workroot: str | None = None, connect_timeout: float = 8.0) -> None:
         self.host = host
         self.name = host.name
         self.python = host.python or "python3"
-        self.workdir = inside(workroot, host.name, what="host name")
+        self.workdir = inside(workroot or default_workroot(), host.name, what="host name")
         self.address = host.address
         # socketlab_become: the agent (and so every command of the campaign) runs as root through
         # `sudo -n`, for the collectors that read MSR, RAPL and perf counters; explicit per host

@@ -306,10 +306,10 @@ def _with_adaptive(extra: dict[str, Any], exp: Experiment) -> dict[str, Any]:
 
 def tools_dir(host: str, host_vars: dict[str, Any]) -> str:
     """Where the runner puts collectors/*.py on the host (socketlab.execute.Executor.tools)."""
-    from socketlab.execute import DEFAULT_WORKROOT
+    from socketlab.execute import default_workroot
 
     return inside(
-        str(host_vars.get("socketlab_workroot") or DEFAULT_WORKROOT),
+        str(host_vars.get("socketlab_workroot") or default_workroot()),
         host,
         "tools",
         what="host name",
