@@ -130,6 +130,33 @@ def test_the_default_work_folder_moves_with_the_environment_and_the_inventory_wi
         default_workroot()
 
 
+def test_a_lock_left_by_an_exited_orchestrator_of_this_machine_is_waited_for(tmp_path):
+    """HostBusy carries what the holder wrote; a holder naming this machine and a PID that has
+    exited is an orphan (its agent idles out), so the runner waits for it; a live or foreign
+    holder is not, and an unreadable holder is {}."""
+    import socket
+    import subprocess
+
+    from socketlab.runner.host import orphaned
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    here = socket.gethostname()
+    assert orphaned({"controller": f"{here}:{gone.pid}", "pid": 1})
+    assert not orphaned({"controller": f"{here}:{os.getpid()}"})  # alive
+    assert not orphaned({"controller": f"elsewhere:{gone.pid}"})  # another machine's
+    assert not orphaned({"controller": "no-pid"}) and not orphaned({})
+    first = LocalExecutor("held", workroot=str(tmp_path))
+    first.lock({"campaign": "a", "controller": f"{here}:{os.getpid()}"})
+    try:
+        with pytest.raises(HostBusy) as exc:
+            LocalExecutor("held", workroot=str(tmp_path)).lock({"campaign": "b"})
+        assert exc.value.holder["campaign"] == "a" and not orphaned(exc.value.holder)
+    finally:
+        first.unlock()
+    assert HostBusy("x", "not json").holder == {} and HostBusy("x").holder == {}
+
+
 def test_tree_round_trip(executor, tmp_path):
     src = tmp_path / "a.txt"
     src.write_text("hello")

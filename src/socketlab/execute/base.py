@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from dataclasses import dataclass
@@ -40,7 +41,16 @@ class HostUnreachable(HostError):
 
 
 class HostBusy(HostError):
-    """Another orchestrator holds the host's lock."""
+    """Another orchestrator holds the host's lock; ``holder``: what it wrote in the lock file
+    (campaign, controller "machine:pid", the agent's pid, since), {} where unreadable."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        try:
+            parsed = json.loads(holder or "")
+        except ValueError:
+            parsed = None
+        self.holder: dict = parsed if isinstance(parsed, dict) else {}
 
 
 @dataclass

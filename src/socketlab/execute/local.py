@@ -193,7 +193,8 @@ class LocalExecutor(Executor):
         if fh is None:
             raise HostBusy(
                 f"{self.name}: host is busy, locked by another orchestrator "
-                f"({holder or 'unknown holder'}; lock file {path})"
+                f"({holder or 'unknown holder'}; lock file {path})",
+                holder,
             )
         self._lock_fh = fh
 

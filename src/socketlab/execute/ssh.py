@@ -461,7 +461,8 @@ class SshExecutor(Executor):
         if not reply.get("locked"):
             raise HostBusy(
                 f"{self.name}: host is busy, locked by another orchestrator "
-                f"({reply.get('holder') or 'unknown holder'}; lock file {path})"
+                f"({reply.get('holder') or 'unknown holder'}; lock file {path})",
+                str(reply.get("holder") or ""),
             )
 
     def unlock(self) -> None:

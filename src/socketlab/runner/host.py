@@ -6,7 +6,9 @@ failed step fails its point alone, a store that can't be written stops the host.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +31,22 @@ from socketlab.safepath import inside
 from socketlab.spec.command import dump_dir
 from socketlab.spec.points import RunPoint
 from socketlab.store import Store
+
+
+def orphaned(holder: dict) -> bool:
+    """Whether a host lock is held for an orchestrator of this machine that has exited: its
+    agent, left on a host that was lost and came back, exits by itself within AGENT_IDLE_S of
+    its last heartbeat, so a new session waits for it rather than finding the host busy."""
+    name, _, pid = str(holder.get("controller") or "").rpartition(":")
+    if name != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -117,7 +135,9 @@ class HostLoop:
             try:
                 ex.lock({"campaign": self.session.campaign, "controller": controller_id()})
                 return
-            except HostBusy:
+            except HostBusy as exc:
+                if orphaned(exc.holder):  # it idles out: nobody sends it heartbeats
+                    deadline = max(deadline, time.monotonic() + AGENT_IDLE_S + 10)
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(1.0)
