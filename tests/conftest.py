@@ -43,6 +43,10 @@ KERNEL_KNOBS_LOCK = Path("/run/lock/socketlab-tests-kernel-knobs.lock")
 KERNEL_KNOBS_TURNSTILE = KERNEL_KNOBS_LOCK.with_suffix(".turnstile")
 
 
+class KnobsLockTimeout(Exception):
+    """Another session held the machine-wide lock for 15 minutes: something is stuck."""
+
+
 def _flock_within(handle, mode: int, deadline: float, what: str) -> None:
     while True:
         try:
@@ -50,7 +54,9 @@ def _flock_within(handle, mode: int, deadline: float, what: str) -> None:
             return
         except BlockingIOError:
             if time.monotonic() > deadline:
-                pytest.fail(f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})")
+                raise KnobsLockTimeout(
+                    f"{KERNEL_KNOBS_LOCK} held by another test session for 15 min ({what})"
+                ) from None
             time.sleep(0.05)
 
 
@@ -73,24 +79,26 @@ def _knobs_locked(mode: int, what: str):
 
 @pytest.fixture
 def kernel_knobs_lock():
-    """Hold the machine-wide kernel-knob lock exclusively for one test."""
-    with _knobs_locked(fcntl.LOCK_EX, "exclusive"):
-        yield
+    """A test that changes kernel knobs asks for this: the lock is then held exclusively around
+    the whole test (pytest_runtest_protocol below), nothing of another session or xdist worker
+    beside it."""
+    yield
 
 
-@pytest.fixture(autouse=True)
-def _steady_kernel_knobs(request):
-    """Every other test holds the lock shared: runs fingerprint the host before and after and
-    would be marked invalid if another session's isolation test changed a knob meanwhile. A test
-    marked ``alone`` (it measures speed on every CPU) holds it exclusively: nothing of another
-    session or xdist worker runs beside it."""
-    if "kernel_knobs_lock" in request.fixturenames:  # a second fd of ours would block it
-        yield
-        return
-    alone = request.node.get_closest_marker("alone") is not None
-    mode, what = (fcntl.LOCK_EX, "alone") if alone else (fcntl.LOCK_SH, "shared")
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Every test holds the machine-wide lock, around its whole protocol (setup of the module
+    and session fixtures it is the first to need included: another worker building a campaign
+    in a module fixture is load too). Shared for most: runs fingerprint the host before and
+    after and would be marked invalid if another session's isolation test changed a knob
+    meanwhile. Exclusive for a test that changes kernel knobs (``kernel_knobs_lock``) or is
+    marked ``alone`` (it measures speed on every CPU)."""
+    exclusive = "kernel_knobs_lock" in getattr(item, "fixturenames", ()) or (
+        item.get_closest_marker("alone") is not None
+    )
+    mode, what = (fcntl.LOCK_EX, "exclusive") if exclusive else (fcntl.LOCK_SH, "shared")
     with _knobs_locked(mode, what):
-        yield
+        return (yield)
 
 
 def pytest_configure(config):
