@@ -131,6 +131,19 @@ def _avx512_bf16() -> bool:
         return False
 
 
+def layer_dump(shape: str, ctx: int, out: Path) -> None:
+    """`orchestrate layer-dump` (as a module) of a shape at B = 16, unless `out` holds one."""
+    if (out / "manifest.txt").is_file():
+        return
+    argv = ["layer-dump", shape, "--context", str(ctx), "--batch", "16", "--seed", "1"]
+    subprocess.run(
+        [sys.executable, "-m", "socketlab.cli", *argv, "--out", str(out), "--quiet"],
+        check=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -180,28 +193,7 @@ def main() -> None:
     dumps = {}
     for shape, ctx in STAGES + CALIB:
         d = tmp / f"{shape}.c{ctx}"
-        if not (d / "manifest.txt").is_file():  # `orchestrate layer-dump`, as a module
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "socketlab.cli",
-                    "layer-dump",
-                    shape,
-                    "--context",
-                    str(ctx),
-                    "--batch",
-                    "16",
-                    "--seed",
-                    "1",
-                    "--out",
-                    str(d),
-                    "--quiet",
-                ],
-                check=True,
-                timeout=900,
-                env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-            )
+        layer_dump(shape, ctx, d)
         dumps[shape, ctx] = d
     classes = {}
     for hd, grp in ATTN_CLASSES:
@@ -213,28 +205,7 @@ def main() -> None:
             "rope_theta: 10000.0\nrope_type: default\neps: 1.0e-6\n"
         )
         d = tmp / f"{name}.c{CLASS_CTX[-1]}"
-        if not (d / "manifest.txt").is_file():
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "socketlab.cli",
-                    "layer-dump",
-                    str(shape_file),
-                    "--context",
-                    str(CLASS_CTX[-1]),
-                    "--batch",
-                    "16",
-                    "--seed",
-                    "1",
-                    "--out",
-                    str(d),
-                    "--quiet",
-                ],
-                check=True,
-                timeout=900,
-                env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-            )
+        layer_dump(str(shape_file), CLASS_CTX[-1], d)
         classes[hd, grp] = d
     layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", a.gemv, "--steps", str(a.steps)]
     full = dumps["tiny-full", 16384]

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from socketlab.plots import template_env
 from socketlab.report.compare import (
     DEVIATES,
     DEVIATES_PER_CORE,
@@ -361,21 +362,6 @@ dl.prov dt{font-weight:600}dl.prov dd{margin:0}
 MEASURED_FILE = "measured.md"
 
 
-def _env(html: bool):
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("socketlab.report", "templates"),
-        autoescape=html,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    env.filters["md"] = lambda text: str(text).replace("|", "\\|")
-    return env
-
-
 def _context(report: Report) -> dict[str, Any]:
     return {
         "campaign": report.campaign,
@@ -388,7 +374,8 @@ def _context(report: Report) -> dict[str, Any]:
 
 
 def render_markdown(report: Report) -> str:
-    return _env(html=False).get_template("report.md.j2").render(_context(report))
+    template = template_env("socketlab.report", html=False).get_template("report.md.j2")
+    return template.render(_context(report))
 
 
 def _per_core_hosts(report: Report) -> set[str]:
@@ -416,7 +403,7 @@ def render_html(report: Report) -> str:
                     (table.id, table.plot.get("title", table.title), base64.b64encode(png).decode())
                 )
     return (
-        _env(html=True)
+        template_env("socketlab.report", html=True)
         .get_template("report.html.j2")
         .render({**_context(report), "plots": plots, "css": _CSS})
     )
