@@ -30,6 +30,7 @@ from socketlab.plan.stage_model import layer_model, units
 from socketlab.report.compare import RECOMPUTED, RECOMPUTED_DIFFERS, compare
 from socketlab.report.published import load_published
 from socketlab.report.stage_plan import planner_markdown, stage_verdicts
+from tests.support.layer_run import layer_dump
 
 REPO = Path(__file__).resolve().parents[1]
 ORCH = str(Path(sys.executable).parent / "orchestrate")
@@ -257,25 +258,7 @@ def test_stage_next_to_its_prediction_from_the_same_hosts_constants(layer_build,
     ladder read): the test is about the join, not about speed. Before
     the constants: one line naming the experiment. After: the prediction is layer_stage of the
     tiny shape with exactly the stored constants, and the error is predicted / measured - 1."""
-    dump = tmp_path / "tiny"
-    subprocess.run(
-        [
-            ORCH,
-            "layer-dump",
-            "tiny",
-            "--context",
-            "100",
-            "--batch",
-            "1",
-            "--seed",
-            "1",
-            "--out",
-            str(dump),
-            "--quiet",
-        ],
-        check=True,
-        timeout=300,
-    )
+    dump = layer_dump("tiny", 100, 1, tmp_path / "tiny", "--quiet", seed=1)
     res = tmp_path / "results"
     layer = str(layer_build / "layer")
     _store_run(res, "c", "layer-x", [layer, "--dump", str(dump), "--cpus", "0", "--steps", "40"])
@@ -375,25 +358,7 @@ def test_element_costs_come_from_other_shapes_and_the_gemv_rate_is_the_kernels(
     res = tmp_path / "results"
     layer = str(layer_build / "layer")
     for shape in ("tiny", "tiny-full"):
-        dump = tmp_path / shape
-        subprocess.run(
-            [
-                ORCH,
-                "layer-dump",
-                shape,
-                "--context",
-                "100",
-                "--batch",
-                "1",
-                "--seed",
-                "1",
-                "--out",
-                str(dump),
-                "--quiet",
-            ],
-            check=True,
-            timeout=300,
-        )
+        dump = layer_dump(shape, 100, 1, tmp_path / shape, "--quiet", seed=1)
         _store_run(
             res,
             "c",
