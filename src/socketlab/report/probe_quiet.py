@@ -22,10 +22,10 @@ from typing import Any
 
 from socketlab.errors import SpecError
 from socketlab.paths import EXPERIMENTS
+from socketlab.report.coreclass import core_class
 
 QUIET_FILE = EXPERIMENTS / "probe" / "quiet.yaml"
 FORMAT = "socketlab.probe-quiet/1"
-KIB = 1024
 CORE_KEYS = ("vendor", "family", "l1d_kib", "l2_kib")
 
 
@@ -90,31 +90,11 @@ def load(path: Path = QUIET_FILE) -> list[QuietClass]:
     return out
 
 
-def _kib(caches: Mapping[str, Any], level: str) -> int | None:
-    size = (caches.get(level) or {}).get("size_bytes")
-    try:
-        return int(size) // KIB if size is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def class_of(topology: Mapping[str, Any], classes: list[QuietClass]) -> QuietClass | None:
-    """The recorded class whose vendor, family, L1d and L2 the host's topology facts show."""
-    caches = topology.get("caches") or {}
-    seen = {
-        "vendor": str(topology.get("vendor")),
-        "family": str(topology.get("family")),
-        "l1d_kib": _kib(caches, "L1d"),
-        "l2_kib": _kib(caches, "L2"),
-    }
+    """The recorded class whose vendor, family, L1d and L2 the host's topology facts show (the
+    report's own core-class match, ``socketlab.report.coreclass``)."""
     for c in classes:
-        want = {
-            "vendor": str(c.core["vendor"]),
-            "family": str(c.core["family"]),
-            "l1d_kib": c.core["l1d_kib"],
-            "l2_kib": c.core["l2_kib"],
-        }
-        if seen == want:
+        if core_class({"model": c.id, "core": c.core}, topology).matches:
             return c
     return None
 
