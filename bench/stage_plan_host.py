@@ -26,7 +26,7 @@ planner section read them.
    predicted, measured, error, by term (measured terms: p50s of the stage's phases).
 
 usage: stage_plan_host.py BUILD_DIR [--cpus 0,1] [--host localhost] [--steps N] [--reps N]
-       [--gemv avx512|avx2] [--results DIR] [--table-only [--one-kv-rate]]
+       [--gemv avx512|avx2] [--results DIR] [--table-only [--one-kv-rate | --warm-only]]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -52,6 +53,8 @@ from socketlab.plan.stage import (  # noqa: E402
     Budget,
     Constants,
     Prediction,
+    kv_evicted,
+    layer_load,
     layer_stage,
 )
 from socketlab.plan.stage_constants import (  # noqa: E402
@@ -76,6 +79,16 @@ CALIB = [("gemma4-e2b-l4", 512), ("tiny-full", 512), ("tiny-full", 32)]
 #: at the context nearest its KV bytes per step (512: E2B L0 / E4B L0's window)
 ATTN_CLASSES = ((64, 2), (256, 2), (256, 4), (256, 8), (512, 4), (512, 8))
 CLASS_CTX = (64, 256, 512, 1024, 2048)
+#: each class dump is also run cold: KV copies rotated over COLD_MIB (--kv-cold-mib), so every
+#: step reads KV that other reads have evicted, as a stage whose weights stream past its KV
+#: does (`stage.kv_evicted`; E2B L0 at one core: 73 MB of weights per step). 64 MiB: the
+#: (256, 8) class at 8 MiB per step read 1.4 GB/s rotated over 64 MiB, as the E2B stage's
+#: attention did (1.55), against 3.9 warm on the Granite Rapids guest
+COLD_MIB = 64
+#: every stage and slice run lasts about MIN_RUN_S or more (its bytes per step at EST_GBPS), at
+#: most STEPS_CAP x --steps: 100 steps of the tiny layer last 3 ms, less than one neighbour's
+#: timeslice (4 ms at HZ=250), and its repetitions spread 26-42 µs (kv-attn runs keep --steps)
+MIN_RUN_S, EST_GBPS, STEPS_CAP = 0.25, 50.0, 20
 CAMPAIGN = "planner-host"
 
 
@@ -118,6 +131,28 @@ def m(recs: list[dict], name: str, **dims) -> float:
         for r in recs
         if r["name"] == name and all(r["dims"].get(k) == v for k, v in dims.items())
     )
+
+
+def steps_for(steps: int, nbytes: float) -> list[str]:
+    """`--steps` for a run that moves `nbytes` per step (see MIN_RUN_S)."""
+    want = math.ceil(MIN_RUN_S * EST_GBPS * 1e9 / max(nbytes, 1.0))
+    return ["--steps", str(min(max(steps, want), steps * STEPS_CAP))]
+
+
+def host_l2() -> int:
+    """This host's L2 per core (sysfs), else the Budget default (Granite Rapids' 2 MiB)."""
+    try:
+        size = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip()
+        return int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size)
+    except (OSError, ValueError):
+        return Budget().l2_bytes_per_core
+
+
+def stage_bytes(shape: str, ctx: int, batch: int, workers: int) -> float:
+    """One worker's weight and KV bytes per step of a stage (or its slice)."""
+    bud = Budget(cores=workers, batch=batch, context=ctx)
+    ld = layer_load(units(layer_model(shape)), 0, bud)
+    return (ld.bytes + ld.kv_bytes) / workers
 
 
 def load() -> str:
@@ -169,6 +204,11 @@ def main() -> None:
         help="the model before attention classes: every stage's attention at the "
         "16K dump's kv-attn rate (for a before / after on the same runs)",
     )
+    ap.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="the model before the warm/cold key: the classes' warm points only",
+    )
     a = ap.parse_args()
     build = Path(a.build)
     workers = len(a.cpus.split(","))
@@ -207,7 +247,8 @@ def main() -> None:
         d = tmp / f"{name}.c{CLASS_CTX[-1]}"
         layer_dump(str(shape_file), CLASS_CTX[-1], d)
         classes[hd, grp] = d
-    layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", a.gemv, "--steps", str(a.steps)]
+    layer = [str(build / "layer"), "--cpus", a.cpus, "--gemv", a.gemv]
+    kv_steps = ["--steps", str(a.steps)]
     full = dumps["tiny-full", 16384]
     stage_runs: dict[tuple, list[dict]] = {}
     loads = []
@@ -243,6 +284,7 @@ def main() -> None:
                     "kv-attn",
                     [
                         *layer,
+                        *kv_steps,
                         "--dump",
                         str(full),
                         "--slice",
@@ -257,32 +299,38 @@ def main() -> None:
                 )
             for (hd, grp), d in classes.items():
                 for n in CLASS_CTX:
-                    run_stored(
-                        store,
-                        a.host,
-                        "kv-attn",
-                        [
-                            *layer,
-                            "--dump",
-                            str(d),
-                            "--slice",
-                            f"0/{workers}",
-                            "--batch",
-                            str(b),
-                            "--ctx",
-                            str(n),
-                        ],
-                        {"context": n, "batch": b, "head_dim": hd, "group": grp},
-                        rep,
-                    )
+                    for cold in ([], ["--kv-cold-mib", str(COLD_MIB)]):
+                        run_stored(
+                            store,
+                            a.host,
+                            "kv-attn",
+                            [
+                                *layer,
+                                *kv_steps,
+                                "--dump",
+                                str(d),
+                                "--slice",
+                                f"0/{workers}",
+                                "--batch",
+                                str(b),
+                                "--ctx",
+                                str(n),
+                                *cold,
+                            ],
+                            {"context": n, "batch": b, "head_dim": hd, "group": grp}
+                            | ({"kv_cold_mib": COLD_MIB} if cold else {}),
+                            rep,
+                        )
         for (shape, ctx), d in dumps.items():
             for b in (1, 16):
                 p = {"shape": shape, "context": ctx, "batch": b}
+                steps = steps_for(a.steps, stage_bytes(shape, ctx, b, workers))
                 run_stored(
                     store,
                     a.host,
                     "gemv-slice",
-                    [*layer, "--dump", str(d), "--slice", f"0/{workers}", "--batch", str(b)],
+                    [*layer, *steps, "--dump", str(d), "--slice", f"0/{workers}"]
+                    + ["--batch", str(b)],
                     p,
                     rep,
                 )
@@ -293,7 +341,7 @@ def main() -> None:
                         store,
                         a.host,
                         "layer",
-                        [*layer, "--dump", str(d), "--batch", str(b), "--xchg", "direct"],
+                        [*layer, *steps, "--dump", str(d), "--batch", str(b), "--xchg", "direct"],
                         p,
                         rep,
                     )
@@ -318,7 +366,7 @@ def predict_rep(
     # the stage's KV bytes and elements per row (unit rates) pick the runs of the nearest tier
     # and shape; every constant comes from runs other than the stage's, the element costs from
     # other shapes
-    bud = Budget(cores=workers, batch=b, context=ctx)
+    bud = Budget(cores=workers, batch=b, context=ctx, l2_bytes_per_core=host_l2())
     probe = layer_stage(
         us,
         0,
@@ -354,6 +402,8 @@ def predict_rep(
     classes, detail = measured_kv_classes(a.host, results=results, kernel=a.gemv, repetition=rep)
     if a.one_kv_rate:
         classes = ()
+    if a.warm_only:
+        classes = tuple(k for k in classes if not k.cold)
     cc = Constants(
         gemv_gbps_per_core=g["gemv_gbps_per_core"].value,
         exchange_us=0.0,
@@ -363,15 +413,17 @@ def predict_rep(
         gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0,
         kv_classes=classes,
     )
-    rate, cls = cc.kv_rate(att.head_dim, group, b, probe.kv_us * 1e3)
+    cold = kv_evicted(layer_load(us, 0, bud), bud)
+    rate, cls = cc.kv_rate(att.head_dim, group, b, probe.kv_us * 1e3, cold)
     if cls is not None:
+        tier = f"cold: {cls.footprint:,.0f} B rotated" if cls.footprint else "warm"
         g["kv_class_gbps"] = Measured(
             rate,
             (),
             f"class (head_dim {cls.head_dim}, group "
-            f"{cls.group}) at B={cls.batch}, {cls.kv_bytes:,.0f} B "
-            f"per step (stage: head_dim {att.head_dim}, group {group},"
-            f" B={b}); {detail[:60]}...",
+            f"{cls.group}) at B={cls.batch}, {cls.kv_bytes:,.0f} B per step, {tier}"
+            f" (stage: head_dim {att.head_dim}, group {group}, B={b}, "
+            f"{'weights overflow the L2: cold' if cold else 'warm'}); {detail[:60]}...",
         )
     if workers > 1:  # one worker has no peer to wait for or gather from
         cc = cc.replace(exchange_us=g["exchange_us"].value, act_gbps=g["act_gbps"].value)

@@ -9,7 +9,17 @@ import dataclasses
 import pytest
 
 from socketlab.errors import SpecError
-from socketlab.plan.stage import Budget, Constants, KvRate, Link, layer_stage, plan, stage_load
+from socketlab.plan.stage import (
+    Budget,
+    Constants,
+    KvRate,
+    Link,
+    kv_evicted,
+    layer_load,
+    layer_stage,
+    plan,
+    stage_load,
+)
 from socketlab.plan.stage_cluster import SEED_LINK, link_through, project
 from socketlab.plan.stage_constants import SEED, _kv_attention, kv_classes, load_constants
 from socketlab.plan.stage_model import layer_model, load_model, units
@@ -33,6 +43,16 @@ def attn_load(shape: str, batch: int, context: int):
 
     pieces = [Piece(i, x.kind, 0, 0, 0, 0, x.bytes) for i, x in att]
     return stage_load(us, pieces, Budget(cores=1, batch=batch, context=context))
+
+
+#: E2B L0's (256, 8) at B=16, 8 MiB per step: warm, and rotated over 64 MiB (cold); the
+#: Granite Rapids guest's rates (3.9 and 1.4 GB/s)
+WARM_COLD = (
+    KvRate(256, 8, 16, 8.4e6, 3.9),
+    KvRate(256, 8, 16, 8.4e6, 1.4, 64 * 2**20),
+    KvRate(256, 8, 16, 2.1e5, 3.5),
+    KvRate(256, 8, 16, 2.1e5, 1.5, 64 * 2**20),
+)
 
 
 def test_units_and_loads_carry_head_dim_and_group():
@@ -157,10 +177,12 @@ def test_constants_file_link_and_classes(tmp_path):
         load_constants(f)
 
 
-def _run(hd: int, grp: int, b: int, ctx: int, att_us: float, rep: int = 0) -> dict:
+def _run(
+    hd: int, grp: int, b: int, ctx: int, att_us: float, rep: int = 0, cold_mib: int = 0
+) -> dict:
     kvb = b * ctx * 4 * hd
     return {
-        "key": f"k{hd}-{grp}-{b}-{ctx}-{rep}",
+        "key": f"k{hd}-{grp}-{b}-{ctx}-{rep}-{cold_mib}",
         "repetition": rep,
         "experiment": "kv-attn",
         "params": {"context": ctx, "batch": b, "head_dim": hd, "group": grp},
@@ -176,6 +198,7 @@ def _run(hd: int, grp: int, b: int, ctx: int, att_us: float, rep: int = 0) -> di
             str(b),
             "--ctx",
             str(ctx),
+            *(["--kv-cold-mib", str(cold_mib)] if cold_mib else []),
         ],
         "metrics": [
             ("kv_bytes_per_step", kvb, {"shape": f"attn-h{hd}-g{grp}"}),
@@ -219,3 +242,65 @@ def test_store_reader_class_rate_keeps_the_fixed_work_and_takes_the_median_repet
     kvb = 16 * 64 * 256
     assert k.kv_bytes == kvb and len(keys) == 3
     assert k.gbps == pytest.approx(kvb / ((10.0 + kvb * 1e-3) * 1e3))
+
+
+def test_kv_rate_takes_cold_points_for_a_stage_whose_kv_is_evicted():
+    c = BASE.replace(kv_classes=WARM_COLD)
+    assert c.kv_rate(256, 8, 16, 8.4e6)[0] == 3.9  # warm by default
+    assert c.kv_rate(256, 8, 16, 8.4e6, cold=True)[0] == 1.4
+    assert c.kv_rate(256, 8, 16, 2.1e5, cold=True)[0] == 1.5  # the bytes still pick the context
+    assert c.kv_rate(256, 8, 16, 2.1e5)[0] == 3.5
+    # a class measured warm only gives its warm rate to a cold stage (and cold only, cold)
+    assert c.replace(kv_classes=WARM_COLD[::2]).kv_rate(256, 8, 16, 8.4e6, cold=True)[0] == 3.9
+    assert c.replace(kv_classes=WARM_COLD[1::2]).kv_rate(256, 8, 16, 8.4e6)[0] == 1.4
+
+
+def test_kv_is_evicted_where_the_weights_overflow_the_l2():
+    """E2B L0 at B=16 on one core: 73 MB of weights stream past the KV every step (cold); on
+    90 cores each holds 0.8 MB, inside the 2 MiB L2, and the KV stays warm; tiny on one core
+    (1.7 MB) fits too, though it is over the 1,344 KiB lock budget."""
+    us = units(layer_model("gemma4-e2b-l0"))
+    c = BASE.replace(kv_classes=WARM_COLD)
+    one, many = Budget(cores=1, batch=16, context=2048), Budget(cores=90, batch=16, context=2048)
+    lo1, lo90 = layer_load(us, 0, one), layer_load(us, 0, many)
+    assert kv_evicted(lo1, one) and not kv_evicted(lo90, many)
+    assert layer_stage(us, 0, one, c).kv_us == pytest.approx(lo1.kv_bytes / 1.4e3)
+    assert layer_stage(us, 0, many, c).kv_us == pytest.approx(lo90.kv_bytes / 3.9e3)
+    tiny = layer_load(units(layer_model("tiny")), 0, Budget(cores=1, batch=16, context=100))
+    assert one.bytes_per_core < tiny.bytes <= one.l2_bytes_per_core
+    assert not kv_evicted(tiny, one)
+    # a smaller L2 (a host with 1 MiB per core) makes tiny's KV cold
+    assert kv_evicted(tiny, Budget(cores=1, l2_bytes_per_core=2**20))
+
+
+def test_store_reader_keeps_cold_points_apart_from_warm_ones():
+    """A run with --kv-cold-mib is a cold point of its class (footprint = the rotated copies'
+    bytes), never averaged with the warm run at its context, and never in kv_gbps."""
+    runs = []
+    for ctx in (256, 1024):
+        kvb = 16 * ctx * 1024
+        runs += [
+            _run(256, 8, 16, ctx, kvb * 1e-3),  # 1 GB/s warm
+            _run(256, 8, 16, ctx, kvb * 4e-3, cold_mib=64),  # 0.25 GB/s cold
+        ]
+    got = {(k.kv_bytes, k.footprint): k.gbps for k, _ in kv_classes(runs, "avx512")}
+    kvb = 16 * 1024 * 1024
+    assert got == {
+        (16 * 256 * 1024, 0.0): pytest.approx(1.0),
+        (16 * 256 * 1024, 16 * 256 * 1024 * 16): pytest.approx(0.25),  # 16 copies of 4 MiB
+        (kvb, 0.0): pytest.approx(1.0),
+        (kvb, kvb * 4): pytest.approx(0.25),
+    }
+    assert _kv_attention(runs, "avx512", 16, None, 256, 8).value == pytest.approx(1.0)
+    c = dataclasses.replace(BASE, kv_classes=tuple(k for k, _ in kv_classes(runs, "avx512")))
+    assert c.kv_rate(256, 8, 16, kvb, cold=True)[0] == pytest.approx(0.25)
+    assert c.kv_rate(256, 8, 16, kvb)[0] == pytest.approx(1.0)
+
+
+def test_constants_file_cold_class_rows(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text(SEED.read_text() + "kv_classes: [[256, 8, 16, 8400000, 1.4, 67108864]]\n")
+    assert load_constants(f).kv_classes == (KvRate(256, 8, 16, 8.4e6, 1.4, 67108864.0),)
+    f.write_text(SEED.read_text() + "kv_classes: [[256, 8, 16, 8400000, 1.4, -1]]\n")
+    with pytest.raises(SpecError, match=r"kv_classes.value\[0\]: .*footprint"):
+        load_constants(f)

@@ -53,6 +53,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="K",
         help="L2 weight KiB per core (1344 = 12 lock ways, 1568 = 14; default 1344)",
     )
+    p.add_argument(
+        "--l2-kib",
+        type=_positive(int),
+        default=2048,
+        metavar="K",
+        help="the whole L2 KiB per core (2048); a stage whose weights per core pass it streams "
+        "them past its KV, which is then read at the class's cold rate",
+    )
     p.add_argument("--cores", type=_positive(int), default=90, help="cores per socket (90)")
     p.add_argument("--batch", type=_positive(int), default=1, metavar="B")
     p.add_argument("--context", type=_positive(int), default=2048, metavar="C")
@@ -168,6 +176,7 @@ def _plan(args: argparse.Namespace, dims: dict) -> int:
     budget = Budget(
         cores=args.cores,
         bytes_per_core=args.budget_kib * 1024,
+        l2_bytes_per_core=args.l2_kib * 1024,
         batch=args.batch,
         context=args.context,
         min_rows_per_core=args.min_rows,

@@ -82,6 +82,7 @@ class Unit:
 class Budget:
     cores: int = 90
     bytes_per_core: int = 1344 * 1024  #: L2 weight bytes per core (12 lock ways: 1,344 KiB)
+    l2_bytes_per_core: int = 2 * 1024 * 1024  #: the whole L2 per core (Granite Rapids: 2 MiB)
     batch: int = 1
     context: int = 2048
     min_rows_per_core: int = 16  #: smallest split piece per core (an AMX tile)
@@ -104,6 +105,14 @@ class KvRate:
     batch: int
     kv_bytes: float  #: per step (geometric mean of the two contexts' KV bytes)
     gbps: float
+    #: cold points: the bytes of the rotated KV copies read between two reads of the same KV
+    #: (native/layer --kv-cold-mib), so each step finds its KV evicted; 0: warm (one copy, the
+    #: KV alone, left where the last step put it)
+    footprint: float = 0.0
+
+    @property
+    def cold(self) -> bool:
+        return self.footprint > 0
 
 
 @dataclass(frozen=True)
@@ -157,12 +166,19 @@ class Constants:
         return dataclasses.replace(self, **kw)
 
     def kv_rate(
-        self, head_dim: int, group: int, batch: int, kv_bytes: float
+        self,
+        head_dim: int,
+        group: int,
+        batch: int,
+        kv_bytes: float,
+        cold: bool = False,
     ) -> tuple[float, KvRate | None]:
-        """The KV GB/s of an attention of `head_dim` x `group` at `batch`, `kv_bytes` per step:
-        the nearest measured class (log2 distance in head_dim + in group; exact where
-        measured), its nearest batch, then its context pair nearest in KV bytes; kv_gbps where
-        no class is measured (or the unit has no head_dim)."""
+        """The KV GB/s of an attention of `head_dim` x `group` at `batch`, `kv_bytes` per step,
+        its KV evicted between steps or not (`cold`, `kv_evicted`): the nearest measured class
+        (log2 distance in head_dim + in group; exact where measured), its nearest batch, its
+        cold (rotated) points for a cold stage and warm ones for a warm stage where the class
+        has both, then the point nearest in KV bytes; kv_gbps where no class is measured (or
+        the unit has no head_dim)."""
         if not self.kv_classes or not head_dim:
             return self.kv_gbps, None
         near = min(_dist(k.head_dim, head_dim) + _dist(k.group, group) for k in self.kv_classes)
@@ -174,6 +190,7 @@ class Constants:
         cls = [k for k in cls if (k.head_dim, k.group) == (cls[0].head_dim, cls[0].group)]
         nb = min(_dist(k.batch, batch) for k in cls)
         cls = [k for k in cls if _dist(k.batch, batch) == nb]
+        cls = [k for k in cls if k.cold == cold] or cls
         best = min(cls, key=lambda k: _dist(k.kv_bytes, max(kv_bytes, 1.0)))
         return best.gbps, best
 
@@ -287,8 +304,9 @@ def predict(load: Load, budget: Budget, c: Constants) -> tuple[int, Prediction]:
     if load.kv_parts and c.kv_classes:
         # each attention at its class's rate; KV bytes of units without a class at kv_gbps
         classed = sum(b for _, _, b in load.kv_parts)
+        cold = kv_evicted(load, budget)
         kv_us = max(load.kv_bytes - classed, 0) / (c.kv_gbps * 1e3) + sum(
-            b / (c.kv_rate(hd, g, budget.batch, b)[0] * 1e3) for hd, g, b in load.kv_parts
+            b / (c.kv_rate(hd, g, budget.batch, b, cold)[0] * 1e3) for hd, g, b in load.kv_parts
         )
     return bpc, Prediction(
         gemv_us=bpc / (rate * 1e3),
@@ -299,6 +317,17 @@ def predict(load: Load, budget: Budget, c: Constants) -> tuple[int, Prediction]:
         * allreduce_cost(c, load.out_bytes, budget.batch, load.sockets),
         elem_us=budget.batch * (load.elems * c.elem_ns + load.gelus * c.gelu_ns) / 1e3,
     )
+
+
+def kv_evicted(load: Load, budget: Budget) -> bool:
+    """Whether a stage finds its KV evicted at every step: its weights per core overflow the
+    L2. Weights that fit the L2 stay there and leave the KV where the last step put it (warm);
+    weights that don't stream through the L3 every step and push the KV out to DRAM. Measured
+    on one core of the Granite Rapids guest: E2B L0 2K (73 MB of weights) reads its 8 MiB of KV
+    at B=16 at 1.55 GB/s, as the (256, 8) class dump rotated over 64 MiB of copies does (1.4),
+    not at the 3.9 of the same dump warm; tiny (1.7 MB of weights, inside the 2 MiB L2) reads
+    its KV at the warm rate."""
+    return -(-load.bytes // max(budget.cores, 1)) > budget.l2_bytes_per_core
 
 
 def allreduce_cost(c: Constants, row_bytes: int, batch: int, sockets: int) -> float:
@@ -639,6 +668,13 @@ def layer_stage(
 ) -> Prediction:
     """One whole layer alone on one socket, as the real-layer stage runs it. The measured stage
     does not gather the layer's output (a pipeline stage does: `gather_output`)."""
+    return predict(layer_load(units, layer, budget, gather_output=gather_output), budget, c)[1]
+
+
+def layer_load(
+    units: list[Unit], layer: int, budget: Budget, *, gather_output: bool = False
+) -> Load:
+    """What `layer_stage` times: the whole layer's load on one socket."""
     idx = [i for i, u in enumerate(units) if u.layer == layer and u.kind != "experts"]
     if not idx:
         raise PlanError(f"layer {layer}: the model has no such layer")
@@ -649,7 +685,7 @@ def layer_stage(
     if not gather_output:
         out = sum(units[i].act_out for i in idx)
         load = dataclasses.replace(load, act_bytes=load.act_bytes - out)
-    return predict(load, budget, c)[1]
+    return load
 
 
 def budget_for_ways(ways: int) -> int:

@@ -15,7 +15,7 @@ runs stored ok:
 | exchange_us | `exchange` over >= 2 participants at the 2,560 B vector | latency_p50 (mode given, or the fastest) |
 | act_gbps | `exchange` at a larger vector, same mode and participants | (bytes - 2,560) / (latency_p50 difference) |
 | kv_gbps | `layer --slice --ctx N` at two contexts (experiment kv-attn: the stage's own attention), else `kvstream`, else a `ladder` run of experiment `kv-read` | KV bytes / attention p50, both as differences; kv_bw; bw_total (the largest context measured) |
-| kv_classes | the same kv-attn runs, per attention class: (head_dim, GQA group) from the run's params or its dump's shape file, per batch, per context | KV bytes per step / attention p50 (median repetition): one `KvRate` each; a stage's attention takes its class's rate at the context nearest its KV bytes (`Constants.kv_rate`) |
+| kv_classes | the same kv-attn runs, per attention class: (head_dim, GQA group) from the run's params or its dump's shape file, per batch, per context | KV bytes per step / attention p50 (median repetition): one `KvRate` each, warm, or cold where the run rotates KV copies (`--kv-cold-mib`: `footprint` = the copies' bytes); a stage's attention takes its class's cold points where its weights overflow the L2 (`stage.kv_evicted`), else the warm ones, at the context nearest its KV bytes (`Constants.kv_rate`) |
 
 Links (hop and all-reduce as bytes, `Constants.link`): a constants file's `link_us` and
 `link_gbps` (nothing multi-socket is measured on a single-socket guest).
@@ -111,15 +111,25 @@ def load_constants(path: str | Path) -> Constants:
         for i, row in enumerate(rows if isinstance(rows, list) else [None]):
             if (
                 not isinstance(row, list)
-                or len(row) != 5
-                or any(isinstance(x, bool) or not isinstance(x, int | float) or x <= 0 for x in row)
+                or len(row) not in (5, 6)
+                or any(isinstance(x, bool) or not isinstance(x, int | float) for x in row)
+                or any(x <= 0 for x in row[:5])
+                or (len(row) == 6 and row[5] < 0)
             ):
                 raise SpecError(
                     f"{p}: kv_classes.value[{i}]: expected [head_dim, group, batch, "
-                    f"kv_bytes, gbps], positive numbers, got {row!r}"
+                    f"kv_bytes, gbps] (positive numbers) and optionally footprint "
+                    f"(bytes read between two reads of the KV; 0 = warm), got {row!r}"
                 )
             classes.append(
-                KvRate(int(row[0]), int(row[1]), int(row[2]), float(row[3]), float(row[4]))
+                KvRate(
+                    int(row[0]),
+                    int(row[1]),
+                    int(row[2]),
+                    float(row[3]),
+                    float(row[4]),
+                    float(row[5]) if len(row) == 6 else 0.0,
+                )
             )
         prov["kv_classes"] = str(entry.get("source", p)) if isinstance(entry, dict) else str(p)
     return Constants(
@@ -473,11 +483,22 @@ def _kv_class(r: dict) -> tuple[int, int, str] | None:
     return sh.head_dim, max(sh.heads // max(sh.kv_heads, 1), 1), shape
 
 
+def _rotated_bytes(r: dict, kvb: float) -> float:
+    """The bytes a kv-attn run reads between two reads of the same KV: its rotated copies
+    (native/layer --kv-copies N, or --kv-cold-mib M: as many copies as make >= M MiB); 0 for
+    one copy (warm)."""
+    copies = int(_arg(r, "--kv-copies") or 1)
+    mib = int(_arg(r, "--kv-cold-mib") or 0)
+    if mib and kvb > 0:
+        copies = max(math.ceil(mib * 1048576 / kvb), 1)
+    return kvb * copies if copies > 1 else 0.0
+
+
 def _kv_points(
-    runs: list[dict], kernel: str
-) -> dict[tuple[int, int, str], dict[int, dict[int, list[tuple[float, float, str]]]]]:
-    """kv-attn runs by class (head_dim, group, shape), batch, context: (KV bytes per step,
-    attention phase_gemv_p50, run key)."""
+    runs: list[dict], kernel: str, *, warm_only: bool = False
+) -> dict[tuple[int, int, str], dict[int, dict[tuple[int, float], list[tuple[float, float, str]]]]]:
+    """kv-attn runs by class (head_dim, group, shape), batch, (context, rotated bytes: 0 warm,
+    else the rotated copies' bytes): (KV bytes per step, attention phase_gemv_p50, run key)."""
     out: dict = {}
     for r in runs:
         if not (
@@ -493,8 +514,11 @@ def _kv_points(
         ]
         cls, ctx = _kv_class(r), _arg(r, "--ctx")
         if kvb and att and cls and ctx is not None:  # a rate is per context: none, no rate
+            rotated = _rotated_bytes(r, kvb[0])
+            if warm_only and rotated:
+                continue
             b = int(_arg(r, "--batch") or 1)
-            out.setdefault(cls, {}).setdefault(b, {}).setdefault(int(ctx), []).append(
+            out.setdefault(cls, {}).setdefault(b, {}).setdefault((int(ctx), rotated), []).append(
                 (kvb[0], att[0], r["key"])
             )
     return out
@@ -507,16 +531,18 @@ def kv_classes(runs: list[dict], kernel: str) -> list[tuple[KvRate, tuple[str, .
     is most of it) and is not the difference of two noisy p50s; the class dumps are run at
     contexts that bracket the shipped shapes' KV bytes per step, and the rate moves with the
     tier (at B=16, 1.2 GB/s at 8 MiB against 3.7 at 2 MiB for (256, 8) on the 2-vCPU guest),
-    so a stage takes the context nearest its own bytes."""
+    so a stage takes the context nearest its own bytes. Runs with rotated KV copies give the
+    class's cold points (`KvRate.footprint`): a stage whose weights stream past its KV every
+    step reads the KV at that rate, not the warm one (`stage.kv_evicted`)."""
     out = []
     for (hd, grp, _), by_b in sorted(_kv_points(runs, kernel).items()):
         for b, by_ctx in sorted(by_b.items()):
-            for _ctx, xs in sorted(by_ctx.items()):
+            for (_ctx, rotated), xs in sorted(by_ctx.items()):
                 att = _median([(x[1], x[2]) for x in xs])
                 if att > 0:
                     out.append(
                         (
-                            KvRate(hd, grp, b, xs[0][0], xs[0][0] / (att * 1e3)),
+                            KvRate(hd, grp, b, xs[0][0], xs[0][0] / (att * 1e3), rotated),
                             tuple(x[2] for x in xs),
                         )
                     )
@@ -534,11 +560,12 @@ def measured_kv_classes(
     found = kv_classes(runs, kernel)
     keys = sorted({k[:12] for _, ks in found for k in ks})
     classes = sorted({(k.head_dim, k.group) for k, _ in found})
+    cold = sum(1 for k, _ in found if k.footprint)
     return tuple(k for k, _ in found), (
         f"layer --slice --ctx attention p50 (kv-attn) per class (head_dim, group) "
         f"{', '.join(f'({h}, {g})' for h, g in classes)}: KV bytes / attention p50 at "
-        f"{len(found)} (class, batch, context) points; runs "
-        f"{', '.join(keys)}"
+        f"{len(found)} (class, batch, context) points, {cold} of them with rotated KV copies "
+        f"(cold); runs {', '.join(keys)}"
     )
 
 
@@ -559,7 +586,7 @@ def _kv_attention(
     contexts whose geometric-mean bytes are nearest it, else the shortest and the longest.
     Runs of one class only: with `head_dim` and `group` the nearest measured (log2 distances
     summed), else the class with the longest context measured."""
-    by_cls = _kv_points(runs, kernel)
+    by_cls = _kv_points(runs, kernel, warm_only=True)
     if not by_cls:
         return None
     if head_dim and group:
@@ -571,7 +598,7 @@ def _kv_attention(
     else:
         cls = max(by_cls, key=lambda c: (max(x for b in by_cls[c].values() for x in b), c))
     pts: dict[int, list[tuple[int, float, float, str]]] = {
-        b: [(ctx, kvb, att, key) for ctx, xs in by_ctx.items() for kvb, att, key in xs]
+        b: [(ctx, kvb, att, key) for (ctx, _), xs in by_ctx.items() for kvb, att, key in xs]
         for b, by_ctx in by_cls[cls].items()
     }
     if batch in pts:
