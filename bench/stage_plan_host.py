@@ -252,6 +252,23 @@ def main() -> None:
     full = dumps["tiny-full", 16384]
     stage_runs: dict[tuple, list[dict]] = {}
     loads = []
+
+    def kv_attn(dump: Path, b: int, n: int, params: dict, cold: bool = False) -> None:
+        """One kv-attn run: the dump's attention over its last n positions at batch b (cold:
+        KV copies rotated over COLD_MIB)."""
+        extra = ["--kv-cold-mib", str(COLD_MIB)] if cold else []
+        argv = [*layer, *kv_steps, "--dump", str(dump), "--slice", f"0/{workers}"]
+        argv += ["--batch", str(b), "--ctx", str(n), *extra]
+        params = {"context": n, "batch": b, **params}
+        run_stored(
+            store,
+            a.host,
+            "kv-attn",
+            argv,
+            params | ({"kv_cold_mib": COLD_MIB} if cold else {}),
+            rep,
+        )
+
     for rep in range(a.reps):
         loads.append(load())
         print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load {loads[-1]}: rep {rep}")
@@ -278,49 +295,11 @@ def main() -> None:
             )
         for b in (1, 16):
             for n in KV_CTX:
-                run_stored(
-                    store,
-                    a.host,
-                    "kv-attn",
-                    [
-                        *layer,
-                        *kv_steps,
-                        "--dump",
-                        str(full),
-                        "--slice",
-                        f"0/{workers}",
-                        "--batch",
-                        str(b),
-                        "--ctx",
-                        str(n),
-                    ],
-                    {"context": n, "batch": b},
-                    rep,
-                )
+                kv_attn(full, b, n, {})
             for (hd, grp), d in classes.items():
                 for n in CLASS_CTX:
-                    for cold in ([], ["--kv-cold-mib", str(COLD_MIB)]):
-                        run_stored(
-                            store,
-                            a.host,
-                            "kv-attn",
-                            [
-                                *layer,
-                                *kv_steps,
-                                "--dump",
-                                str(d),
-                                "--slice",
-                                f"0/{workers}",
-                                "--batch",
-                                str(b),
-                                "--ctx",
-                                str(n),
-                                *cold,
-                            ],
-                            {"context": n, "batch": b, "head_dim": hd, "group": grp}
-                            | ({"kv_cold_mib": COLD_MIB} if cold else {}),
-                            rep,
-                        )
+                    kv_attn(d, b, n, {"head_dim": hd, "group": grp})
+                    kv_attn(d, b, n, {"head_dim": hd, "group": grp}, cold=True)
         for (shape, ctx), d in dumps.items():
             for b in (1, 16):
                 p = {"shape": shape, "context": ctx, "batch": b}
