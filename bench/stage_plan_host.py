@@ -32,6 +32,7 @@ usage: stage_plan_host.py BUILD_DIR [--cpus 0,1] [--host localhost] [--steps N] 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -55,7 +56,7 @@ from socketlab.plan.stage import (  # noqa: E402
     Prediction,
     kv_evicted,
     layer_load,
-    layer_stage,
+    predict,
 )
 from socketlab.plan.stage_constants import (  # noqa: E402
     Measured,
@@ -65,6 +66,7 @@ from socketlab.plan.stage_constants import (  # noqa: E402
 )
 from socketlab.plan.stage_model import layer_model, units  # noqa: E402
 from socketlab.store import RunRecord, Store  # noqa: E402
+from socketlab.topology.read import read_topology  # noqa: E402
 
 STAGES = [("tiny", 100), ("gemma4-e2b-l0", 2048), ("tiny-full", 16384)]
 #: kv-attn contexts of the 16K dump: adjacent pairs give the attention rate per KV tier
@@ -139,13 +141,12 @@ def steps_for(steps: int, nbytes: float) -> list[str]:
     return ["--steps", str(min(max(steps, want), steps * STEPS_CAP))]
 
 
+@functools.cache
 def host_l2() -> int:
-    """This host's L2 per core (sysfs), else the Budget default (Granite Rapids' 2 MiB)."""
-    try:
-        size = Path("/sys/devices/system/cpu/cpu0/cache/index2/size").read_text().strip()
-        return int(size.rstrip("K")) * 1024 if size.endswith("K") else int(size)
-    except (OSError, ValueError):
-        return Budget().l2_bytes_per_core
+    """This host's L2 per core (its topology facts), else the Budget default (Granite Rapids'
+    2 MiB)."""
+    l2 = next((c.size_bytes for c in read_topology().caches if c.name == "L2"), 0)
+    return l2 or Budget().l2_bytes_per_core
 
 
 def stage_bytes(shape: str, ctx: int, batch: int, workers: int) -> float:
@@ -346,12 +347,12 @@ def predict_rep(
     # and shape; every constant comes from runs other than the stage's, the element costs from
     # other shapes
     bud = Budget(cores=workers, batch=b, context=ctx, l2_bytes_per_core=host_l2())
-    probe = layer_stage(
-        us,
-        0,
+    stage = layer_load(us, 0, bud)  # what `layer_stage` times
+    probe = predict(
+        stage,
         bud,
         Constants(gemv_gbps_per_core=1, exchange_us=0, kv_gbps=1, act_gbps=1, elem_ns=1, gelu_ns=1),
-    )
+    )[1]
     att = next(x for x in us if x.kind == "attn")
     group = att.heads // max(att.kv_heads, 1)
     kw = {
@@ -392,7 +393,7 @@ def predict_rep(
         gelu_ns=g["gelu_ns"].value if "gelu_ns" in g else 0.0,
         kv_classes=classes,
     )
-    cold = kv_evicted(layer_load(us, 0, bud), bud)
+    cold = kv_evicted(stage, bud)
     rate, cls = cc.kv_rate(att.head_dim, group, b, probe.kv_us * 1e3, cold)
     if cls is not None:
         tier = f"cold: {cls.footprint:,.0f} B rotated" if cls.footprint else "warm"
@@ -406,7 +407,7 @@ def predict_rep(
         )
     if workers > 1:  # one worker has no peer to wait for or gather from
         cc = cc.replace(exchange_us=g["exchange_us"].value, act_gbps=g["act_gbps"].value)
-    return layer_stage(us, 0, bud, cc), {k: g[k] for k in g}
+    return predict(stage, bud, cc)[1], {k: g[k] for k in g}
 
 
 def table(

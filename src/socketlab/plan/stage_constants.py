@@ -560,7 +560,7 @@ def measured_kv_classes(
     found = kv_classes(runs, kernel)
     keys = sorted({k[:12] for _, ks in found for k in ks})
     classes = sorted({(k.head_dim, k.group) for k, _ in found})
-    cold = sum(1 for k, _ in found if k.footprint)
+    cold = sum(1 for k, _ in found if k.cold)
     return tuple(k for k, _ in found), (
         f"layer --slice --ctx attention p50 (kv-attn) per class (head_dim, group) "
         f"{', '.join(f'({h}, {g})' for h, g in classes)}: KV bytes / attention p50 at "
