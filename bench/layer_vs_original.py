@@ -9,11 +9,14 @@ knobs as environment variables: L2R_CPUS, L2R_GEMV, L2R_BCAST, L2R_BARRIER, L2R_
 Both run the same dump (row 0, B = 1), the same CPUs, GEMV path, exchange mode and barrier;
 each reports step p50/p99 over its steps minus the first 10 %. On a shared host the two sides
 run interleaved, ours then the original, --repeats times per case (A B A B ...); a case's figure
-is the median of each side's p50 / p99 over the repeats and the median of the per-pair ratios
-ours p50 / original p50 (goal: <= 1.0). The load average is printed before and after.
+is the median of each side's p50 / p99 over the repeats and the medians of the per-pair ratios
+ours / original for p50 and p99 (goal: <= 1.0). The load average is printed before and after.
+--also "FLAGS" runs ours a second time in each pair with those extra flags (A A' B ...), e.g.
+--also "--spin pause" for a before/after of one option in the same run.
 
 usage: layer_vs_original.py BUILD_DIR --original PATH --dump DIR [--cpus 0,1]
                             [--gemv avx512|amx] [--steps N] [--repeats N] [--modes direct,...]
+                            [--also FLAGS]
 Prints JSON lines, then a markdown table. Bad input: one line, exit 2."""
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -40,7 +44,7 @@ def fail(msg: str) -> None:
     sys.exit(2)
 
 
-def ours(a, mode: str, bar: str, nobcast: bool) -> dict:
+def ours(a, mode: str, bar: str, nobcast: bool, extra: list[str] = ()) -> dict:
     cmd = [
         str(Path(a.build) / "layer"),
         "--dump",
@@ -56,9 +60,8 @@ def ours(a, mode: str, bar: str, nobcast: bool) -> dict:
         "--barrier",
         bar,
     ]
-    proc = subprocess.run(
-        cmd + (["--nobcast"] if nobcast else []), capture_output=True, text=True, timeout=900
-    )
+    cmd += (["--nobcast"] if nobcast else []) + list(extra)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         fail(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()}")
     recs = [json.loads(ln) for ln in proc.stdout.splitlines() if ln.strip()]
@@ -106,6 +109,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved pairs per case")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--also", default="", help="extra flags for a second run of ours per pair")
     a = ap.parse_args()
     if not os.access(a.original, os.X_OK):
         fail(f"--original {a.original}: not an executable file")
@@ -119,16 +123,19 @@ def main() -> None:
     bad = [m for m in modes if m not in MODES]
     if bad:
         fail(f"--modes: unknown {bad[0]!r}, expected some of {','.join(MODES)}")
+    also = shlex.split(a.also)
     rows = []
     load0 = os.getloadavg()
     cases = [("direct", "diss", True)] + [(m, b, False) for m in modes for b in ("diss", "hier")]
     med = statistics.median
     for mode, bar, nob in cases:
         cannot = ORIG_CANNOT.get((mode, bar))
-        pairs = [
-            (ours(a, mode, bar, nob), None if cannot else original(a, mode, bar, nob))
-            for _ in range(a.repeats)
-        ]
+        pairs, alts = [], []
+        for _ in range(a.repeats):
+            o = ours(a, mode, bar, nob)
+            if also:
+                alts.append(ours(a, mode, bar, nob, also))
+            pairs.append((o, None if cannot else original(a, mode, bar, nob)))
         row = {
             "mode": "nobcast" if nob else mode,
             "barrier": bar,
@@ -139,6 +146,14 @@ def main() -> None:
             "ours_p50_us": med(o["p50"] for o, _ in pairs),
             "ours_p99_us": med(o["p99"] for o, _ in pairs),
         }
+        if also:
+            row.update(
+                {
+                    "also": a.also,
+                    "also_p50_us": med(o["p50"] for o in alts),
+                    "also_p99_us": med(o["p99"] for o in alts),
+                }
+            )
         if cannot:
             row["original"] = cannot
         else:
@@ -148,25 +163,32 @@ def main() -> None:
                     "orig_p99_us": med(r["p99"] for _, r in pairs),
                     "ratio_p50": med(o["p50"] / r["p50"] for o, r in pairs),
                     "ratios_p50": [round(o["p50"] / r["p50"], 3) for o, r in pairs],
+                    "ratio_p99": med(o["p99"] / r["p99"] for o, r in pairs),
+                    "ratios_p99": [round(o["p99"] / r["p99"], 3) for o, r in pairs],
                 }
             )
         rows.append(row)
         print(json.dumps(row), flush=True)
     load1 = os.getloadavg()
     print(json.dumps({"loadavg_before": load0, "loadavg_after": load1}))
+    alt_head = f" ours with {a.also} p50 / p99 |" if also else ""
     print(
-        "\n| mode / barrier | ours p50 / p99 | original p50 / p99 | ours / original (p50, median"
-        " of pairs) |\n|---|---|---|---|"
+        f"\n| mode / barrier | ours p50 / p99 |{alt_head} original p50 / p99 | ours / original"
+        " (p50, p99: medians of pairs) |\n|---|---|" + ("---|" if also else "") + "---|---|"
     )
     for r in rows:
         orig, ratio = (
-            (f"{r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us", f"{r['ratio_p50']:.2f}")
+            (
+                f"{r['orig_p50_us']:.1f} / {r['orig_p99_us']:.1f} us",
+                f"{r['ratio_p50']:.2f}, {r['ratio_p99']:.2f}",
+            )
             if "ratio_p50" in r
             else (r["original"], "-")
         )
+        alt = f" {r['also_p50_us']:.1f} / {r['also_p99_us']:.1f} us |" if also else ""
         print(
             f"| {r['mode']}/{r['barrier']} | {r['ours_p50_us']:.1f} / {r['ours_p99_us']:.1f} us"
-            f" | {orig} | {ratio} |"
+            f" |{alt} {orig} | {ratio} |"
         )
 
 

@@ -77,6 +77,11 @@ if [ "${cpus%,*}" != "${cpus#*,}" ]; then
     run $(rc_for waitpkg) $B/exchange --mode hier-umwait --cpus $cpus --iters 200 --warmup 20 $T
     run $avx2 $B/exchange --mode rep --cpus $cpus --iters 200 --warmup 20 $T
     run 0 $B/exchange --mode pingpong --cpus $cpus --iters 20 --warmup 2 --roundtrips 20 $T
+    # wakeup: coupled workers, both spins where AVX-512 runs; scalar work runs everywhere
+    run $avx512 $B/wakeup --cpus $cpus --steps 300 --spin fma512 $T
+    run $bf16 $B/wakeup --cpus $cpus --steps 300 --work zmm-dpbf16 --gap-us 5 $T
+    run 0 $B/wakeup --cpus $cpus --steps 300 --work scalar $T
+    run 2 $B/wakeup --cpus ${cpus%,*} --steps 300 --work scalar
 else
     echo "skip exchange: needs two online CPUs, have $(cat /sys/devices/system/cpu/online)"
 fi

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -475,6 +476,106 @@ def test_real_amx_path_or_exit_3(build, tiny):
     else:
         print("branch: CPU lacks AMX, expecting exit 3")
         assert proc.returncode == 3 and "not available on this host" in proc.stderr
+
+
+def hidden(binary: Path, hide: str, *args: object) -> subprocess.CompletedProcess:
+    """binary ARGS with SL_CPU_HIDE=hide (native/common/cpu.c: run as if the CPU lacked them)."""
+    env = {**os.environ, "SL_CPU_HIDE": hide}
+    argv = [str(binary), *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+def spin_cases() -> list[tuple[str, str, str, str]]:
+    """(binary, --gemv, SL_CPU_HIDE, what --spin auto must give: a mode, or "exit 3").
+
+    auto keeps awake the unit the kernel runs on: amx with real AMX, fma512 with the AVX-512
+    kernels (and emulated AMX, whose other phases are AVX-512 where the host has it), else
+    pause. The lacks-AVX-512 branch runs on every host through SL_CPU_HIDE; a kernel whose unit
+    the host lacks (or that SL_CPU_HIDE hides) exits 3 before any spin applies."""
+    avx512 = "fma512" if HAS_AVX512_BF16 else "exit 3"
+    return [
+        ("layer", "avx2", "", "pause"),
+        ("layer", "avx2", "avx512", "pause"),
+        ("layer", "avx512", "", avx512),
+        ("layer", "avx512-vnni", "", avx512),
+        ("layer", "avx512", "avx512", "exit 3"),
+        ("layer", "amx", "", "amx" if HAS_AMX else "exit 3"),
+        ("layer", "amx", "amx", "exit 3"),
+        ("layer_amx_emu", "amx", "", "fma512" if HAS_AVX512 else "pause"),
+        ("layer_amx_emu", "amx", "avx512", "pause"),
+    ]
+
+
+@pytest.mark.parametrize("binary,gemv,hide,want", spin_cases())
+def test_spin_auto_follows_kernel_and_host(build, tiny, binary, gemv, hide, want):
+    """--spin auto (native/layer/xchg.c): the poll that keeps the kernel's unit awake, per host."""
+    print(f"branch: AVX-512 BF16 {HAS_AVX512_BF16}, AMX {HAS_AMX}, SL_CPU_HIDE={hide!r}")
+    proc = hidden(
+        build / binary,
+        hide,
+        "--gemv",
+        gemv,
+        "--dump",
+        tiny,
+        "--batch",
+        4,
+        "--cpus",
+        CPUS[2],
+        "--steps",
+        4,
+    )
+    if want == "exit 3":
+        assert proc.returncode == 3 and "not available on this host" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1
+        return
+    meta = assert_gate_passed(proc, 4)
+    assert meta["spin"] == want and meta["gemv"] == gemv
+
+
+def test_spin_modes_leave_numerics_alone(build, tiny):
+    """Every --spin mode this host runs gives the same gate records bit for bit (fid and direct
+    with the dissemination barrier, 2 workers, B = 16): a poll's FMA or tile product must not
+    reach a result. Host-dependent: the kernel is amx where AMX runs (then amx's TDPBF16PS on C0
+    between GEMVs is compared too), else avx512, else avx2; fma512 needs AVX-512."""
+    kernel = "amx" if HAS_AMX else "avx512" if HAS_AVX512_BF16 else "avx2"
+    modes = ["pause"] + (["fma512"] if HAS_AVX512 else []) + (["amx"] if HAS_AMX else [])
+    print(f"branch: --gemv {kernel}, spin modes {modes}")
+    for xchg in ("fid", "direct"):
+        gates = {}
+        for mode in modes:
+            proc = run(
+                build / "layer",
+                "--spin",
+                mode,
+                gemv=kernel,
+                dump=tiny,
+                batch=16,
+                cpus=CPUS[2],
+                xchg=xchg,
+                steps=6,
+            )
+            assert assert_gate_passed(proc, 16)["spin"] == mode
+            gates[mode] = [
+                {k: m[k] for k in ("boundary", "value", "max_abs", "cosine", "row")}
+                for m in records(proc)[1]
+                if m["name"] == "gate_rel_rms"
+            ]
+        assert all(gates[m] == gates["pause"] for m in modes), xchg
+
+
+def test_spin_bad_input_is_one_line(build, tiny):
+    """A spin the host can't run is exit 3 naming it (SL_CPU_HIDE takes AVX-512 away on any
+    host); amx without the AMX kernel, an unknown mode or an unknown hidden feature is exit 2."""
+    cases = [
+        ("avx512", ["--spin", "fma512"], 3, "not available on this host: --spin fma512"),
+        ("", ["--gemv", "avx2", "--spin", "amx"], 2, "--spin amx: only with --gemv amx"),
+        ("", ["--spin", "warm"], 2, "--spin"),
+        ("avx512,bogus", [], 2, "SL_CPU_HIDE: unknown feature 'bogus'"),
+    ]
+    for hide, args, rc, msg in cases:
+        proc = hidden(build / "layer", hide, "--dump", tiny, "--steps", 4, *args)
+        assert proc.returncode == rc and msg in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and not proc.stdout
 
 
 def test_e2b_l0_2k_passes_gate(build, e2b):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -17,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"
 COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
 TIMEOUT = 60  # seconds for any one binary run; nothing may hang
-BINARIES = ("ladder", "exchange", "gemv", "kvstream")
+BINARIES = ("ladder", "exchange", "gemv", "kvstream", "wakeup")
 
 
 def cpu_flags() -> set[str]:
@@ -162,6 +163,20 @@ CONTRACT_RUNS = {
         dict(mode="diss", cpus=TWO, iters=100, warmup=10),
         {"latency_p50", "latency_p99"},
     ),
+    "wakeup": (
+        dict(work="zmm-fma" if HAS_AVX512 else "scalar", cpus=TWO, steps=400, gap_us=3),
+        {
+            "step_p50",
+            "step_p99",
+            "slow_share",
+            "slow_in_bursts",
+            "burst_max",
+            "vector_p50_fast",
+            "vector_p50_slow",
+            "gap_step_p50",
+            "slow_share_after_gap",
+        },
+    ),
 }
 
 
@@ -184,6 +199,16 @@ def test_output_follows_json_lines_contract(build, binary):
         mins = [m for m in metrics if m["name"] == "bw_per_core_min"]
         assert all(m["cpu"] in online_cpus() for m in mins)
         assert all(m["unit"] == "GB/s" for m in metrics if m["name"].startswith("bw_"))
+    if binary == "wakeup":
+        print(f"host branch: wakeup --work {flags['work']}")
+        value = {m["name"]: m["value"] for m in metrics}
+        assert meta["work"] == flags["work"] and meta["coupled"] is True
+        assert meta["vector_iters"] >= 1 and meta["scalar_iters"] >= 1
+        assert 0 < value["step_p50"] <= value["step_p99"]
+        assert 0 <= value["slow_in_bursts"] <= value["slow_share"] * 360 + 1e-9
+        assert 0 <= value["burst_max"] <= 360 and 0 <= value["slow_share_after_gap"] <= 1
+        # worker 0's 3 us gap lands in the step it delays
+        assert value["gap_step_p50"] > value["step_p50"]
     if binary == "exchange":
         assert all(
             m["unit"] == "us"
@@ -694,6 +719,7 @@ def bad_flag_cases() -> list[tuple[str, list[str], str]]:
         "gemv": ["--kernel", "avx512-bf16"],
         "kvstream": ["--tokens", "1024"],
         "exchange": ["--mode", "diss"],
+        "wakeup": ["--work", "scalar"],
     }
     cases = [
         ("ladder", ["--kernel", "nope", "--size", "1M"], "unknown value 'nope'"),
@@ -715,6 +741,14 @@ def bad_flag_cases() -> list[tuple[str, list[str], str]]:
         ("gemv", ["--kernel", "amx-bf16", "--layer", "0x64"], "ROWSxCOLS"),
         ("gemv", ["--kernel", "avx512-bf16", "--row-unit", "4"], "only apply with --layer"),
         ("gemv", ["--kernel", "amx-bf16", "--layer", "64x64", "--workers", "0"], "--workers"),
+        ("wakeup", ["--work", "nope", "--cpus", TWO], "unknown value 'nope'"),
+        ("wakeup", ["--work", "scalar", "--cpus", CPU0], "at least 2 workers"),
+        (
+            "wakeup",
+            ["--work", "scalar", "--cpus", CPU0, "--uncoupled", "--debug", "unequal"],
+            "to compare",
+        ),
+        ("wakeup", ["--work", "scalar", "--cpus", TWO, "--spin", "amx"], "unknown value 'amx'"),
     ]
     for binary, args in base.items():
         cases.append((binary, [*args, "--cpus", offline], "not online"))
@@ -760,6 +794,35 @@ def test_watchdog_stops_a_stuck_run(build):
     )
     assert proc.returncode == 1
     assert "watchdog" in proc.stderr
+
+
+@needs_two
+@pytest.mark.parametrize("work", ["zmm-fma", "zmm-dpbf16", "ymm-fma", "scalar"])
+def test_wakeup_checks_itself_or_says_unsupported(build, work):
+    """wakeup's workers compare their results bit for bit: a run passes, and one where worker 1
+    runs one more vector iteration (--debug unequal) exits 1. Host-dependent: zmm-fma needs
+    AVX-512, zmm-dpbf16 AVX-512 BF16, ymm-fma AVX2 (else exit 3); --spin fma512 runs where
+    AVX-512 does, and SL_CPU_HIDE=avx512 takes it away on any host (exit 3)."""
+    _, out = build
+    needs = {"zmm-fma": HAS_AVX512, "zmm-dpbf16": HAS_AVX512_BF16, "ymm-fma": HAS_AVX2}
+    print(f"branch: --work {work} {'runs' if needs.get(work, True) else 'is exit 3'} here")
+    spin = ["--spin", "fma512"] if HAS_AVX512 else []
+    for extra, want in (([], 0), (["--debug", "unequal"], 1)):
+        proc = run(out / "wakeup", *spin, *extra, work=work, cpus=TWO, steps=200)
+        if not needs.get(work, True):
+            assert proc.returncode == 3 and "not available on this host" in proc.stderr
+            return
+        assert proc.returncode == want, proc.stderr
+        if want:
+            assert "results differ" in proc.stderr and proc.stderr.count("\n") == 1
+    hidden = subprocess.run(
+        [str(out / "wakeup"), "--work", "scalar", "--cpus", TWO, "--spin", "fma512"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "SL_CPU_HIDE": "avx512"},
+    )
+    assert hidden.returncode == 3 and "--spin fma512" in hidden.stderr, hidden.stderr
 
 
 @needs_two

@@ -156,6 +156,32 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
+/* SL_CPU_HIDE=avx512,amx,...: run as if the CPU lacked these (they can only be taken away), as
+ * glibc's hwcaps tunable does: to compare paths on one host, and so the tests reach the
+ * "not available on this host" branches on any machine */
+static const char* const hide_names[] = { "avx2", "avx512", "amx", "waitpkg", "cldemote", NULL };
+enum { HIDE_AVX2 = 1, HIDE_AVX512 = 2, HIDE_AMX = 4, HIDE_WAITPKG = 8, HIDE_CLDEMOTE = 16 };
+
+static unsigned hidden_features(void)
+{
+    const char* env = getenv("SL_CPU_HIDE");
+    unsigned mask = 0;
+    while (env && *env) {
+        const size_t n = strcspn(env, ",");
+        int i = 0;
+        while (hide_names[i] && !(strlen(hide_names[i]) == n && !strncmp(env, hide_names[i], n)))
+            i++;
+        if (n && !hide_names[i])
+            sl_usage_error("SL_CPU_HIDE: unknown feature '%.*s' (expected a comma list of avx2, "
+                           "avx512, amx, waitpkg, cldemote)",
+                (int)n, env);
+        if (n)
+            mask |= 1u << i;
+        env += n + (env[n] == ',');
+    }
+    return mask;
+}
+
 const sl_features* sl_cpu_features(void)
 {
     static sl_features f;
@@ -195,6 +221,18 @@ const sl_features* sl_cpu_features(void)
             __cpuid(0x80000002 + i, w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
         f.brand[sizeof(f.brand) - 1] = 0;
     }
+    const unsigned hide = hidden_features();
+    f.hidden = hide != 0;
+    if (hide & HIDE_AVX2)
+        f.avx2 = false;
+    if (hide & HIDE_AVX512)
+        f.avx512f = f.avx512bw = f.avx512bf16 = false;
+    if (hide & HIDE_AMX)
+        f.amx_tile = f.amx_bf16 = false;
+    if (hide & HIDE_WAITPKG)
+        f.waitpkg = false;
+    if (hide & HIDE_CLDEMOTE)
+        f.cldemote = false;
     return &f;
 }
 
@@ -202,7 +240,7 @@ bool sl_have_avx2(const char** why)
 {
     const sl_features* f = sl_cpu_features();
     if (!f->avx2)
-        *why = "CPU lacks AVX2";
+        *why = f->hidden ? "CPU lacks AVX2 (or SL_CPU_HIDE hides it)" : "CPU lacks AVX2";
     return f->avx2;
 }
 
@@ -217,7 +255,8 @@ bool sl_have_avx512(const char** why)
 {
     const sl_features* f = sl_cpu_features();
     if (!f->avx512f || !f->avx512bw) {
-        *why = "CPU lacks AVX-512 F/BW";
+        *why = f->hidden ? "CPU lacks AVX-512 F/BW (or SL_CPU_HIDE hides it)"
+                         : "CPU lacks AVX-512 F/BW";
         return false;
     }
     if (!f->os_avx512) {
@@ -252,7 +291,8 @@ bool sl_have_amx(const char** why)
 #endif
     const sl_features* f = sl_cpu_features();
     if (!f->amx_tile || !f->amx_bf16) {
-        *why = "CPU lacks AMX-TILE/AMX-BF16 (CPUID.7.0:EDX bits 24/22)";
+        *why = f->hidden ? "CPU lacks AMX-TILE/AMX-BF16 (or SL_CPU_HIDE hides it)"
+                         : "CPU lacks AMX-TILE/AMX-BF16 (CPUID.7.0:EDX bits 24/22)";
         return false;
     }
     static int granted = -1;

@@ -139,6 +139,7 @@ typedef struct {
     bool invariant_tsc; /* CPUID.80000007H:EDX[8]: TSC rate is constant and synchronised */
     bool cldemote; /* CPUID.7.0:ECX[25]; without it CLDEMOTE executes as a NOP */
     bool waitpkg; /* CPUID.7.0:ECX[5]: UMONITOR / UMWAIT / TPAUSE */
+    bool hidden; /* SL_CPU_HIDE took some of them away (cpu.c) */
     char brand[64];
 } sl_features;
 const sl_features* sl_cpu_features(void);
@@ -207,6 +208,16 @@ double sl_match_cosine(const sl_match* m);
  * lines while timed. */
 void sl_step_spans_us(const uint64_t* t0, const uint64_t* t1, int workers, int steps, double* us);
 
+/* ---- spin-waits (spin.c: why fma512 and amx) ---- */
+enum { SL_SPIN_PAUSE, SL_SPIN_FMA512, SL_SPIN_AMX };
+extern const char* const sl_spin_names[];
+/* process-wide: every poll is PAUSE, plus one 512-bit FMA (fma512: only where AVX-512 runs),
+ * plus amx_tick() every 8th poll (amx: the caller's tile product on its own config) */
+void sl_spin_set(int mode, void (*amx_tick)(void));
+int sl_spin_mode(void);
+void sl_spin_relax(void);
+void sl_spin_until(const volatile uint64_t* p, uint64_t target); /* until *p >= target */
+
 /* ---- barriers ---- */
 typedef struct {
     _Alignas(SL_PAD) volatile int count;
@@ -224,7 +235,7 @@ static inline void sl_barrier_wait(sl_barrier* b, int* local_sense)
         __atomic_store_n(&b->sense, s, __ATOMIC_RELEASE);
     } else {
         while (__atomic_load_n(&b->sense, __ATOMIC_ACQUIRE) != s)
-            __builtin_ia32_pause();
+            sl_spin_relax();
     }
 }
 

@@ -42,6 +42,10 @@ void gemv_amx_config_rows_override(int a_rows)
 
 void gemv_amx_release(void) { _tile_release(); }
 
+/* C0 += A . B0 on the loaded config's shapes: keeps the TMUL awake (native/layer's spin-waits);
+ * harmless between GEMVs, which zero C0 before every use */
+void gemv_amx_keep_warm(void) { _tile_dpbf16ps(T_C0, T_A, T_B0); }
+
 void gemv_amx_bf16(
     const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch, float* y, int ldy)
 {

@@ -40,6 +40,7 @@ void gemv_amx_config(int batch);
 void gemv_amx_bf16(
     const uint16_t* w, int nblocks, int cols, const uint16_t* x, int batch, float* y, int ldy);
 void gemv_amx_release(void);
+void gemv_amx_keep_warm(void); /* one TDPBF16PS on the loaded config (layer's spin-waits) */
 /* emulated builds only (test hook) */
 void gemv_amx_config_rows_override(int a_rows);
 

@@ -100,6 +100,14 @@ static _Thread_local int amx_rows; /* A rows of the loaded tile config, 0 = none
 
 void l_kernel_thread_init(int kernel) { amx_rows = 0; }
 
+void l_amx_keep_warm(void)
+{
+#ifndef SL_AMX_EMULATE /* the emulator's tiles are shared by the workers, under a lock */
+    if (amx_rows)
+        gemv_amx_keep_warm();
+#endif
+}
+
 void l_kernel_thread_done(int kernel)
 {
 #ifndef SL_AMX_EMULATE

@@ -38,6 +38,12 @@ static const char usage[]
       "timing\n"
       "  --barrier B         diss (dissemination) | hier (per node, then node leaders) (default "
       "diss)\n"
+      "  --spin S            auto | pause | fma512 | amx: how barriers and fid's polls wait.\n"
+      "                      fma512 adds one 512-bit FMA per poll, amx also a TDPBF16PS every "
+      "8th,\n"
+      "                      so the kernel's unit stays awake (its wake-up, handed between\n"
+      "                      barrier-coupled workers, slows steps for up to ~1 ms); auto = amx\n"
+      "                      with --gemv amx, fma512 with avx512 / avx512-vnni, else pause\n"
       "  --steps N           steps (default 200; the first 10%% are excluded from the statistics)\n"
       "  --page MODE         4k | thp | hugetlb for the worker arenas (default thp)\n"
       "  --kv-tile-kib K     KV positions per attention tile, in KiB of K+V (default 256; 0 = one\n"
@@ -142,6 +148,7 @@ typedef struct {
 
 static struct {
     l_dump d;
+    int spin; /* SL_SPIN_*, or -1 (auto) until check_args */
     int kernel, xmode, nobcast, barrier, steps, batch, tile_kib, pf_dist, pf_hint, ctx, ctx_repeat;
     int resident_kib, slice, slice_w, slice_n, pv_unsplit, drop_combine, perturb, gelu;
     int kv_copies, kv_cold_mib, stage_kib, attn_only, corrupt_copy, swap_expert, drop_rest;
@@ -1128,6 +1135,7 @@ static void meta_common(void)
     sl_json_str("gemv", l_gemv_names[g.kernel]);
     sl_json_str("xchg", l_xchg_names[g.xmode]);
     sl_json_str("barrier", l_barrier_names[g.barrier]);
+    sl_json_str("spin", sl_spin_names[g.spin]);
     sl_json_bool("nobcast", g.nobcast);
     sl_json_int("batch", g.batch);
     sl_json_int("workers", g.nw);
@@ -1410,6 +1418,14 @@ static const int vec_mat[NVEC]
     = { M_Q, M_K, M_V, -1, M_O, M_GATE, M_DOWN, M_PG, M_PP, M_R, -2, -3 };
 static const int vec_esz[NVEC] = { 4, 4, 4, 2, 4, 2, 4, 2, 4, 4, 2, 4 };
 
+/* --spin: auto (-1, resolved in check_args) or one of sl_spin_names */
+static void parse_spin(const char* flag, const char* text, void* unused)
+{
+    (void)unused;
+    static const char* const spin_args[] = { "auto", "pause", "fma512", "amx", NULL };
+    g.spin = sl_parse_choice(flag, text, spin_args) - 1;
+}
+
 static void parse_args(int argc, char** argv, layer_plan* p)
 {
     p->device = "/dev/pseudo_lock";
@@ -1417,6 +1433,7 @@ static void parse_args(int argc, char** argv, layer_plan* p)
     g.kernel = G_AVX2;
     g.xmode = X_DIRECT;
     g.barrier = BAR_DISS;
+    g.spin = -1;
     g.steps = 200;
     g.page = SL_PAGE_THP;
     g.tile_kib = 256;
@@ -1435,6 +1452,7 @@ static void parse_args(int argc, char** argv, layer_plan* p)
         { "xchg", required_argument, SL_CHOICE(&g.xmode, l_xchg_names) },
         { "nobcast", no_argument, SL_SET(&g.nobcast, 1), .letter = 'n' },
         { "barrier", required_argument, SL_CHOICE(&g.barrier, l_barrier_names) },
+        { "spin", required_argument, SL_CALL(parse_spin, NULL) },
         { "steps", required_argument, SL_INT(&g.steps, 2, 10000000) },
         { "page", required_argument, SL_PAGE(&g.page) },
         { "kv-tile-kib", required_argument, SL_INT(&g.tile_kib, 0, 1 << 20) },
@@ -1498,6 +1516,22 @@ static void check_args(layer_plan* p)
         sl_unsupported("--gemv %s: %s", l_gemv_names[g.kernel], why);
     if (g.kernel == G_AMX && !l_amx_emulated && !sl_have_amx(&why))
         sl_unsupported("--gemv amx: %s", why);
+    /* the spin keeps awake the unit the kernel runs on, so it needs that unit for real */
+    const char* why512 = "";
+    const bool have512 = sl_have_avx512(&why512), real_amx = g.kernel == G_AMX && !l_amx_emulated;
+    if (g.spin == SL_SPIN_AMX && !real_amx)
+        sl_usage_error("--spin amx: only with --gemv amx on real AMX (it keeps the TMUL awake)");
+    if (g.spin >= SL_SPIN_FMA512 && !have512)
+        sl_unsupported("--spin %s: %s", sl_spin_names[g.spin], why512);
+    if (g.spin < 0 && !have512)
+        g.spin = SL_SPIN_PAUSE;
+    else if (g.spin < 0 && real_amx)
+        g.spin = SL_SPIN_AMX;
+    else if (g.spin < 0) /* emulated AMX too: its other phases run AVX-512 */
+        g.spin = g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI || g.kernel == G_AMX
+            ? SL_SPIN_FMA512
+            : SL_SPIN_PAUSE;
+    sl_spin_set(g.spin, g.spin == SL_SPIN_AMX ? l_amx_keep_warm : NULL);
     g.gelu = l_gelu_init(g.gelu);
 }
 

@@ -169,7 +169,7 @@ const void* l_vec_gather(l_vec* v, int node, void* local, uint32_t tag)
                     memcpy(&t0, line, 4);
                     if (t0 == tag && t1 == tag)
                         break;
-                    _mm_pause();
+                    sl_spin_relax();
                 }
                 /* the line's elements in runs that stay within one batch row: one copy per
                  * run (per element, this loop cost 3x the original's whole fid exchange) */
@@ -231,23 +231,18 @@ void l_barrier_wait(l_barrier* b, int id, uint64_t e)
         const int k = b->node_of[id];
         __atomic_fetch_add(&b->arrive[k].v, 1, __ATOMIC_ACQ_REL);
         if (id == b->node_first[k]) {
-            while (
-                __atomic_load_n(&b->arrive[k].v, __ATOMIC_ACQUIRE) < (uint64_t)b->node_count[k] * e)
-                _mm_pause();
+            sl_spin_until(&b->arrive[k].v, (uint64_t)b->node_count[k] * e);
             __atomic_store_n(&b->done[k].v, e, __ATOMIC_RELEASE);
             for (int m = 0; m < b->nnodes; m++)
-                while (__atomic_load_n(&b->done[m].v, __ATOMIC_ACQUIRE) < e)
-                    _mm_pause();
+                sl_spin_until(&b->done[m].v, e);
             __atomic_store_n(&b->gate[k].v, e, __ATOMIC_RELEASE);
         } else {
-            while (__atomic_load_n(&b->gate[k].v, __ATOMIC_ACQUIRE) < e)
-                _mm_pause();
+            sl_spin_until(&b->gate[k].v, e);
         }
         return;
     }
     for (int r = 0, d = 1; d < b->n; r++, d <<= 1) {
         __atomic_store_n(&b->diss[(id + d) % b->n][r].v, e, __ATOMIC_RELEASE);
-        while (__atomic_load_n(&b->diss[id][r].v, __ATOMIC_ACQUIRE) < e)
-            _mm_pause();
+        sl_spin_until(&b->diss[id][r].v, e);
     }
 }

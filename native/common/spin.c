@@ -1,0 +1,52 @@
+/* Spin-waits: how a waiting worker polls (sl.h). Measured on a Granite Rapids guest
+ * (docs/runs/2026-12-05-gnr-kvm-layer-vs-original.md, native/wakeup): the first 512-bit phase
+ * after a few us without 512-bit FP work runs ~2.5x slower while the unit wakes up, and the
+ * first AMX product after a pause in AMX work likewise. With barrier-coupled workers one
+ * worker's slow phase is the others' wait, which lets their units sleep in turn: the penalty
+ * passes back and forth for up to ~1 ms after one disturbance. So a poll can keep the unit the
+ * workers compute on busy: fma512 adds one 512-bit FMA per poll, amx also the caller's tile
+ * product every 8th poll (fewer let the bursts back; more delay the wake-up of a 5 us step).
+ * Each worker then pays at most one slow phase per disturbance. */
+#include "sl.h"
+
+#include <immintrin.h>
+
+const char* const sl_spin_names[] = { "pause", "fma512", "amx", NULL };
+
+static int spin_mode = SL_SPIN_PAUSE;
+static void (*spin_tick)(void);
+
+void sl_spin_set(int mode, void (*amx_tick)(void))
+{
+    spin_mode = mode;
+    spin_tick = amx_tick;
+}
+
+int sl_spin_mode(void) { return spin_mode; }
+
+static _Thread_local float spin_acc[16] __attribute__((aligned(64)));
+static _Thread_local unsigned spin_polls;
+
+/* a -> a/2 + 1/4: stays at 1/2, never denormal; in memory, so no vector register is live in
+ * the callers */
+static SL_TARGET_AVX512 __attribute__((noinline)) void spin_fma512(void)
+{
+    const __m512 a = _mm512_load_ps(spin_acc);
+    _mm512_store_ps(spin_acc, _mm512_fmadd_ps(a, _mm512_set1_ps(0.5f), _mm512_set1_ps(0.25f)));
+}
+
+void sl_spin_relax(void)
+{
+    if (spin_mode != SL_SPIN_PAUSE) {
+        spin_fma512();
+        if (spin_mode == SL_SPIN_AMX && spin_tick && (++spin_polls & 7) == 0)
+            spin_tick();
+    }
+    _mm_pause();
+}
+
+void sl_spin_until(const volatile uint64_t* p, uint64_t target)
+{
+    while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < target)
+        sl_spin_relax();
+}
