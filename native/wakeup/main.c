@@ -68,20 +68,28 @@ static struct {
  * iterations gives its own bits (the workers' check) and nothing turns denormal */
 #define DECAY (1.0f - 1.0f / 2048)
 
-/* 8 independent accumulators: throughput-bound on the unit under test */
-static SL_TARGET_AVX512 __attribute__((noinline)) float zmm_fma(long n)
+/* 8 independent accumulators: throughput-bound on the unit under test (one text for both
+ * widths, as gemv/kernels.c does) */
+#define FMA_STEPS(a, n, set1, fmadd)                                                               \
+    for (int j = 0; j < 8; j++)                                                                    \
+        a[j] = set1((float)j);                                                                     \
+    for (long i = 0; i < (n); i++)                                                                 \
+        for (int j = 0; j < 8; j++)                                                                \
+    a[j] = fmadd(a[j], set1(DECAY), set1(1.0f - DECAY))
+
+static SL_TARGET_AVX512 inline float zmm_sum(const __m512 a[8])
 {
-    __m512 a[8];
-    const __m512 y = _mm512_set1_ps(DECAY), c = _mm512_set1_ps(1.0f - DECAY);
-    for (int j = 0; j < 8; j++)
-        a[j] = _mm512_set1_ps((float)j);
-    for (long i = 0; i < n; i++)
-        for (int j = 0; j < 8; j++)
-            a[j] = _mm512_fmadd_ps(a[j], y, c);
     __m512 s = a[0];
     for (int j = 1; j < 8; j++)
         s = _mm512_add_ps(s, a[j]);
     return _mm512_reduce_add_ps(s);
+}
+
+static SL_TARGET_AVX512 __attribute__((noinline)) float zmm_fma(long n)
+{
+    __m512 a[8];
+    FMA_STEPS(a, n, _mm512_set1_ps, _mm512_fmadd_ps);
+    return zmm_sum(a);
 }
 
 static SL_TARGET_AVX512BF16 __attribute__((noinline)) float zmm_dpbf16(long n)
@@ -93,21 +101,13 @@ static SL_TARGET_AVX512BF16 __attribute__((noinline)) float zmm_dpbf16(long n)
     for (long i = 0; i < n; i++)
         for (int j = 0; j < 8; j++) /* grows by 0.5 per step: exact in fp32 for n < 2^24 */
             a[j] = _mm512_dpbf16_ps(a[j], (__m512bh)x, (__m512bh)x);
-    __m512 s = a[0];
-    for (int j = 1; j < 8; j++)
-        s = _mm512_add_ps(s, a[j]);
-    return _mm512_reduce_add_ps(s);
+    return zmm_sum(a);
 }
 
 static SL_TARGET_AVX2 __attribute__((noinline)) float ymm_fma(long n)
 {
     __m256 a[8];
-    const __m256 y = _mm256_set1_ps(DECAY), c = _mm256_set1_ps(1.0f - DECAY);
-    for (int j = 0; j < 8; j++)
-        a[j] = _mm256_set1_ps((float)j);
-    for (long i = 0; i < n; i++)
-        for (int j = 0; j < 8; j++)
-            a[j] = _mm256_fmadd_ps(a[j], y, c);
+    FMA_STEPS(a, n, _mm256_set1_ps, _mm256_fmadd_ps);
     float o[8], s = 0;
     for (int j = 0; j < 8; j++) {
         _mm256_storeu_ps(o, a[j]);
