@@ -35,8 +35,9 @@ static const char usage[]
       "                      error the workers' check must catch (exit 1)\n"
       "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
       "  --help              this text\n"
-      "Output: JSON lines: meta, step_p50 / step_p99 (us), slow_share, slow_in_bursts (slow\n"
-      "steps in bursts of 3 or more), burst_max (steps), vector_p50 in fast and slow steps (us),\n"
+      "Output: JSON lines: meta, step_p50 / step_p99 (us), slow_share, burst_steps (the steps\n"
+      "from first to last slow step of bursts 3 or more long), burst_max (the longest, steps),\n"
+      "vector_p50 in fast and slow steps (us),\n"
       "with --gap-us gap_step_p50 (us, the step after a gap) and slow_share_after_gap (the 50\n"
       "steps after). Exit: 0 ok, 1 the workers' results differ, 2 usage error, 3 unsupported.\n";
 
@@ -290,7 +291,7 @@ static int report(void)
     }
     memcpy(tmp, st, sizeof(double) * (size_t)n);
     const double p50 = sl_quantile(tmp, n, 0.5), p99 = sl_quantile(tmp, n, 0.99);
-    int slow = 0, in_bursts = 0, burst_max = 0, run_len = 0, last = -10, nf = 0, ns = 0;
+    int slow = 0, burst_steps = 0, burst_max = 0, run_len = 0, last = -10, nf = 0, ns = 0;
     double *vf = malloc(sizeof(double) * (size_t)n), *vs = malloc(sizeof(double) * (size_t)n);
     for (int s = 0; s <= n; s++) {
         const int is_slow = s < n && st[s] > 1.6 * p50;
@@ -298,9 +299,9 @@ static int report(void)
             (is_slow ? (vs[ns++] = vec[s]) : (vf[nf++] = vec[s]));
         if (is_slow && s - last <= 2) {
             run_len += s - last;
-        } else if (is_slow || s == n) { /* a burst ends: runs of 3+ steps count */
+        } else if (is_slow || s == n) { /* a burst ends: its span counts from 3 steps */
             if (run_len >= 3)
-                in_bursts += run_len;
+                burst_steps += run_len;
             burst_max = run_len > burst_max ? run_len : burst_max;
             run_len = is_slow;
         }
@@ -312,7 +313,7 @@ static int report(void)
     metric("step_p50", p50, "us");
     metric("step_p99", p99, "us");
     metric("slow_share", (double)slow / n, "ratio");
-    metric("slow_in_bursts", in_bursts, "steps");
+    metric("burst_steps", burst_steps, "steps");
     metric("burst_max", burst_max, "steps");
     metric("vector_p50_fast", median_of(vf, nf), "us");
     metric("vector_p50_slow", median_of(vs, ns), "us");
