@@ -214,7 +214,6 @@ extern const char* const sl_spin_names[];
 /* process-wide: every poll is PAUSE, plus one 512-bit FMA (fma512: only where AVX-512 runs),
  * plus amx_tick() every 8th poll (amx: the caller's tile product on its own config) */
 void sl_spin_set(int mode, void (*amx_tick)(void));
-int sl_spin_mode(void);
 void sl_spin_relax(void);
 void sl_spin_until(const volatile uint64_t* p, uint64_t target); /* until *p >= target */
 

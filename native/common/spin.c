@@ -1,6 +1,6 @@
 /* Spin-waits: how a waiting worker polls (sl.h). Measured on a Granite Rapids guest
  * (docs/runs/2026-12-05-gnr-kvm-layer-vs-original.md, native/wakeup): the first 512-bit phase
- * after a few us without 512-bit FP work runs ~2.5x slower while the unit wakes up, and the
+ * after a few us without 512-bit FP work runs ~3x slower while the unit wakes up, and the
  * first AMX product after a pause in AMX work likewise. With barrier-coupled workers one
  * worker's slow phase is the others' wait, which lets their units sleep in turn: the penalty
  * passes back and forth for up to ~1 ms after one disturbance. So a poll can keep the unit the
@@ -21,8 +21,6 @@ void sl_spin_set(int mode, void (*amx_tick)(void))
     spin_mode = mode;
     spin_tick = amx_tick;
 }
-
-int sl_spin_mode(void) { return spin_mode; }
 
 static _Thread_local float spin_acc[16] __attribute__((aligned(64)));
 static _Thread_local unsigned spin_polls;

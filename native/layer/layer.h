@@ -161,9 +161,9 @@ typedef struct {
     l_line *arrive, *done, *gate; /* [node] */
 } l_barrier;
 void l_barrier_init(l_barrier* b, int kind, int n, const int* node_of);
+void l_barrier_wait(l_barrier* b, int id, uint64_t epoch); /* epoch counts from 1 */
 /* kern.c: one TDPBF16PS on this thread's tile config, if it has loaded one (else nothing): the
  * amx spin's tick (sl_spin_set) */
 void l_amx_keep_warm(void);
-void l_barrier_wait(l_barrier* b, int id, uint64_t epoch); /* epoch counts from 1 */
 
 #endif

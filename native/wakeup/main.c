@@ -30,7 +30,7 @@ static const char usage[]
       "  --uncoupled         no barriers: each worker steps on its own\n"
       "  --gap-us G          every 500th step worker 0 runs G us of scalar work first: a\n"
       "                      disturbance on demand (reports the steps after each)\n"
-      "  --steps N           steps (default 30000; the first 10%% are excluded)\n"
+      "  --steps N           steps (default 30000; the first 10% are excluded)\n"
       "  --debug unequal     worker 1 runs one more vector iteration in its last step: a planted\n"
       "                      error the workers' check must catch (exit 1)\n"
       "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
