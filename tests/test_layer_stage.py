@@ -578,6 +578,35 @@ def test_spin_bad_input_is_one_line(build, tiny):
         assert proc.stderr.count("\n") == 1 and not proc.stdout
 
 
+def test_step_times_file_matches_the_reported_quantiles(build, tiny, tmp_path):
+    """--step-times FILE: every step's time per worker (warm-up included), from which the
+    reported step p50 / p99 follow (per step the slowest worker, the first 10% dropped, linear
+    interpolation). A run whose gate fails still writes them, as it prints its metrics; an
+    unwritable path is exit 2 before the run, and a run that never starts writes no file."""
+    import numpy as np
+
+    out = tmp_path / "steps.tsv"
+    proc = run(build / "layer", dump=tiny, batch=2, cpus=CPUS[2], steps=40, step_times=out)
+    assert_gate_passed(proc, 2)
+    lines = out.read_text().splitlines()
+    workers = 2 if "," in CPUS[2] else 1
+    assert lines[0].split("\t") == ["step"] + [f"w{i}_us" for i in range(workers)]
+    rows = np.array([[float(x) for x in ln.split("\t")] for ln in lines[1:]])
+    assert rows.shape == (40, 1 + workers) and (rows[:, 0] == np.arange(40)).all()
+    assert (rows[:, 1:] > 0).all()
+    slowest = rows[4:, 1:].max(axis=1)
+    value = {m["name"]: m["value"] for m in records(proc)[1]}
+    for q, name in ((50, "step_p50"), (99, "step_p99")):
+        assert np.percentile(slowest, q) == pytest.approx(value[name], rel=1e-4, abs=2e-3)
+    bad = run(build / "layer", dump=tiny, steps=4, step_times=tmp_path / "no" / "x.tsv")
+    assert bad.returncode == 2 and "--step-times" in bad.stderr and bad.stderr.count("\n") == 1
+    failed = run(build / "layer", "--debug", "perturb-row", dump=tiny, steps=4, step_times=out)
+    assert failed.returncode == 1 and len(out.read_text().splitlines()) == 1 + 4
+    never = tmp_path / "never.tsv"
+    run(build / "layer", dump=tmp_path / "nodump", steps=4, step_times=never)
+    assert not never.exists()
+
+
 def test_e2b_l0_2k_passes_gate(build, e2b):
     proc = run(build / "layer", dump=e2b, cpus=CPUS[2], steps=6, xchg="repnt")
     meta = assert_gate_passed(proc, 1)

@@ -3,6 +3,7 @@
 #include "layer.h"
 #include "lock.h"
 
+#include <errno.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -86,6 +87,8 @@ static const char usage[]
       "                      of the KV copy the middle step reads) | swap-expert (MoE: row 0's\n"
       "                      first pick runs the next expert) | drop-rest (TP slice: o and down\n"
       "                      without the other ranks' share): planted errors for the gate\n"
+      "  --step-times FILE   write every step's time per worker (us; a tab-separated table\n"
+      "                      with a header, warm-up steps included) after the run\n"
       "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
       "A dump may be a MoE layer (26B-A4B: router, pinned top-k experts; phases 4-6 run them),\n"
       "a layer without per-layer input or with attention_k_eq_v (12B / 31B), or one rank of a\n"
@@ -1400,7 +1403,7 @@ static void parse_debug(const char* flag, const char* text, void* unused)
 
 /* What main's steps hand on: the parsed flags that aren't in g, and what the plan works out. */
 typedef struct {
-    const char *dump, *slice_arg, *device;
+    const char *dump, *slice_arg, *device, *step_times;
     int lock_ways;
     double timeout;
     int unit, numerics; /* rows per partition unit; whether the numerics are checked */
@@ -1465,6 +1468,7 @@ static void parse_args(int argc, char** argv, layer_plan* p)
         { "pv-unsplit", no_argument, SL_SET(&g.pv_unsplit, 1), .letter = 'u' },
         { "debug", required_argument, SL_CALL(parse_debug, NULL) },
         { "timeout", required_argument, SL_TIMEOUT(&p->timeout) },
+        { "step-times", required_argument, SL_STR(&p->step_times) },
         { "gelu", required_argument, SL_CHOICE(&g.gelu, l_gelu_names) },
         { "lock", no_argument, SL_SET(&g.lock, 1), .letter = 'L' },
         { "device", required_argument, SL_STR(&p->device) },
@@ -1476,11 +1480,26 @@ static void parse_args(int argc, char** argv, layer_plan* p)
     sl_parse_options(argc, argv, usage, opts);
 }
 
+/* --step-times FILE: an existing file we may write, or a new one in a directory we may */
+static void step_times_writable(const char* path)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char* slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = 0;
+    const char* where = access(path, F_OK) == 0 ? path : slash ? dir : ".";
+    if (access(where, W_OK) != 0)
+        sl_usage_error("--step-times %s: can't write %s (%s)", path, where, strerror(errno));
+}
+
 /* The flags against each other and this host (before the dump loads) */
 static void check_args(layer_plan* p)
 {
     if (!p->dump)
         sl_usage_error("--dump DIR is required (see --help)");
+    if (p->step_times) /* checked now, written after the run: a failed run leaves no file */
+        step_times_writable(p->step_times);
     if (p->lock_ways && !g.lock)
         sl_usage_error("--lock-ways is only used with --lock");
     if (g.lock) { /* before the dump loads: no driver here is exit 3, at once */
@@ -1978,6 +1997,24 @@ static void report_phase_bytes(void)
     }
 }
 
+static void write_step_times(const char* path)
+{
+    FILE* f = fopen(path, "w");
+    if (!f)
+        sl_fatal("--step-times %s: %s", path, strerror(errno));
+    fprintf(f, "step");
+    for (int i = 0; i < g.nrun; i++)
+        fprintf(f, "\tw%d_us", i);
+    for (int s = 0; s < g.steps; s++) {
+        fprintf(f, "\n%d", s);
+        for (int i = 0; i < g.nrun; i++)
+            fprintf(f, "\t%.3f", g.w[i].step_cyc[s] / (sl_tsc_ghz() * 1e3));
+    }
+    fputc('\n', f);
+    if (fclose(f))
+        sl_fatal("--step-times %s: write failed", path);
+}
+
 /* the metric records, then the numerics gate (its exit code) */
 static int report(const layer_plan* p)
 {
@@ -1990,6 +2027,8 @@ static int report(const layer_plan* p)
             mx = g.w[i].step_cyc[s] > mx ? g.w[i].step_cyc[s] : mx;
         us[s - skip] = mx / (sl_tsc_ghz() * 1e3);
     }
+    if (p->step_times) /* every step, warm-up included, each worker's time */
+        write_step_times(p->step_times);
     const char* qn[4] = { "step_p50", "step_p95", "step_p99", "step_max" };
     const double qv[4] = { 0.5, 0.95, 0.99, 1.0 };
     for (int k = 0; k < 4; k++) {
