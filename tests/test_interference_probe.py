@@ -35,11 +35,7 @@ ORCHESTRATE = Path(sys.executable).parent / "orchestrate"
 CAMPAIGN = REPO / "experiments" / "campaign-oct.yaml"
 
 
-def cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+cpu_flags = hostclass.proc_cpu_flags  # this machine's /proc/cpuinfo flags
 
 
 @pytest.fixture(scope="module")

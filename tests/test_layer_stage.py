@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import hostclass
 from tests.support.layer_run import (
     CPUS,
     SHAPES,
@@ -32,11 +33,7 @@ MODES = ("direct", "rep", "repcld", "repnt", "fid")
 SIMDE_H = Path("/usr/include/simde/x86/avx512.h")
 
 
-def cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+cpu_flags = hostclass.proc_cpu_flags  # this machine's /proc/cpuinfo flags
 
 
 FLAGS = cpu_flags()
@@ -485,74 +482,71 @@ def hidden(binary: Path, hide: str, *args: object) -> subprocess.CompletedProces
     return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
 
 
-def spin_cases() -> list[tuple[str, str, str, str]]:
-    """(binary, --gemv, SL_CPU_HIDE, what --spin auto must give: a mode, or "exit 3").
+def as_host(host: str) -> tuple[set[str], str]:
+    """(CPU flags, SL_CPU_HIDE) to run native/layer as on ISA host ``host``
+    (tests/support/hostclass.py); skips where this machine lacks part of that host's ISA."""
+    flags = hostclass.isa_flags(host)
+    hide = hostclass.cpu_hide(flags)
+    if hide is None:
+        pytest.skip(f"{host}: this machine lacks part of its instruction sets")
+    print(f"branch: {host} (SL_CPU_HIDE={hide!r})")
+    return flags, hide
+
+
+def spin_expected(flags: set[str]) -> list[tuple[str, str, str]]:
+    """(binary, --gemv, what --spin auto gives on a host with these CPU flags: a mode or "exit 3").
 
     auto keeps awake the unit the kernel runs on: amx with real AMX, fma512 with the AVX-512
     kernels (and emulated AMX, whose other phases are AVX-512 where the host has it), else
-    pause. The lacks-AVX-512 branch runs on every host through SL_CPU_HIDE; a kernel whose unit
-    the host lacks (or that SL_CPU_HIDE hides) exits 3 before any spin applies."""
-    avx512 = "fma512" if HAS_AVX512_BF16 else "exit 3"
+    pause; a kernel whose unit the host lacks exits 3 before any spin applies."""
+    avx512 = {"avx512f", "avx512bw"} <= flags
+    bf16 = "fma512" if avx512 and "avx512_bf16" in flags else "exit 3"
     return [
-        ("layer", "avx2", "", "pause"),
-        ("layer", "avx2", "avx512", "pause"),
-        ("layer", "avx512", "", avx512),
-        ("layer", "avx512-vnni", "", avx512),
-        ("layer", "avx512", "avx512", "exit 3"),
-        ("layer", "amx", "", "amx" if HAS_AMX else "exit 3"),
-        ("layer", "amx", "amx", "exit 3"),
-        ("layer_amx_emu", "amx", "", "fma512" if HAS_AVX512 else "pause"),
-        ("layer_amx_emu", "amx", "avx512", "pause"),
+        ("layer", "avx2", "pause"),
+        ("layer", "avx512", bf16),
+        ("layer", "avx512-vnni", bf16),
+        ("layer", "amx", "amx" if {"amx_tile", "amx_bf16"} <= flags else "exit 3"),
+        ("layer_amx_emu", "amx", "fma512" if avx512 else "pause"),
     ]
 
 
-@pytest.mark.parametrize("binary,gemv,hide,want", spin_cases())
-def test_spin_auto_follows_kernel_and_host(build, tiny, binary, gemv, hide, want):
-    """--spin auto (native/layer/xchg.c): the poll that keeps the kernel's unit awake, per host."""
-    print(f"branch: AVX-512 BF16 {HAS_AVX512_BF16}, AMX {HAS_AMX}, SL_CPU_HIDE={hide!r}")
-    proc = hidden(
-        build / binary,
-        hide,
-        "--gemv",
-        gemv,
-        "--dump",
-        tiny,
-        "--batch",
-        4,
-        "--cpus",
-        CPUS[2],
-        "--steps",
-        4,
-    )
-    if want == "exit 3":
-        assert proc.returncode == 3 and "not available on this host" in proc.stderr, proc.stderr
-        assert proc.stderr.count("\n") == 1
-        return
-    meta = assert_gate_passed(proc, 4)
-    assert meta["spin"] == want and meta["gemv"] == gemv
+@pytest.mark.parametrize("host", hostclass.ISA_HOSTS)
+def test_spin_auto_follows_kernel_and_host(build, tiny, host):
+    """--spin auto (native/common/spin.c): the poll that keeps the kernel's unit awake, on this
+    machine and, through SL_CPU_HIDE, as on each recorded host."""
+    flags, hide = as_host(host)
+    for binary, gemv, want in spin_expected(flags):
+        args = ["--gemv", gemv, "--dump", tiny, "--batch", 4, "--cpus", CPUS[2], "--steps", 4]
+        proc = hidden(build / binary, hide, *args)
+        if want == "exit 3":
+            assert proc.returncode == 3 and "not available on this host" in proc.stderr, (
+                gemv,
+                proc.stderr,
+            )
+            assert proc.stderr.count("\n") == 1
+            continue
+        meta = assert_gate_passed(proc, 4)
+        assert meta["spin"] == want and meta["gemv"] == gemv, (binary, gemv)
 
 
-def test_spin_modes_leave_numerics_alone(build, tiny):
-    """Every --spin mode this host runs gives the same gate records bit for bit (fid and direct
+@pytest.mark.parametrize("host", hostclass.ISA_HOSTS)
+def test_spin_modes_leave_numerics_alone(build, tiny, host):
+    """Every --spin mode the host runs gives the same gate records bit for bit (fid and direct
     with the dissemination barrier, 2 workers, B = 16): a poll's FMA or tile product must not
-    reach a result. Host-dependent: the kernel is amx where AMX runs (then amx's TDPBF16PS on C0
-    between GEMVs is compared too), else avx512, else avx2; fma512 needs AVX-512."""
-    kernel = "amx" if HAS_AMX else "avx512" if HAS_AVX512_BF16 else "avx2"
-    modes = ["pause"] + (["fma512"] if HAS_AVX512 else []) + (["amx"] if HAS_AMX else [])
-    print(f"branch: --gemv {kernel}, spin modes {modes}")
+    reach a result. The kernel is amx where AMX runs (then amx's TDPBF16PS on C0 between GEMVs
+    is compared too), else avx512, else avx2; fma512 needs AVX-512. Each ISA host's branch runs
+    here through SL_CPU_HIDE."""
+    flags, hide = as_host(host)
+    amx, avx512 = {"amx_tile", "amx_bf16"} <= flags, {"avx512f", "avx512bw"} <= flags
+    kernel = "amx" if amx else "avx512" if avx512 and "avx512_bf16" in flags else "avx2"
+    modes = ["pause"] + (["fma512"] if avx512 else []) + (["amx"] if amx else [])
+    print(f"--gemv {kernel}, spin modes {modes}")
     for xchg in ("fid", "direct"):
         gates = {}
         for mode in modes:
-            proc = run(
-                build / "layer",
-                "--spin",
-                mode,
-                gemv=kernel,
-                dump=tiny,
-                batch=16,
-                cpus=CPUS[2],
-                xchg=xchg,
-                steps=6,
+            args = ["--dump", tiny, "--batch", 16, "--cpus", CPUS[2], "--steps", 6]
+            proc = hidden(
+                build / "layer", hide, *args, "--gemv", kernel, "--xchg", xchg, "--spin", mode
             )
             assert assert_gate_passed(proc, 16)["spin"] == mode
             gates[mode] = [

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import hostclass
+
 REPO = Path(__file__).resolve().parents[1]
 NATIVE = REPO / "native"
 COMPILERS = {"gcc": "gcc", "clang": "clang-16"}
@@ -21,11 +23,7 @@ TIMEOUT = 60  # seconds for any one binary run; nothing may hang
 BINARIES = ("ladder", "exchange", "gemv", "kvstream", "wakeup")
 
 
-def cpu_flags() -> set[str]:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+cpu_flags = hostclass.proc_cpu_flags  # this machine's /proc/cpuinfo flags
 
 
 # Host-dependent tests branch only on these, name the branch in their docstring and print it or
@@ -798,32 +796,45 @@ def test_watchdog_stops_a_stuck_run(build):
 
 
 @needs_two
-@pytest.mark.parametrize("work", ["zmm-fma", "zmm-dpbf16", "ymm-fma", "scalar"])
-def test_wakeup_checks_itself_or_says_unsupported(build, work):
+@pytest.mark.parametrize("host", hostclass.ISA_HOSTS)
+def test_wakeup_checks_itself_or_says_unsupported(build, host):
     """wakeup's workers compare their results bit for bit: a run passes, and one where worker 1
-    runs one more vector iteration (--debug unequal) exits 1. Host-dependent: zmm-fma needs
-    AVX-512, zmm-dpbf16 AVX-512 BF16, ymm-fma AVX2 (else exit 3); --spin fma512 runs where
-    AVX-512 does, and SL_CPU_HIDE=avx512 takes it away on any host (exit 3)."""
+    runs one more vector iteration (--debug unequal) exits 1. Host-dependent, each ISA host's
+    branch run here through SL_CPU_HIDE (tests/support/hostclass.py): zmm-fma needs AVX-512,
+    zmm-dpbf16 AVX-512 BF16, ymm-fma AVX2, else exit 3; --spin fma512 needs AVX-512."""
     _, out = build
-    needs = {"zmm-fma": HAS_AVX512, "zmm-dpbf16": HAS_AVX512_BF16, "ymm-fma": HAS_AVX2}
-    print(f"branch: --work {work} {'runs' if needs.get(work, True) else 'is exit 3'} here")
-    spin = ["--spin", "fma512"] if HAS_AVX512 else []
-    for extra, want in (([], 0), (["--debug", "unequal"], 1)):
-        proc = run(out / "wakeup", *spin, *extra, work=work, cpus=TWO, steps=200)
-        if not needs.get(work, True):
-            assert proc.returncode == 3 and "not available on this host" in proc.stderr
-            return
-        assert proc.returncode == want, proc.stderr
-        if want:
-            assert "results differ" in proc.stderr and proc.stderr.count("\n") == 1
-    hidden = subprocess.run(
-        [str(out / "wakeup"), "--work", "scalar", "--cpus", TWO, "--spin", "fma512"],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={**os.environ, "SL_CPU_HIDE": "avx512"},
-    )
-    assert hidden.returncode == 3 and "--spin fma512" in hidden.stderr, hidden.stderr
+    flags = hostclass.isa_flags(host)
+    hide = hostclass.cpu_hide(flags)
+    if hide is None:
+        pytest.skip(f"{host}: this machine lacks part of its instruction sets")
+    avx512 = {"avx512f", "avx512bw"} <= flags
+    needs = {
+        "zmm-fma": avx512,
+        "zmm-dpbf16": avx512 and "avx512_bf16" in flags,
+        "ymm-fma": {"avx2", "fma"} <= flags,
+        "scalar": True,
+    }
+    print(f"branch: {host} (SL_CPU_HIDE={hide!r}): {needs}")
+    env = {**os.environ, "SL_CPU_HIDE": hide}
+
+    def wakeup(*args: str) -> subprocess.CompletedProcess:
+        argv = [str(out / "wakeup"), "--cpus", TWO, "--steps", "200", *args]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+    for work, runs in needs.items():
+        for extra, want in (([], 0), (["--debug", "unequal"], 1)):
+            proc = wakeup("--work", work, *extra)
+            if not runs:
+                assert proc.returncode == 3 and "not available on this host" in proc.stderr
+                break
+            assert proc.returncode == want, (work, proc.stderr)
+            if want:
+                assert "results differ" in proc.stderr and proc.stderr.count("\n") == 1
+    spin = wakeup("--work", "scalar", "--spin", "fma512")
+    if avx512:
+        assert spin.returncode == 0, spin.stderr
+    else:
+        assert spin.returncode == 3 and "--spin fma512" in spin.stderr, spin.stderr
 
 
 @needs_two

@@ -105,3 +105,49 @@ def host_topology(results: Path, campaign: str) -> dict[str, Any]:
     """The topology facts the report of ``results`` judges by (its one host)."""
     (path,) = (results / campaign / "hosts").glob("*.json")
     return json.loads(path.read_text())["topology"]
+
+
+# ---- the instruction sets a native test sees (SL_CPU_HIDE, native/common/cpu.c) ----
+#: An AVX2-only guest (Zen 3) for the ISA branches: SYNTHESIZED as zen4-kvm-2vcpu's flags without
+#: AVX-512 (no Zen 3 facts were recorded).
+AVX2_ONLY = "zen3-kvm-2vcpu"
+#: what an ISA-dependent native test is parametrized with: this machine, each recorded host, and
+#: the AVX2-only guest
+ISA_HOSTS = (REAL, *RECORDED, AVX2_ONLY)
+# SL_CPU_HIDE's names and the /proc/cpuinfo flags each takes away, as cpu.c hides them
+_HIDE_GROUPS = {
+    "avx2": {"avx2"},
+    "avx512": {"avx512f", "avx512bw", "avx512_bf16"},
+    "amx": {"amx_tile", "amx_bf16"},
+}
+
+
+def proc_cpu_flags() -> set[str]:
+    """This machine's /proc/cpuinfo flags."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def isa_flags(name: str) -> set[str]:
+    """The CPU flags of ISA_HOSTS entry ``name``."""
+    if name == REAL:
+        return proc_cpu_flags()
+    if name == AVX2_ONLY:
+        return isa_flags("zen4-kvm-2vcpu") - _HIDE_GROUPS["avx512"] - _HIDE_GROUPS["amx"]
+    return set(snapshot(name)["cpuinfo"]["flags"].split())
+
+
+def cpu_hide(flags: set[str]) -> str | None:
+    """The SL_CPU_HIDE under which this machine's native binaries see the instruction sets of a
+    host with ``flags``; None where this machine lacks part of one that host has (features can
+    only be taken away), so that host's branch can't run here."""
+    real, hide = proc_cpu_flags(), []
+    for name, group in _HIDE_GROUPS.items():
+        has = group & flags
+        if has and (has != group or not group <= real):
+            return None
+        if not has and group & real:
+            hide.append(name)
+    return ",".join(hide)
