@@ -1480,17 +1480,17 @@ static void parse_args(int argc, char** argv, layer_plan* p)
     sl_parse_options(argc, argv, usage, opts);
 }
 
-/* --step-times FILE: an existing file we may write, or a new one in a directory we may */
+/* --step-times FILE, tried before the run: an existing file is opened without truncating it, a
+ * new one is created and removed again (access() would say yes to root everywhere) */
 static void step_times_writable(const char* path)
 {
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char* slash = strrchr(dir, '/');
-    if (slash)
-        *(slash == dir ? slash + 1 : slash) = 0;
-    const char* where = access(path, F_OK) == 0 ? path : slash ? dir : ".";
-    if (access(where, W_OK) != 0)
-        sl_usage_error("--step-times %s: can't write %s (%s)", path, where, strerror(errno));
+    const bool existed = access(path, F_OK) == 0;
+    FILE* f = fopen(path, existed ? "r+" : "w");
+    if (!f)
+        sl_usage_error("--step-times %s: can't write it (%s)", path, strerror(errno));
+    fclose(f);
+    if (!existed)
+        unlink(path);
 }
 
 /* The flags against each other and this host (before the dump loads) */
@@ -1542,14 +1542,10 @@ static void check_args(layer_plan* p)
         sl_usage_error("--spin amx: only with --gemv amx on real AMX (it keeps the TMUL awake)");
     if (g.spin >= SL_SPIN_FMA512 && !have512)
         sl_unsupported("--spin %s: %s", sl_spin_names[g.spin], why512);
-    if (g.spin < 0 && !have512)
-        g.spin = SL_SPIN_PAUSE;
-    else if (g.spin < 0 && real_amx)
-        g.spin = SL_SPIN_AMX;
-    else if (g.spin < 0) /* emulated AMX too: its other phases run AVX-512 */
-        g.spin = g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI || g.kernel == G_AMX
-            ? SL_SPIN_FMA512
-            : SL_SPIN_PAUSE;
+    if (g.spin < 0) { /* emulated AMX counts as wide: its other phases run AVX-512 */
+        const bool wide = g.kernel == G_AVX512 || g.kernel == G_AVX512_VNNI || g.kernel == G_AMX;
+        g.spin = !have512 || !wide ? SL_SPIN_PAUSE : real_amx ? SL_SPIN_AMX : SL_SPIN_FMA512;
+    }
     sl_spin_set(g.spin, g.spin == SL_SPIN_AMX ? l_amx_keep_warm : NULL);
     g.gelu = l_gelu_init(g.gelu);
 }
@@ -2002,13 +1998,14 @@ static void write_step_times(const char* path)
     FILE* f = fopen(path, "w");
     if (!f)
         sl_fatal("--step-times %s: %s", path, strerror(errno));
+    const double cyc_us = sl_tsc_ghz() * 1e3;
     fprintf(f, "step");
     for (int i = 0; i < g.nrun; i++)
         fprintf(f, "\tw%d_us", i);
     for (int s = 0; s < g.steps; s++) {
         fprintf(f, "\n%d", s);
         for (int i = 0; i < g.nrun; i++)
-            fprintf(f, "\t%.3f", g.w[i].step_cyc[s] / (sl_tsc_ghz() * 1e3));
+            fprintf(f, "\t%.3f", g.w[i].step_cyc[s] / cyc_us);
     }
     fputc('\n', f);
     if (fclose(f))

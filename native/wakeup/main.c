@@ -270,10 +270,12 @@ static double median_of(double* v, int n) { return n ? sl_quantile(v, n, 0.5) : 
 
 static int report(void)
 {
-    /* the same work on every worker, the same bits (worker 0's gaps add to its scalar sum) */
+    /* the same work on every worker, the same bits; worker 0's gaps add to its scalar sum, so
+     * with gaps the others' scalar sums are compared with worker 1's */
+    const int ref = g.gap_iters ? 1 : 0;
     for (int i = 0; i < g.n; i++)
         if (memcmp(&g.w[i].vsum, &g.w[0].vsum, sizeof(float)) || !isfinite(g.w[i].vsum)
-            || (i && g.w[i].ssum != g.w[1].ssum) || (!g.gap_iters && g.w[i].ssum != g.w[0].ssum))
+            || (i && g.w[i].ssum != g.w[ref].ssum))
             sl_check_failed("worker %d's results differ from the others' (%g, %llu)", i,
                 (double)g.w[i].vsum, (unsigned long long)g.w[i].ssum);
     const int skip = g.steps / 10, n = g.steps - skip;
