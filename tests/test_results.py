@@ -263,10 +263,13 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
     assert len(speed) == 7 * K  # kernels x (bw_total x 3 stats + 4 per-core stats)
     for x in speed:
         assert x["n_a"] == x["n_b"] == 3 and x["ci_low"] <= x["ratio"] <= x["ci_high"]
-        if x["kernel"] == "avx2-read":  # ~8x slower at -O0: slower whatever this VM's noise
+        # avx2-read is intrinsics that -O0 spills around every load: ~8x slower on every CPU
+        # it ran on, so "slower" whatever a shared VM's noise. avx512-read's timed loop is asm
+        # (4 loads per 256 B); -O0 adds only the 4 zmm stores of its outputs: 2.35x slower on
+        # the GNR guest (16K: 396 vs 167 GB/s), the same speed on the machine CI once ran on.
+        # So its verdict is not asserted, only that it follows its interval (below)
+        if x["kernel"] == "avx2-read":
             assert x["verdict"] == "slower" and x["ci_high"] < 0.95, x
-        else:  # ~2.5-5x: one disturbed run of A's 3 can widen the interval across the band
-            assert x["verdict"] in ("slower", "inconclusive") and x["ci_low"] < 0.95, x
     # sysbench is not built: the same program both times. Its peak memory is near-constant (it
     # read "same", 0.996x, in most runs, but an interval over 3 reps can cross the 5% band:
     # "inconclusive" then); its speed is whatever this shared machine gave. Neither may read
@@ -332,8 +335,11 @@ def test_compare_by_build_within_one_campaign(runs, tmp_path, capsys):
     )
     assert rc == 0
     compared = [x for x in lines if x["verdict"] not in ("only in A", "only in B")]
-    assert len(compared) == 3 * K and {x["verdict"] for x in compared} <= {"slower", "inconclusive"}
+    assert len(compared) == 3 * K
     assert {x["verdict"] for x in compared if x["kernel"] == "avx2-read"} == {"slower"}
+    for x in compared:  # avx512-read's verdict is the CPU's (see the test above), but it is
+        inside = bool(x["ci_low"]) and x["ci_low"] >= 0.95 and x["ci_high"] <= 1.05  # always
+        assert (x["verdict"] == "same") == inside, x  # its interval's
     assert compared[0]["a"].startswith("quickstart build native@")
     assert "(-O3 -march=native)" in compared[0]["a"] and "(-O0 -march=native)" in compared[0]["b"]
     rc = main(["compare", "quickstart", "--results", str(mixed), "--by", "host"])
