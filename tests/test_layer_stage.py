@@ -482,17 +482,6 @@ def hidden(binary: Path, hide: str, *args: object) -> subprocess.CompletedProces
     return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
 
 
-def as_host(host: str) -> tuple[set[str], str]:
-    """(CPU flags, SL_CPU_HIDE) to run native/layer as on ISA host ``host``
-    (tests/support/hostclass.py); skips where this machine lacks part of that host's ISA."""
-    flags = hostclass.isa_flags(host)
-    hide = hostclass.cpu_hide(flags)
-    if hide is None:
-        pytest.skip(f"{host}: this machine lacks part of its instruction sets")
-    print(f"branch: {host} (SL_CPU_HIDE={hide!r})")
-    return flags, hide
-
-
 def spin_expected(flags: set[str]) -> list[tuple[str, str, str]]:
     """(binary, --gemv, what --spin auto gives on a host with these CPU flags: a mode or "exit 3").
 
@@ -514,7 +503,7 @@ def spin_expected(flags: set[str]) -> list[tuple[str, str, str]]:
 def test_spin_auto_follows_kernel_and_host(build, tiny, host):
     """--spin auto (native/common/spin.c): the poll that keeps the kernel's unit awake, on this
     machine and, through SL_CPU_HIDE, as on each recorded host."""
-    flags, hide = as_host(host)
+    flags, hide = hostclass.as_host(host)
     for binary, gemv, want in spin_expected(flags):
         args = ["--gemv", gemv, "--dump", tiny, "--batch", 4, "--cpus", CPUS[2], "--steps", 4]
         proc = hidden(build / binary, hide, *args)
@@ -536,7 +525,7 @@ def test_spin_modes_leave_numerics_alone(build, tiny, host):
     reach a result. The kernel is amx where AMX runs (then amx's TDPBF16PS on C0 between GEMVs
     is compared too), else avx512, else avx2; fma512 needs AVX-512. Each ISA host's branch runs
     here through SL_CPU_HIDE."""
-    flags, hide = as_host(host)
+    flags, hide = hostclass.as_host(host)
     amx, avx512 = {"amx_tile", "amx_bf16"} <= flags, {"avx512f", "avx512bw"} <= flags
     kernel = "amx" if amx else "avx512" if avx512 and "avx512_bf16" in flags else "avx2"
     modes = ["pause"] + (["fma512"] if avx512 else []) + (["amx"] if amx else [])

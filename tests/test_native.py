@@ -803,10 +803,7 @@ def test_wakeup_checks_itself_or_says_unsupported(build, host):
     branch run here through SL_CPU_HIDE (tests/support/hostclass.py): zmm-fma needs AVX-512,
     zmm-dpbf16 AVX-512 BF16, ymm-fma AVX2, else exit 3; --spin fma512 needs AVX-512."""
     _, out = build
-    flags = hostclass.isa_flags(host)
-    hide = hostclass.cpu_hide(flags)
-    if hide is None:
-        pytest.skip(f"{host}: this machine lacks part of its instruction sets")
+    flags, hide = hostclass.as_host(host)
     avx512 = {"avx512f", "avx512bw"} <= flags
     needs = {
         "zmm-fma": avx512,
@@ -814,7 +811,7 @@ def test_wakeup_checks_itself_or_says_unsupported(build, host):
         "ymm-fma": {"avx2", "fma"} <= flags,
         "scalar": True,
     }
-    print(f"branch: {host} (SL_CPU_HIDE={hide!r}): {needs}")
+    print(f"wakeup work kinds that run: {needs}")
     env = {**os.environ, "SL_CPU_HIDE": hide}
 
     def wakeup(*args: str) -> subprocess.CompletedProcess:
@@ -835,6 +832,93 @@ def test_wakeup_checks_itself_or_says_unsupported(build, host):
         assert spin.returncode == 0, spin.stderr
     else:
         assert spin.returncode == 3 and "--spin fma512" in spin.stderr, spin.stderr
+
+
+def stage_spin_expected(flags: set[str]) -> dict[tuple[str, str], str]:
+    """(binary, --kernel or "") -> what --spin auto gives on a host with these CPU flags: a mode,
+    or "exit 3" where the kernel's unit is missing. gemv: fma512 with its AVX-512 kernels,
+    pause with amx-bf16 (keeping the TMUL awake did not help it) and avx2-bf16; kvstream:
+    pause (docs/benchmarks.md, "--spin")."""
+    avx512 = {"avx512f", "avx512bw"} <= flags
+    bf16 = avx512 and "avx512_bf16" in flags
+    return {
+        ("gemv", "avx512-bf16"): "fma512" if bf16 else "exit 3",
+        ("gemv", "avx512-bf16-rows"): "fma512" if bf16 else "exit 3",
+        ("gemv", "avx512-fp32"): "fma512" if avx512 else "exit 3",
+        ("gemv", "amx-bf16"): "pause" if {"amx_tile", "amx_bf16"} <= flags else "exit 3",
+        ("gemv", "avx2-bf16"): "pause" if {"avx2", "fma"} <= flags else "exit 3",
+        ("kvstream", ""): "pause" if avx512 else "exit 3",
+    }
+
+
+def stage_run(out: Path, binary: str, kernel: str, hide: str, *args: str):
+    """gemv or kvstream on 2 workers, small, with SL_CPU_HIDE=hide"""
+    shape = ["--kernel", kernel, "--rows", "256", "--cols", "512", "--batch", "16"]
+    argv = [str(out / binary), *(shape if binary == "gemv" else ["--tokens", "300"])]
+    argv += ["--cpus", TWO, "--steps", "20", *args]
+    env = {**os.environ, "SL_CPU_HIDE": hide}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+
+
+@needs_two
+@pytest.mark.parametrize("host", hostclass.ISA_HOSTS)
+def test_stage_spin_auto_follows_kernel_and_host(build, host):
+    """gemv and kvstream --spin (native/common/spin.c, as layer's): auto's mode per kernel, in
+    meta "spin", on this machine and through SL_CPU_HIDE as on each ISA host; every mode the
+    host runs gives the same numerics check bit for bit (a poll's FMA or, with gemv --spin amx,
+    its tile product on C0 must not reach y)."""
+    name, out = build
+    flags, hide = hostclass.as_host(host)
+    avx512 = {"avx512f", "avx512bw"} <= flags
+    for (binary, kernel), want in stage_spin_expected(flags).items():
+        proc = stage_run(out, binary, kernel, hide)
+        if want == "exit 3":
+            assert proc.returncode == 3 and "not available on this host" in proc.stderr, (
+                kernel,
+                proc.stderr,
+            )
+            assert proc.stderr.count("\n") == 1
+            continue
+        assert proc.returncode == 0, (binary, kernel, proc.stderr)
+        meta, metrics = parse_contract(proc.stdout, binary, name)
+        assert meta["spin"] == want, (binary, kernel, meta["spin"])
+        modes = (
+            ["pause"] + (["fma512"] if avx512 else []) + (["amx"] if kernel == "amx-bf16" else [])
+        )
+        checks = set()
+        for mode in modes:
+            run_mode = stage_run(out, binary, kernel, hide, "--spin", mode)
+            assert run_mode.returncode == 0, (binary, kernel, mode, run_mode.stderr)
+            meta, metrics = parse_contract(run_mode.stdout, binary, name)
+            assert meta["spin"] == mode
+            checks.add(tuple(m["value"] for m in metrics if m["name"] in ("rel_rms_err", "cosine")))
+        print(f"{binary} {kernel}: auto {want}; modes {modes} agree: {checks}")
+        assert len(checks) == 1 and len(next(iter(checks))) == 2, checks
+
+
+def test_stage_spin_bad_input_is_one_line(build):
+    """A spin the host can't run is exit 3 naming it (SL_CPU_HIDE takes AVX-512 away on any
+    host); amx without the AMX kernel, kvstream's amx, --spin with gemv --layer and an unknown
+    mode are exit 2 in one line, with nothing on stdout."""
+    _, out = build
+    cases = [
+        ("avx512", "gemv", ["--kernel", "avx2-bf16", "--spin", "fma512"], 3,
+         "not available on this host: --spin fma512"),
+        ("", "gemv", ["--kernel", "avx2-bf16", "--spin", "amx"], 2,
+         "--spin amx: only with --kernel amx-bf16 on real AMX"),
+        ("", "kvstream", ["--tokens", "300", "--spin", "amx"], 2,
+         "--spin amx: kvstream has no AMX kernel"),
+        ("", "gemv", ["--kernel", "avx2-bf16", "--layer", "64x64", "--spin", "pause"], 2,
+         "--spin only applies to a GEMV run"),
+        ("", "gemv", ["--kernel", "avx2-bf16", "--spin", "warm"], 2,
+         "--spin: unknown value 'warm'"),
+    ]  # fmt: skip
+    for hide, binary, args, rc, msg in cases:
+        env = {**os.environ, "SL_CPU_HIDE": hide}
+        argv = [str(out / binary), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        assert proc.returncode == rc and msg in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and not proc.stdout
 
 
 @needs_two

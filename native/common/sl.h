@@ -214,6 +214,13 @@ extern const char* const sl_spin_names[];
 /* process-wide: every poll is PAUSE, plus one 512-bit FMA (fma512: only where AVX-512 runs),
  * plus amx_tick() every 8th poll (amx: the caller's tile product on its own config) */
 void sl_spin_set(int mode, void (*amx_tick)(void));
+/* --spin auto|pause|fma512|amx for SL_CALL: stores SL_SPIN_* or -1 (auto) in an int */
+void sl_parse_spin(const char* flag, const char* text, void* dest);
+/* --spin checked against this host, the same in every binary: `requested` (-1 = auto), fma512
+ * and amx need AVX-512 (exit 3), amx needs `amx_kernel` (the flag that selects it; NULL where
+ * the binary has none) running on real AMX (exit 2). auto gives `automatic`, the mode the
+ * binary measured to help (pause where the host lacks AVX-512). Returns it; sets nothing. */
+int sl_spin_resolve(int requested, int automatic, bool real_amx, const char* amx_kernel);
 void sl_spin_relax(void);
 void sl_spin_until(const volatile uint64_t* p, uint64_t target); /* until *p >= target */
 

@@ -22,6 +22,28 @@ void sl_spin_set(int mode, void (*amx_tick)(void))
     spin_tick = amx_tick;
 }
 
+void sl_parse_spin(const char* flag, const char* text, void* dest)
+{
+    static const char* const args[] = { "auto", "pause", "fma512", "amx", NULL };
+    *(int*)dest = sl_parse_choice(flag, text, args) - 1;
+}
+
+int sl_spin_resolve(int requested, int automatic, bool real_amx, const char* amx_kernel)
+{
+    const char* why = "";
+    const bool have512 = sl_have_avx512(&why);
+    if (requested == SL_SPIN_AMX && !amx_kernel)
+        sl_usage_error("--spin amx: %s has no AMX kernel (amx keeps the TMUL awake)", sl_prog);
+    if (requested == SL_SPIN_AMX && !real_amx)
+        sl_usage_error(
+            "--spin amx: only with %s on real AMX (it keeps the TMUL awake)", amx_kernel);
+    if (requested >= SL_SPIN_FMA512 && !have512)
+        sl_unsupported("--spin %s: %s", sl_spin_names[requested], why);
+    if (requested >= 0)
+        return requested;
+    return have512 && (automatic != SL_SPIN_AMX || real_amx) ? automatic : SL_SPIN_PAUSE;
+}
+
 static _Thread_local float spin_acc[16] __attribute__((aligned(64)));
 static _Thread_local unsigned spin_polls;
 

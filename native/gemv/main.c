@@ -30,6 +30,9 @@ static const char usage[]
       "  --min-cosine X      fail when cosine similarity vs FP32 is below X (default 0.9999)\n"
       "  --page MODE         4k | thp | hugetlb for the weight slices (default thp)\n"
       "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --spin S            auto | pause | fma512 | amx: how the step barrier polls (as layer\n"
+      "                      --spin): fma512 adds a 512-bit FMA per poll, amx also a TDPBF16PS\n"
+      "                      every 8th; auto = fma512 with the AVX-512 kernels, else pause\n"
       "  --layer SHAPES      no GEMV run: split every matrix of a layer (RxC,RxC,... in rows x\n"
       "                      cols) over the workers in row units and report the layer's weight\n"
       "                      bytes per worker, max / mean (what tile granularity costs a stage)\n"
@@ -67,6 +70,7 @@ typedef struct {
 
 static struct {
     int kernel, rows, cols, batch, steps, warmup, nblocks, ldy;
+    int spin; /* SL_SPIN_*, or -1 (auto) until check_kernel */
     sl_page_mode page;
     sl_cpus cpus;
     worker* w;
@@ -219,6 +223,7 @@ static void parse_args(int argc, char** argv, gemv_args* a)
     g.batch = 1;
     g.steps = 2000;
     g.warmup = 100;
+    g.spin = -1;
     g.page = SL_PAGE_THP;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
@@ -236,6 +241,7 @@ static void parse_args(int argc, char** argv, gemv_args* a)
         { "min-cosine", required_argument, SL_MIN_COSINE(&a->min_cosine) },
         { "page", required_argument, SL_PAGE(&g.page) },
         { "timeout", required_argument, SL_TIMEOUT(&a->timeout) },
+        { "spin", required_argument, SL_CALL(sl_parse_spin, &g.spin) },
         { "layer", required_argument, SL_STR(&a->layer_arg) },
         { "row-unit", required_argument, SL_INT(&a->row_unit, 1, 4096) },
         { "workers", required_argument, SL_INT(&a->layer_workers, 1, 1 << 20) }, SL_OPT_END };
@@ -255,6 +261,14 @@ static void check_kernel(void)
                              : sl_have_amx(&why);
     if (!ok)
         sl_unsupported("--kernel %s: %s", kernel_names[g.kernel], why);
+    /* auto: fma512 for the AVX-512 kernels (avx512-bf16, 256 x 2560 on 2 workers of a GNR
+     * guest: p99 0.75x and 0.80x of pause in two runs, p50 1.00x); pause for amx-bf16, where
+     * no mode helped twice (B = 16: amx 1.19x then 0.98x, fma512 0.99x then 1.16x);
+     * docs/benchmarks.md */
+    const bool avx512 = g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS;
+    g.spin = sl_spin_resolve(
+        g.spin, avx512 ? SL_SPIN_FMA512 : SL_SPIN_PAUSE, g.kernel == K_AMX, "--kernel amx-bf16");
+    sl_spin_set(g.spin, g.spin == SL_SPIN_AMX ? gemv_amx_keep_warm : NULL);
 }
 
 /* 16-row blocks spread as evenly as they go: the first (blocks % n) workers get one more; the
@@ -309,6 +323,7 @@ static void report_meta(size_t page_min, int max_rows)
     sl_json_num("weight_bytes_per_worker_max", (double)max_rows * g.cols * elem);
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
+    sl_json_str("spin", sl_spin_names[g.spin]);
     if (g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS)
         sl_json_bool("avx512_emulated", avx512_emulated);
     sl_json_end();
@@ -376,6 +391,8 @@ int main(int argc, char** argv)
     g.kernel = sl_parse_choice("--kernel", a.kernel_arg, kernel_names);
     if (!a.layer_arg && (a.row_unit || a.layer_workers))
         sl_usage_error("--row-unit and --workers only apply with --layer");
+    if (a.layer_arg && g.spin >= 0)
+        sl_usage_error("--spin only applies to a GEMV run, not to --layer (nothing waits)");
     if (a.layer_arg)
         return layer_balance(a.layer_arg,
             a.row_unit              ? a.row_unit

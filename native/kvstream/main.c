@@ -26,6 +26,8 @@ static const char usage[]
       "  --min-cosine X      fail below this cosine similarity (default 0.99999)\n"
       "  --page MODE         4k | thp | hugetlb (default thp)\n"
       "  --timeout S         exit 1 if the run takes longer (default 600; 0 = none)\n"
+      "  --spin S            auto | pause | fma512: how the step's two barriers poll (as layer\n"
+      "                      --spin; auto = pause)\n"
       "  --help              this text\n"
       "Output: JSON lines; meta, then kv_bw (GB/s of K+V read at p50), step_p50, step_p99 (us),\n"
       "rel_rms_err, cosine. Exit: 0 ok, 1 check failed, 2 usage error, 3 unsupported here.\n";
@@ -40,6 +42,7 @@ typedef struct {
 
 static struct {
     int tokens, heads, dim, steps, warmup, tile_tokens, n;
+    int spin; /* SL_SPIN_*, or -1 (auto) until check_args */
     size_t prefetch;
     sl_page_mode page;
     sl_cpus cpus;
@@ -210,6 +213,7 @@ static void parse_args(int argc, char** argv, kv_args* a)
     g.dim = 128;
     g.steps = 200;
     g.warmup = 10;
+    g.spin = -1;
     g.page = SL_PAGE_THP;
     g.cpus.n = 1;
     g.cpus.cpu[0] = 0;
@@ -228,7 +232,8 @@ static void parse_args(int argc, char** argv, kv_args* a)
         { "max-rel-rms", required_argument, SL_MAX_REL_RMS(&a->max_rel_rms) },
         { "min-cosine", required_argument, SL_MIN_COSINE(&a->min_cosine) },
         { "page", required_argument, SL_PAGE(&g.page) },
-        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) }, SL_OPT_END };
+        { "timeout", required_argument, SL_TIMEOUT(&a->timeout) },
+        { "spin", required_argument, SL_CALL(sl_parse_spin, &g.spin) }, SL_OPT_END };
     sl_parse_options(argc, argv, usage, opts);
 }
 
@@ -249,6 +254,11 @@ static void check_args(const kv_args* a)
     const char* why = "";
     if (!sl_have_avx512(&why))
         sl_unsupported("kvstream needs AVX-512: %s", why);
+    /* auto: pause. fma512 did not help for sure (128 tokens on 2 workers of a GNR guest, 8.7 us
+     * steps: p99 0.82x, 0.98x and 0.93x of pause in three runs, p50 up to 1.04x; 512 tokens:
+     * 1.02x); docs/benchmarks.md */
+    g.spin = sl_spin_resolve(g.spin, SL_SPIN_PAUSE, false, NULL);
+    sl_spin_set(g.spin, NULL);
 }
 
 /* the workers' token ranges, q, the partials and the output */
@@ -297,6 +307,7 @@ static void run(void)
     sl_json_int("steps", g.steps);
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
+    sl_json_str("spin", sl_spin_names[g.spin]);
     sl_json_end();
     for (int i = 0; i < g.n; i++)
         pthread_join(g.w[i].thread, NULL);

@@ -27,6 +27,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from socketlab.spec.hosts import host_entry
 from socketlab.topology import topology_from_snapshot
 
@@ -151,3 +153,14 @@ def cpu_hide(flags: set[str]) -> str | None:
         if not has and group & real:
             hide.append(name)
     return ",".join(hide)
+
+
+def as_host(host: str) -> tuple[set[str], str]:
+    """(CPU flags, SL_CPU_HIDE) to run the native binaries as on ISA_HOSTS entry ``host``;
+    skips the calling test where this machine lacks part of that host's instruction sets."""
+    flags = isa_flags(host)
+    hide = cpu_hide(flags)
+    if hide is None:
+        pytest.skip(f"{host}: this machine lacks part of its instruction sets")
+    print(f"branch: {host} (SL_CPU_HIDE={hide!r})")
+    return flags, hide
