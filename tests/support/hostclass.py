@@ -164,3 +164,13 @@ def as_host(host: str) -> tuple[set[str], str]:
         pytest.skip(f"{host}: this machine lacks part of its instruction sets")
     print(f"branch: {host} (SL_CPU_HIDE={hide!r})")
     return flags, hide
+
+
+def assert_unsupported(proc, context: object) -> None:
+    """A native binary's answer where the host lacks what it needs: exit 3, one line saying
+    "not available on this host" (docs/benchmarks.md, "Output contract")."""
+    assert proc.returncode == 3 and "not available on this host" in proc.stderr, (
+        context,
+        proc.stderr,
+    )
+    assert proc.stderr.count("\n") == 1, proc.stderr
