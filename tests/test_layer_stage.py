@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,9 +36,9 @@ cpu_flags = hostclass.proc_cpu_flags  # this machine's /proc/cpuinfo flags
 
 
 FLAGS = cpu_flags()
-HAS_AMX = {"amx_tile", "amx_bf16"} <= FLAGS
-HAS_AVX512_BF16 = {"avx512f", "avx512bw", "avx512_bf16"} <= FLAGS
-HAS_AVX512 = {"avx512f", "avx512bw"} <= FLAGS
+HAS_AMX = hostclass.has(FLAGS, "amx")
+HAS_AVX512_BF16 = hostclass.has(FLAGS, "avx512_bf16")
+HAS_AVX512 = hostclass.has(FLAGS, "avx512")
 
 
 @pytest.fixture(scope="module", params=sorted(COMPILERS))
@@ -476,10 +475,7 @@ def test_real_amx_path_or_exit_3(build, tiny):
 
 
 def hidden(binary: Path, hide: str, *args: object) -> subprocess.CompletedProcess:
-    """binary ARGS with SL_CPU_HIDE=hide (native/common/cpu.c: run as if the CPU lacked them)."""
-    env = {**os.environ, "SL_CPU_HIDE": hide}
-    argv = [str(binary), *map(str, args)]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    return hostclass.run_hidden(binary, hide, *args, timeout=TIMEOUT)
 
 
 def spin_expected(flags: set[str]) -> list[tuple[str, str, str]]:
@@ -488,14 +484,13 @@ def spin_expected(flags: set[str]) -> list[tuple[str, str, str]]:
     auto keeps awake the unit the kernel runs on: amx with real AMX, fma512 with the AVX-512
     kernels (and emulated AMX, whose other phases are AVX-512 where the host has it), else
     pause; a kernel whose unit the host lacks exits 3 before any spin applies."""
-    avx512 = {"avx512f", "avx512bw"} <= flags
-    bf16 = "fma512" if avx512 and "avx512_bf16" in flags else "exit 3"
+    bf16 = "fma512" if hostclass.has(flags, "avx512_bf16") else "exit 3"
     return [
         ("layer", "avx2", "pause"),
         ("layer", "avx512", bf16),
         ("layer", "avx512-vnni", bf16),
-        ("layer", "amx", "amx" if {"amx_tile", "amx_bf16"} <= flags else "exit 3"),
-        ("layer_amx_emu", "amx", "fma512" if avx512 else "pause"),
+        ("layer", "amx", "amx" if hostclass.has(flags, "amx") else "exit 3"),
+        ("layer_amx_emu", "amx", "fma512" if hostclass.has(flags, "avx512") else "pause"),
     ]
 
 
@@ -522,8 +517,8 @@ def test_spin_modes_leave_numerics_alone(build, tiny, host):
     is compared too), else avx512, else avx2; fma512 needs AVX-512. Each ISA host's branch runs
     here through SL_CPU_HIDE."""
     flags, hide = hostclass.as_host(host)
-    amx, avx512 = {"amx_tile", "amx_bf16"} <= flags, {"avx512f", "avx512bw"} <= flags
-    kernel = "amx" if amx else "avx512" if avx512 and "avx512_bf16" in flags else "avx2"
+    amx, avx512 = hostclass.has(flags, "amx"), hostclass.has(flags, "avx512")
+    kernel = "amx" if amx else "avx512" if hostclass.has(flags, "avx512_bf16") else "avx2"
     modes = ["pause"] + (["fma512"] if avx512 else []) + (["amx"] if amx else [])
     print(f"--gemv {kernel}, spin modes {modes}")
     for xchg in ("fid", "direct"):

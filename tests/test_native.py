@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -30,11 +29,11 @@ cpu_flags = hostclass.proc_cpu_flags  # this machine's /proc/cpuinfo flags
 # skip with the reason. Three host classes must pass: AMX (Granite Rapids), AVX-512 without AMX
 # (Zen 4/5), AVX2 only (Zen 3): the AVX2 ladder read, exchange, the layer arithmetic, the AMX
 # emulation and tilecfg_check run on every one of them.
-HAS_AMX = {"amx_tile", "amx_bf16"} <= cpu_flags()
+HAS_AMX = hostclass.has(cpu_flags(), "amx")
 HAS_WAITPKG = "waitpkg" in cpu_flags()
-HAS_AVX512 = {"avx512f", "avx512bw"} <= cpu_flags()
-HAS_AVX512_BF16 = HAS_AVX512 and "avx512_bf16" in cpu_flags()
-HAS_AVX2 = {"avx2", "fma"} <= cpu_flags()
+HAS_AVX512 = hostclass.has(cpu_flags(), "avx512")
+HAS_AVX512_BF16 = hostclass.has(cpu_flags(), "avx512_bf16")
+HAS_AVX2 = hostclass.has(cpu_flags(), "avx2")
 # the AVX-512 kernels on SIMDe (gemv_avx512_emu): built where libsimde-dev is installed
 SIMDE_H = Path("/usr/include/simde/x86/avx512.h")
 # bf16 kernels (gemv, kvstream, bf16 ladder) run on AVX-512 BF16; elsewhere they exit 3 and skip
@@ -804,25 +803,24 @@ def test_wakeup_checks_itself_or_says_unsupported(build, host):
     zmm-dpbf16 AVX-512 BF16, ymm-fma AVX2, else exit 3; --spin fma512 needs AVX-512."""
     _, out = build
     flags, hide = hostclass.as_host(host)
-    avx512 = {"avx512f", "avx512bw"} <= flags
+    avx512 = hostclass.has(flags, "avx512")
     needs = {
         "zmm-fma": avx512,
-        "zmm-dpbf16": avx512 and "avx512_bf16" in flags,
-        "ymm-fma": {"avx2", "fma"} <= flags,
+        "zmm-dpbf16": hostclass.has(flags, "avx512_bf16"),
+        "ymm-fma": hostclass.has(flags, "avx2"),
         "scalar": True,
     }
     print(f"wakeup work kinds that run: {needs}")
-    env = {**os.environ, "SL_CPU_HIDE": hide}
 
     def wakeup(*args: str) -> subprocess.CompletedProcess:
-        argv = [str(out / "wakeup"), "--cpus", TWO, "--steps", "200", *args]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        argv = ["--cpus", TWO, "--steps", "200", *args]
+        return hostclass.run_hidden(out / "wakeup", hide, *argv, timeout=TIMEOUT)
 
     for work, runs in needs.items():
         for extra, want in (([], 0), (["--debug", "unequal"], 1)):
             proc = wakeup("--work", work, *extra)
             if not runs:
-                assert proc.returncode == 3 and "not available on this host" in proc.stderr
+                hostclass.assert_unsupported(proc, work)
                 break
             assert proc.returncode == want, (work, proc.stderr)
             if want:
@@ -839,14 +837,13 @@ def stage_spin_expected(flags: set[str]) -> dict[tuple[str, str], str]:
     or "exit 3" where the kernel's unit is missing. gemv: fma512 with its AVX-512 kernels,
     pause with amx-bf16 (keeping the TMUL awake did not help it) and avx2-bf16; kvstream:
     pause (docs/benchmarks.md, "--spin")."""
-    avx512 = {"avx512f", "avx512bw"} <= flags
-    bf16 = avx512 and "avx512_bf16" in flags
+    avx512, bf16 = hostclass.has(flags, "avx512"), hostclass.has(flags, "avx512_bf16")
     return {
         ("gemv", "avx512-bf16"): "fma512" if bf16 else "exit 3",
         ("gemv", "avx512-bf16-rows"): "fma512" if bf16 else "exit 3",
         ("gemv", "avx512-fp32"): "fma512" if avx512 else "exit 3",
-        ("gemv", "amx-bf16"): "pause" if {"amx_tile", "amx_bf16"} <= flags else "exit 3",
-        ("gemv", "avx2-bf16"): "pause" if {"avx2", "fma"} <= flags else "exit 3",
+        ("gemv", "amx-bf16"): "pause" if hostclass.has(flags, "amx") else "exit 3",
+        ("gemv", "avx2-bf16"): "pause" if hostclass.has(flags, "avx2") else "exit 3",
         ("kvstream", ""): "pause" if avx512 else "exit 3",
     }
 
@@ -854,10 +851,8 @@ def stage_spin_expected(flags: set[str]) -> dict[tuple[str, str], str]:
 def stage_run(out: Path, binary: str, kernel: str, hide: str, *args: str):
     """gemv or kvstream on 2 workers, small, with SL_CPU_HIDE=hide"""
     shape = ["--kernel", kernel, "--rows", "256", "--cols", "512", "--batch", "16"]
-    argv = [str(out / binary), *(shape if binary == "gemv" else ["--tokens", "300"])]
-    argv += ["--cpus", TWO, "--steps", "20", *args]
-    env = {**os.environ, "SL_CPU_HIDE": hide}
-    return subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    argv = [*(shape if binary == "gemv" else ["--tokens", "300"]), "--cpus", TWO, "--steps", "20"]
+    return hostclass.run_hidden(out / binary, hide, *argv, *args, timeout=TIMEOUT)
 
 
 @needs_two
@@ -869,7 +864,7 @@ def test_stage_spin_auto_follows_kernel_and_host(build, host):
     its tile product on C0 must not reach y)."""
     name, out = build
     flags, hide = hostclass.as_host(host)
-    avx512 = {"avx512f", "avx512bw"} <= flags
+    avx512 = hostclass.has(flags, "avx512")
     for (binary, kernel), want in stage_spin_expected(flags).items():
         proc = stage_run(out, binary, kernel, hide)
         if want == "exit 3":
@@ -910,9 +905,7 @@ def test_stage_spin_bad_input_is_one_line(build):
          "--spin: unknown value 'warm'"),
     ]  # fmt: skip
     for hide, binary, args, rc, msg in cases:
-        env = {**os.environ, "SL_CPU_HIDE": hide}
-        argv = [str(out / binary), *args]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        proc = hostclass.run_hidden(out / binary, hide, *args, timeout=TIMEOUT)
         assert proc.returncode == rc and msg in proc.stderr, (args, proc.stderr)
         assert proc.stderr.count("\n") == 1 and not proc.stdout
 

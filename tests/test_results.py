@@ -246,6 +246,11 @@ def test_example_script_pivots_the_sweep_and_plots_it(runs, tmp_path):
         assert f"{med:.2f}" in line, (line, med)
 
 
+def _inside_same_band(x: dict) -> bool:
+    """Whether a compared point's interval lies inside compare's "same" band (1 +- 5%)."""
+    return bool(x["ci_low"]) and x["ci_low"] >= 0.95 and x["ci_high"] <= 1.05
+
+
 def _compare_lines(argv: list[str], capsys) -> tuple[int, list[dict], str]:
     rc = main(["compare", *argv, "--json"])
     captured = capsys.readouterr()
@@ -285,8 +290,7 @@ def test_compare_names_the_slower_build_with_its_interval(runs, tmp_path, capsys
     assert rc == 0 and set(verdicts) <= {"same", "inconclusive"} and verdicts["same"], verdicts
     assert all(x["ratio"] == 1.0 for x in itself)
     for x in compared:
-        inside = x["ci_low"] >= 0.95 and x["ci_high"] <= 1.05 if x["ci_low"] else False
-        assert (x["verdict"] == "same") == inside, x
+        assert (x["verdict"] == "same") == _inside_same_band(x), x
     sysbench = next(x for x in compared if x["metric"] == "events_per_second")
     with capsys.disabled():  # the figure this VM gave, for the record (-s)
         print(
@@ -337,9 +341,8 @@ def test_compare_by_build_within_one_campaign(runs, tmp_path, capsys):
     compared = [x for x in lines if x["verdict"] not in ("only in A", "only in B")]
     assert len(compared) == 3 * K
     assert {x["verdict"] for x in compared if x["kernel"] == "avx2-read"} == {"slower"}
-    for x in compared:  # avx512-read's verdict is the CPU's (see the test above), but it is
-        inside = bool(x["ci_low"]) and x["ci_low"] >= 0.95 and x["ci_high"] <= 1.05  # always
-        assert (x["verdict"] == "same") == inside, x  # its interval's
+    for x in compared:  # avx512-read's verdict is the CPU's (the test above), not its interval
+        assert (x["verdict"] == "same") == _inside_same_band(x), x
     assert compared[0]["a"].startswith("quickstart build native@")
     assert "(-O3 -march=native)" in compared[0]["a"] and "(-O0 -march=native)" in compared[0]["b"]
     rc = main(["compare", "quickstart", "--results", str(mixed), "--by", "host"])

@@ -51,6 +51,8 @@ static const char* const kernel_names[]
     = { "avx512-bf16", "avx512-fp32", "amx-bf16", "avx2-bf16", "avx512-bf16-rows", NULL };
 /* the kernels on row-major rows (no 16-row padding) */
 static bool rowmajor(int k) { return k == K_AVX2 || k == K_ROWS; }
+/* the AVX-512 kernels (SIMDe-emulated in gemv_avx512_emu) */
+static bool avx512_kernel(int k) { return k == K_BF16 || k == K_FP32 || k == K_ROWS; }
 #ifdef SL_AVX512_EMULATE
 /* test-only build (gemv_avx512_emu): the AVX-512 kernels run on SIMDe, never for timing */
 static const bool avx512_emulated = true;
@@ -265,9 +267,8 @@ static void check_kernel(void)
      * guest: p99 0.75x and 0.80x of pause in two runs, p50 1.00x); pause for amx-bf16, where
      * no mode helped twice (B = 16: amx 1.19x then 0.98x, fma512 0.99x then 1.16x);
      * docs/benchmarks.md */
-    const bool avx512 = g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS;
-    g.spin = sl_spin_resolve(
-        g.spin, avx512 ? SL_SPIN_FMA512 : SL_SPIN_PAUSE, g.kernel == K_AMX, "--kernel amx-bf16");
+    g.spin = sl_spin_resolve(g.spin, avx512_kernel(g.kernel) ? SL_SPIN_FMA512 : SL_SPIN_PAUSE,
+        g.kernel == K_AMX, "--kernel amx-bf16");
     sl_spin_set(g.spin, g.spin == SL_SPIN_AMX ? gemv_amx_keep_warm : NULL);
 }
 
@@ -324,7 +325,7 @@ static void report_meta(size_t page_min, int max_rows)
     sl_json_str("page_mode", sl_page_names[g.page]);
     sl_json_int("page_size", (long long)page_min);
     sl_json_str("spin", sl_spin_names[g.spin]);
-    if (g.kernel == K_BF16 || g.kernel == K_FP32 || g.kernel == K_ROWS)
+    if (avx512_kernel(g.kernel))
         sl_json_bool("avx512_emulated", avx512_emulated);
     sl_json_end();
 }

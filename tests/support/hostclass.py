@@ -22,7 +22,9 @@ branch is named the same way as the recorded ones.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -124,6 +126,21 @@ _HIDE_GROUPS = {
 }
 
 
+#: the /proc/cpuinfo flags each unit the native binaries check needs (native/common/cpu.c's
+#: sl_have_*; the AVX2 kernels also use FMA)
+UNITS = {
+    "avx2": {"avx2", "fma"},
+    "avx512": {"avx512f", "avx512bw"},
+    "avx512_bf16": {"avx512f", "avx512bw", "avx512_bf16"},
+    "amx": {"amx_tile", "amx_bf16"},
+}
+
+
+def has(flags: set[str], unit: str) -> bool:
+    """Whether a host with these CPU flags runs ``unit`` (a key of UNITS)."""
+    return UNITS[unit] <= flags
+
+
 def proc_cpu_flags() -> set[str]:
     """This machine's /proc/cpuinfo flags."""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -164,6 +181,15 @@ def as_host(host: str) -> tuple[set[str], str]:
         pytest.skip(f"{host}: this machine lacks part of its instruction sets")
     print(f"branch: {host} (SL_CPU_HIDE={hide!r})")
     return flags, hide
+
+
+def run_hidden(
+    binary: Path, hide: str, *args: object, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    """binary ARGS with SL_CPU_HIDE=hide (native/common/cpu.c: run as if the CPU lacked them)."""
+    env = {**os.environ, "SL_CPU_HIDE": hide}
+    argv = [str(binary), *map(str, args)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def assert_unsupported(proc, context: object) -> None:
